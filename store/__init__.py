@@ -1,0 +1,57 @@
+"""statestore's storage engine: a compacted Kafka topic materialized into RocksDB, read-only to readers.
+
+Embed it without HTTP::
+
+    from store import Store, StoreConfig
+
+    with Store(StoreConfig(name="products", topic="products",
+                           kafka={"bootstrap.servers": "127.0.0.1:9092"}, state_dir="./state")) as products:
+        products.wait_until_ready(timeout=60)
+        with products.view() as view:
+            print(view.get(b"p1"), view.position())
+"""
+
+from store.config import EngineTuning, StoreConfig
+from store.exceptions import (
+    InvalidPositionError,
+    KafkaSourceError,
+    ScanLimitError,
+    StoreClosedError,
+    StoreCorruptError,
+    StoreError,
+    StoreLockedError,
+)
+from store.memory import InMemoryStore
+from store.position import Position
+from store.protocol import (
+    MAX_SCAN_LIMIT,
+    ReadOnlyKeyValueStore,
+    RestoreProgress,
+    ScanPage,
+    ServableStore,
+    StoreStatus,
+)
+from store.state import StoreState
+from store.store import Store
+
+__all__ = [
+    "MAX_SCAN_LIMIT",
+    "EngineTuning",
+    "InMemoryStore",
+    "InvalidPositionError",
+    "KafkaSourceError",
+    "Position",
+    "ReadOnlyKeyValueStore",
+    "RestoreProgress",
+    "ScanLimitError",
+    "ScanPage",
+    "ServableStore",
+    "Store",
+    "StoreClosedError",
+    "StoreConfig",
+    "StoreCorruptError",
+    "StoreError",
+    "StoreLockedError",
+    "StoreState",
+    "StoreStatus",
+]

@@ -1,0 +1,55 @@
+"""Configuration of one store: what to materialize, where, and how to tune the engine."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from pathlib import Path
+from types import MappingProxyType
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class EngineTuning:
+    """Knobs of the RocksDB engine and the materializer; the defaults suit most tables."""
+
+    block_cache_bytes: int = 256 * 1024 * 1024
+    write_buffer_bytes: int = 64 * 1024 * 1024
+    # Consumer batches: how many records one poll may return, and how long it may wait.
+    poll_max_records: int = 10_000
+    poll_timeout_seconds: float = 0.2
+    # Bootstrap uses the bulk-load (SST ingestion) path while at least this many records remain.
+    bulk_load_min_records: int = 200_000
+    # Records per SST file written by the bulk loader.
+    bulk_load_chunk_records: int = 250_000
+    # Transient broker errors: backoff between retries, growing up to the maximum.
+    retry_backoff_initial_seconds: float = 0.2
+    retry_backoff_max_seconds: float = 10.0
+    # How often the topic's metadata is checked for deletion, recreation or new partitions.
+    metadata_check_interval_seconds: float = 5.0
+    # How often restore progress is logged.
+    progress_log_interval_seconds: float = 5.0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StoreConfig:
+    """One store: a compacted topic materialized into ``state_dir / name``.
+
+    ``kafka`` holds librdkafka settings (``bootstrap.servers``, security settings, ...); they pass
+    through as they are, except the few the materializer must own (no consumer group commits,
+    no auto topic creation).
+    """
+
+    name: str
+    topic: str
+    kafka: Mapping[str, str]
+    state_dir: Path
+    tuning: EngineTuning = dataclasses.field(default_factory=EngineTuning)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kafka", MappingProxyType(dict(self.kafka)))
+        object.__setattr__(self, "state_dir", Path(self.state_dir))
+
+    @property
+    def path(self) -> Path:
+        """The store's own directory."""
+        return self.state_dir / self.name

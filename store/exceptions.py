@@ -1,0 +1,44 @@
+"""Errors raised by the ``store`` package.
+
+Hierarchy::
+
+    StoreError
+    ├── StoreLockedError          the store directory is held by another process
+    ├── StoreClosedError          the store was stopped; no more reads
+    ├── StoreCorruptError         the store directory cannot be opened as a store
+    ├── InvalidPositionError      a position string or mapping is malformed
+    ├── ScanLimitError            a prefix scan asked for an unusable page size
+    └── KafkaSourceError          the changelog topic cannot be read (fatal configuration problems only)
+
+Foreign errors (rocksdict, confluent-kafka) are converted at the boundary with ``raise ... from exc``.
+"""
+
+from __future__ import annotations
+
+
+class StoreError(Exception):
+    """Root of every error the store package raises."""
+
+
+class StoreLockedError(StoreError):
+    """The store directory is locked by another process or another open store."""
+
+
+class StoreClosedError(StoreError):
+    """The store has been stopped and can no longer be read."""
+
+
+class StoreCorruptError(StoreError):
+    """The store directory exists but cannot be used (corrupt, foreign or incompatible)."""
+
+
+class InvalidPositionError(StoreError, ValueError):
+    """A position is malformed: it must be ``partition:next_offset`` pairs joined by commas."""
+
+
+class ScanLimitError(StoreError, ValueError):
+    """A prefix scan was asked for a page size below 1."""
+
+
+class KafkaSourceError(StoreError):
+    """The changelog topic cannot be consumed because of a configuration problem."""

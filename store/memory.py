@@ -1,0 +1,132 @@
+"""An in-memory store implementing the same read protocols as the RocksDB store.
+
+It backs unit tests of the layers above the engine and the store contract suite; it is not
+materialized from Kafka: tests and embedders write to it with :meth:`InMemoryStore.apply`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+
+from store.exceptions import ScanLimitError, StoreClosedError
+from store.position import Position
+from store.protocol import MAX_SCAN_LIMIT, ReadOnlyKeyValueStore, ScanPage, StoreStatus
+from store.state import StoreState
+
+
+def _scan_sorted(
+    keys: Sequence[bytes], values: Mapping[bytes, bytes], prefix: bytes, after: bytes | None, limit: int
+) -> ScanPage:
+    if limit < 1:
+        raise ScanLimitError(f"scan limit must be at least 1, got {limit}")
+    limit = min(limit, MAX_SCAN_LIMIT)
+    start = prefix if after is None or after < prefix else after
+    index = bisect.bisect_right(keys, start) if after is not None and after >= prefix else bisect.bisect_left(
+        keys, start
+    )
+    items: list[tuple[bytes, bytes]] = []
+    while index < len(keys) and keys[index].startswith(prefix):
+        if len(items) == limit:
+            return ScanPage(items, items[-1][0])
+        items.append((keys[index], values[keys[index]]))
+        index += 1
+    return ScanPage(items, None)
+
+
+class _FrozenView:
+    def __init__(self, data: dict[bytes, bytes], position: Position) -> None:
+        self._data = data
+        self._keys = sorted(data)
+        self._position = position
+
+    def get(self, key: bytes) -> bytes | None:
+        return self._data.get(key)
+
+    def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        return [self._data.get(k) for k in keys]
+
+    def prefix_scan(self, prefix: bytes, *, after: bytes | None = None, limit: int = 1000) -> ScanPage:
+        return _scan_sorted(self._keys, self._data, prefix, after, limit)
+
+    def position(self) -> Position:
+        return self._position
+
+
+class InMemoryStore:
+    """A dict-backed ``ServableStore``; every view is a copy-on-write snapshot."""
+
+    def __init__(self, name: str, topic: str | None = None, state: StoreState = StoreState.READY) -> None:
+        self._name = name
+        self._topic = topic or name
+        self._state = state
+        self._data: dict[bytes, bytes] = {}
+        self._position = Position()
+        self._frozen: _FrozenView | None = None
+        self._changed = threading.Condition()
+        self._applied = 0
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def state(self) -> StoreState:
+        return self._state
+
+    def set_state(self, state: StoreState) -> None:
+        with self._changed:
+            self._state = state
+            self._changed.notify_all()
+
+    def apply(self, records: Sequence[tuple[int, int, bytes, bytes | None]]) -> None:
+        """Apply ``(partition, offset, key, value)`` records atomically; ``None`` values delete."""
+        with self._changed:
+            data = dict(self._data)
+            offsets = dict(self._position)
+            for partition, offset, key, value in records:
+                if value is None:
+                    data.pop(key, None)
+                else:
+                    data[key] = value
+                offsets[partition] = max(offsets.get(partition, 0), offset + 1)
+            self._data, self._position, self._frozen = data, Position(offsets), None
+            self._applied += len(records)
+            self._changed.notify_all()
+
+    @contextlib.contextmanager
+    def view(self) -> Iterator[ReadOnlyKeyValueStore]:
+        with self._changed:
+            if self._state is StoreState.STOPPED:
+                raise StoreClosedError(f'store "{self._name}" is stopped')
+            if self._frozen is None:
+                self._frozen = _FrozenView(self._data, self._position)
+            frozen = self._frozen
+        yield frozen
+
+    def status(self) -> StoreStatus:
+        with self._changed:
+            return StoreStatus(
+                name=self._name,
+                topic=self._topic,
+                state=self._state,
+                position=self._position,
+                end_offsets=self._position,
+                lag={p: 0 for p in self._position},
+                restore=None,
+                records_applied_total=self._applied,
+                null_key_records=0,
+                approximate_num_keys=len(self._data),
+                size_on_disk_bytes=0,
+                last_error=None,
+                seconds_since_last_contact=None,
+            )
+
+    def wait_for_position(self, minimum: Position, timeout: float) -> bool:
+        with self._changed:
+            return self._changed.wait_for(lambda: self._position.reaches(minimum), timeout)
+
+    def stop(self) -> None:
+        self.set_state(StoreState.STOPPED)

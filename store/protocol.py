@@ -1,0 +1,111 @@
+"""The seams between the store and its readers.
+
+Readers (the HTTP service, an embedding application) depend on these protocols, never on RocksDB.
+Only the materializer writes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from typing import Protocol, runtime_checkable
+
+from store.position import Position
+from store.state import StoreState
+
+MAX_SCAN_LIMIT = 10_000
+"""The largest page a prefix scan returns, whatever is asked: scans are always bounded."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ScanPage:
+    """One page of a prefix scan, in byte order of the keys.
+
+    ``next_after`` is the cursor for the next page (pass it as ``after``), or ``None`` when the
+    prefix has no more keys.
+    """
+
+    items: list[tuple[bytes, bytes]]
+    next_after: bytes | None
+
+
+@runtime_checkable
+class ReadOnlyKeyValueStore(Protocol):
+    """Reads over one consistent view of a store: every call sees the same version of the table."""
+
+    def get(self, key: bytes) -> bytes | None:
+        """The value of ``key``, or ``None`` when the key is absent."""
+        ...
+
+    def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        """The values of ``keys`` in request order, ``None`` for absent keys."""
+        ...
+
+    def prefix_scan(self, prefix: bytes, *, after: bytes | None = None, limit: int = 1000) -> ScanPage:
+        """Keys starting with ``prefix`` that sort strictly after ``after``, byte-ordered.
+
+        At most ``min(limit, MAX_SCAN_LIMIT)`` items are returned.
+        """
+        ...
+
+    def position(self) -> Position:
+        """The position (next offset per partition) this view reflects."""
+        ...
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RestoreProgress:
+    """How far the store is towards the end offsets sampled when it (re)started restoring."""
+
+    records_applied: int  # records applied since this restore began
+    records_remaining: int  # records still below the sampled end offsets
+    records_per_second: float  # recent apply rate
+    target: Position  # the end offsets being restored to
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StoreStatus:
+    """Everything an operator or the service wants to know about one store, at one moment."""
+
+    name: str
+    topic: str
+    state: StoreState
+    position: Position
+    end_offsets: Position  # the latest high watermarks known (from fetch responses)
+    lag: dict[int, int]  # per partition: end offset minus next offset, never negative
+    restore: RestoreProgress | None  # None once READY
+    records_applied_total: int  # since this process opened the store
+    null_key_records: int  # records skipped because their key was null
+    approximate_num_keys: int
+    size_on_disk_bytes: int
+    last_error: str | None  # the most recent transient problem (broker unreachable, ...), if any
+    seconds_since_last_contact: float | None  # since the broker last answered a fetch
+
+    @property
+    def total_lag(self) -> int:
+        return sum(self.lag.values())
+
+
+@runtime_checkable
+class ServableStore(Protocol):
+    """A store the service can serve: consistent views, status and position waits."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def state(self) -> StoreState: ...
+
+    def view(self) -> AbstractContextManager[ReadOnlyKeyValueStore]:
+        """A consistent read view (a RocksDB snapshot and the position it reflects).
+
+        Raises ``StoreClosedError`` once the store is stopped.
+        """
+        ...
+
+    def status(self) -> StoreStatus: ...
+
+    def wait_for_position(self, minimum: Position, timeout: float) -> bool:
+        """Block until the store's position reaches ``minimum``; ``False`` if ``timeout`` passes first."""
+        ...

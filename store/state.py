@@ -1,0 +1,25 @@
+"""The lifecycle of a store."""
+
+from __future__ import annotations
+
+import enum
+
+
+class StoreState(enum.Enum):
+    """Where a store is in its life.
+
+    ``CREATED`` → ``RESTORING`` → ``READY`` ⇄ (``REBUILDING`` → ``RESTORING``) → ``STOPPED``;
+    ``FAILED`` only for problems a retry cannot fix (e.g. the disk cannot be written).
+    """
+
+    CREATED = "CREATED"
+    RESTORING = "RESTORING"  # applying the topic up to the end offsets sampled at start
+    READY = "READY"  # caught up once; serving, and kept current by the materializer
+    REBUILDING = "REBUILDING"  # stored offsets became invalid; discarding and restoring from earliest
+    STOPPED = "STOPPED"
+    FAILED = "FAILED"
+
+    @property
+    def serving(self) -> bool:
+        """Whether reads of this store give answers (only a READY store has caught up)."""
+        return self is StoreState.READY

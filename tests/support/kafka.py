@@ -1,0 +1,113 @@
+"""Test helpers for the real local broker: topics, producing, and the 'last record per key' model."""
+
+from __future__ import annotations
+
+import itertools
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+Record = tuple[bytes | None, bytes | None]  # (key, value); a None value is a tombstone
+
+
+def unique_topic(prefix: str = "t") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def create_topic(bootstrap_servers: str, topic: str, partitions: int = 3) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+    futures = admin.create_topics(
+        [NewTopic(topic, num_partitions=partitions, replication_factor=1, config={"cleanup.policy": "compact"})]
+    )
+    for future in futures.values():
+        future.result(timeout=15)
+    # Wait until the metadata shows every partition.
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        md = admin.list_topics(timeout=5)
+        if topic in md.topics and len(md.topics[topic].partitions) == partitions:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"topic {topic} did not appear with {partitions} partitions")
+
+
+def add_partitions(bootstrap_servers: str, topic: str, total: int) -> None:
+    from confluent_kafka.admin import NewPartitions
+
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+    for future in admin.create_partitions([NewPartitions(topic, total)]).values():
+        future.result(timeout=15)
+
+
+def make_producer(bootstrap_servers: str, **overrides: str | int) -> Producer:
+    config: dict[str, str | int] = {
+        "bootstrap.servers": bootstrap_servers,
+        "linger.ms": 5,
+        "batch.num.messages": 10000,
+        "queue.buffering.max.messages": 1_000_000,
+        "allow.auto.create.topics": False,
+    }
+    config.update(overrides)
+    return Producer(config)
+
+
+def produce(
+    bootstrap_servers: str,
+    topic: str,
+    records: Iterable[Record],
+    *,
+    partitions: int | None = None,
+    producer: Producer | None = None,
+) -> dict[int, int]:
+    """Produce records (round-robin over ``partitions`` when given, else by key hash); flush.
+
+    Returns the number of records sent per partition (when ``partitions`` is given).
+    """
+    own = producer is None
+    producer = producer or make_producer(bootstrap_servers)
+    counts: dict[int, int] = {}
+    cycle = itertools.cycle(range(partitions)) if partitions else None
+    for key, value in records:
+        kwargs: dict[str, object] = {}
+        if cycle is not None:
+            partition = next(cycle)
+            kwargs["partition"] = partition
+            counts[partition] = counts.get(partition, 0) + 1
+        while True:
+            try:
+                producer.produce(topic, key=key, value=value, **kwargs)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        producer.poll(0)
+    remaining = producer.flush(30)
+    assert remaining == 0, f"{remaining} records were not delivered"
+    del own
+    return counts
+
+
+def latest_per_key(records: Iterable[Record]) -> dict[bytes, bytes]:
+    """The model of a compacted topic: the last record per key, tombstones removing the key.
+
+    Only valid when all records of one key land on one partition (keyed partitioning).
+    """
+    model: dict[bytes, bytes] = {}
+    for key, value in records:
+        if key is None:
+            continue
+        if value is None:
+            model.pop(key, None)
+        else:
+            model[key] = value
+    return model
+
+
+def model_from_partitioned(records_by_partition: Mapping[int, list[Record]]) -> dict[bytes, bytes]:
+    """The same model when each key is written to only one partition (per-partition order holds)."""
+    model: dict[bytes, bytes] = {}
+    for records in records_by_partition.values():
+        model.update({k: v for k, v in latest_per_key(records).items()})
+    return model
