@@ -1,0 +1,245 @@
+"""Errors raised by the ``clients`` package.
+
+Hierarchy::
+
+    StatestoreClientError
+    ├── TransportError (also ConnectionError)   the service could not be reached or the connection broke
+    ├── DeadlineExceededError (also TimeoutError)  the call's deadline passed (``last_error`` tells why)
+    ├── UnexpectedResponseError                 an answer the HTTP API does not describe
+    ├── ValueDecodeError (also ValueError)      a stored value does not decode per the store's value format
+    ├── SchemaMismatchError (also ValueError)   a Spark value schema that cannot apply to the store
+    └── ProblemError                            the service answered an RFC 9457 problem
+        ├── UnknownStoreError                   404 unknown-store
+        ├── KeyNotFoundError                    404 key-not-found (``get`` turns it into ``None``)
+        ├── RouteNotFoundError                  404 route-not-found
+        ├── MethodNotAllowedError               405 method-not-allowed
+        ├── BadRequestError
+        │   ├── BadKeyEncodingError             400 bad-key-encoding
+        │   ├── InvalidPositionError            400 invalid-position
+        │   ├── MalformedRequestError           400 malformed-request
+        │   ├── InvalidParameterError           422 invalid-parameter
+        │   └── UnsupportedMediaTypeError       415 unsupported-media-type
+        ├── PayloadTooLargeError
+        │   ├── BatchTooLargeError              413 batch-too-large
+        │   ├── PageTooLargeError               413 page-too-large
+        │   ├── KeyTooLargeError                413 key-too-large
+        │   └── BodyTooLargeError               413 body-too-large
+        ├── UnauthorizedError                   401 unauthorized
+        ├── ForbiddenError                      403 forbidden
+        ├── TooManyRequestsError                429 too-many-requests (retried)
+        └── ServiceUnavailableError             503 (retried)
+            ├── StoreNotReadyError              503 store-not-ready
+            ├── PositionNotReachedError         503 position-not-reached
+            └── RequestTimeoutError             503 request-timeout
+
+A key that is absent is not an error: ``get`` answers ``None``. Errors are mapped on the problem
+``type``, never on its title or detail. httpx errors are converted with ``raise ... from exc``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+PROBLEM_TYPE_PREFIX = "urn:statestore:problem:"
+
+
+class StatestoreClientError(Exception):
+    """Root of every error the statestore clients raise."""
+
+
+class TransportError(StatestoreClientError, ConnectionError):
+    """The service could not be reached, or the connection failed mid-request."""
+
+
+class DeadlineExceededError(StatestoreClientError, TimeoutError):
+    """The call did not succeed before its deadline; ``last_error`` is the last failure seen, if any."""
+
+    def __init__(self, message: str, last_error: BaseException | None = None) -> None:
+        super().__init__(message)
+        self.last_error = last_error
+
+
+class UnexpectedResponseError(StatestoreClientError):
+    """The service answered something the HTTP API does not describe (wrong content, unknown problem)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class ValueDecodeError(StatestoreClientError, ValueError):
+    """A stored value cannot be decoded per the store's value format (e.g. invalid JSON)."""
+
+
+class SchemaMismatchError(StatestoreClientError, ValueError):
+    """A value schema was given that cannot apply to the store (e.g. the store does not hold JSON)."""
+
+
+class ProblemError(StatestoreClientError):
+    """The service answered with an RFC 9457 problem; the members are kept on the exception."""
+
+    slug: str | None = None
+
+    def __init__(self, problem: Mapping[str, Any], status: int, retry_after: float | None = None) -> None:
+        self.problem = dict(problem)
+        self.status = status
+        self.type = str(problem.get("type", ""))
+        self.title = str(problem.get("title", ""))
+        self.detail = str(problem.get("detail", "") or "")
+        self.instance = str(problem.get("instance", "") or "")
+        self.retry_after = retry_after
+        text = self.detail or self.title or self.type
+        super().__init__(f"{status} {self.type}: {text} ({self.instance})" if self.instance else text)
+
+
+class UnknownStoreError(ProblemError):
+    """The store is not configured on the service; check the name against ``client.stores()``."""
+
+    slug = "unknown-store"
+
+
+class KeyNotFoundError(ProblemError):
+    """The key is absent; ``get`` answers ``None`` instead of raising this."""
+
+    slug = "key-not-found"
+
+
+class RouteNotFoundError(ProblemError):
+    """The service has no such route: the client and service versions may disagree."""
+
+    slug = "route-not-found"
+
+
+class MethodNotAllowedError(ProblemError):
+    """The route does not take this method (the service is read-only)."""
+
+    slug = "method-not-allowed"
+
+
+class BadRequestError(ProblemError):
+    """The request was rejected as malformed; fix the request, retrying will not help."""
+
+
+class BadKeyEncodingError(BadRequestError):
+    slug = "bad-key-encoding"
+
+
+class InvalidPositionError(BadRequestError):
+    slug = "invalid-position"
+
+
+class MalformedRequestError(BadRequestError):
+    slug = "malformed-request"
+
+
+class InvalidParameterError(BadRequestError):
+    slug = "invalid-parameter"
+
+
+class UnsupportedMediaTypeError(BadRequestError):
+    slug = "unsupported-media-type"
+
+
+class PayloadTooLargeError(ProblemError):
+    """Something in the request exceeds a service limit; ``limit`` holds it when the service says."""
+
+    @property
+    def limit(self) -> int | None:
+        value = self.problem.get("limit")
+        return value if isinstance(value, int) else None
+
+
+class BatchTooLargeError(PayloadTooLargeError):
+    slug = "batch-too-large"
+
+
+class PageTooLargeError(PayloadTooLargeError):
+    slug = "page-too-large"
+
+
+class KeyTooLargeError(PayloadTooLargeError):
+    slug = "key-too-large"
+
+
+class BodyTooLargeError(PayloadTooLargeError):
+    slug = "body-too-large"
+
+
+class UnauthorizedError(ProblemError):
+    """The bearer token is missing or invalid: pass ``token=`` to the client."""
+
+    slug = "unauthorized"
+
+
+class ForbiddenError(ProblemError):
+    """The token is valid but may not read this store."""
+
+    slug = "forbidden"
+
+
+class TooManyRequestsError(ProblemError):
+    """The service's concurrency limit was reached; the client retries these until its deadline."""
+
+    slug = "too-many-requests"
+
+
+class ServiceUnavailableError(ProblemError):
+    """The service cannot answer right now (503); the client retries these until its deadline."""
+
+
+class StoreNotReadyError(ServiceUnavailableError):
+    slug = "store-not-ready"
+
+
+class PositionNotReachedError(ServiceUnavailableError):
+    slug = "position-not-reached"
+
+
+class RequestTimeoutError(ServiceUnavailableError):
+    slug = "request-timeout"
+
+
+def _leaf_classes(root: type[ProblemError]) -> list[type[ProblemError]]:
+    found: list[type[ProblemError]] = []
+    for sub in root.__subclasses__():
+        if sub.slug is not None:
+            found.append(sub)
+        found.extend(_leaf_classes(sub))
+    return found
+
+
+PROBLEM_TYPES: dict[str, type[ProblemError]] = {
+    PROBLEM_TYPE_PREFIX + cls.slug: cls for cls in _leaf_classes(ProblemError) if cls.slug
+}
+"""Problem ``type`` URI → exception class."""
+
+_BY_STATUS: dict[int, type[ProblemError]] = {
+    400: BadRequestError,
+    401: UnauthorizedError,
+    403: ForbiddenError,
+    413: PayloadTooLargeError,
+    415: UnsupportedMediaTypeError,
+    422: BadRequestError,
+    429: TooManyRequestsError,
+    503: ServiceUnavailableError,
+}
+
+
+def problem_error(
+    problem: Mapping[str, Any], status: int, retry_after: float | None = None
+) -> StatestoreClientError:
+    """The typed exception for a problem answer: by ``type``, else by status family."""
+    cls = PROBLEM_TYPES.get(str(problem.get("type", "")))
+    if cls is None:
+        cls = _BY_STATUS.get(status)
+    if cls is None:
+        if status >= 500:
+            cls = ServiceUnavailableError if status in (502, 504) else None
+        if cls is None:
+            return UnexpectedResponseError(
+                f"the service answered {status} with an unknown problem type {problem.get('type')!r}: "
+                f"{problem.get('detail') or problem.get('title') or ''}".rstrip(": "),
+                status,
+            )
+    return cls(problem, status, retry_after)

@@ -1,0 +1,71 @@
+"""Connection options shared by the sync and async clients: base URL, TLS, token, timeouts, retries."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import ssl
+from typing import Any
+
+import httpx
+
+from clients.retry import RetryPolicy
+
+log = logging.getLogger("clients")
+
+DEFAULT_BATCH_SIZE = 5_000
+"""Keys per batch-get request: well under the service's default limit of 10,000."""
+
+Verify = bool | str | os.PathLike[str] | ssl.SSLContext
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ClientOptions:
+    """Everything that configures a client; picklable, so Spark tasks rebuild the same client.
+
+    ``token`` is sent as ``Authorization: Bearer <token>`` and never appears in ``repr`` or logs.
+    ``verify`` is ``True`` (system CAs), ``False``, a CA bundle path, or an ``ssl.SSLContext``.
+    ``timeout`` bounds one HTTP attempt; ``deadline`` bounds a whole call including its retries.
+    """
+
+    url: str
+    token: str | None = dataclasses.field(default=None, repr=False)
+    verify: Verify = True
+    timeout: float = 10.0
+    deadline: float = 30.0
+    retry: RetryPolicy = dataclasses.field(default_factory=RetryPolicy)
+    batch_size: int = DEFAULT_BATCH_SIZE
+    max_connections: int = 16
+    headers: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.url.startswith(("http://", "https://")):
+            raise ValueError(f"the service URL must start with http:// or https://, got {self.url!r}")
+        if self.timeout <= 0 or self.deadline <= 0:
+            raise ValueError("timeout and deadline must be positive seconds")
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {self.batch_size}")
+
+    def httpx_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for ``httpx.Client`` / ``httpx.AsyncClient``."""
+        headers = {"User-Agent": "statestore-client/0.1", **dict(self.headers)}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        return {
+            "base_url": self.url.rstrip("/"),
+            "headers": headers,
+            "verify": ssl_verify(self.verify),
+            "timeout": httpx.Timeout(self.timeout),
+            "limits": httpx.Limits(
+                max_connections=self.max_connections, max_keepalive_connections=self.max_connections
+            ),
+            "follow_redirects": False,
+        }
+
+
+def ssl_verify(verify: Verify) -> bool | ssl.SSLContext:
+    """httpx's ``verify``: a CA bundle path becomes an SSL context trusting that bundle."""
+    if isinstance(verify, bool | ssl.SSLContext):
+        return verify
+    return ssl.create_default_context(cafile=os.fspath(verify))

@@ -1,0 +1,269 @@
+"""The HTTP API on the wire (docs/http-api.md): requests to build and answers to check and decode.
+
+Pure functions shared by the sync and async clients; nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import dataclasses
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Literal
+from urllib.parse import quote
+
+import httpx
+import pyarrow as pa
+
+from clients.exceptions import (
+    StatestoreClientError,
+    UnexpectedResponseError,
+    ValueDecodeError,
+    problem_error,
+)
+from clients.position import Position, PositionLike
+from clients.retry import parse_retry_after
+
+ARROW_STREAM = "application/vnd.apache.arrow.stream"
+POSITION_HEADER = "Statestore-Position"
+ValueFormat = Literal["json", "string", "bytes"]
+VALUE_FORMATS: tuple[str, ...] = ("json", "string", "bytes")
+Key = str | bytes
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StoreInfo:
+    """What the service says about one store (``GET /v1/stores/{store}``); ``raw`` has every member."""
+
+    name: str
+    topic: str
+    value_format: ValueFormat
+    state: str
+    position: Position
+    total_lag: int
+    raw: Mapping[str, Any]
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> StoreInfo:
+        try:
+            value_format = str(data["value_format"])
+            if value_format not in VALUE_FORMATS:
+                raise ValueError(f"unknown value_format {value_format!r}")
+            return cls(
+                name=str(data["name"]),
+                topic=str(data.get("topic", data["name"])),
+                value_format=value_format,  # type: ignore[arg-type]  # checked just above
+                state=str(data["state"]),
+                position=Position.parse(str(data.get("position") or "")),
+                total_lag=int(data.get("total_lag") or 0),
+                raw=dict(data),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise UnexpectedResponseError(
+                f"the service sent a StoreInfo the client cannot read: {exc}"
+            ) from exc
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Call:
+    """One HTTP request, ready to send."""
+
+    method: str
+    path: str
+    params: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    headers: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    content: bytes | None = None
+
+
+def read_params(min_position: PositionLike | None, timeout_ms: int | None = None) -> dict[str, str]:
+    """The query parameters every read accepts."""
+    params: dict[str, str] = {}
+    if min_position is not None:
+        position = str(Position.of(min_position))
+        if position:
+            params["min_position"] = position
+    if timeout_ms is not None:
+        params["timeout_ms"] = str(timeout_ms)
+    return params
+
+
+def store_path(store: str) -> str:
+    if not store:
+        raise ValueError("a store name must not be empty")
+    return "/v1/stores/" + quote(store, safe="")
+
+
+def key_bytes(key: Key) -> bytes:
+    """A key as the raw bytes the store holds (text keys are UTF-8)."""
+    if isinstance(key, bytes | bytearray | memoryview):
+        return bytes(key)
+    if isinstance(key, str):
+        return key.encode("utf-8")
+    raise TypeError(f"a key must be str or bytes, got {type(key).__name__}")
+
+
+def path_key(key: Key) -> tuple[str, dict[str, str]]:
+    """The path segment for ``key`` and the query parameters it needs.
+
+    Text keys go as percent-encoded UTF-8 unless a path would mangle them ('/', '.', '..'); those and
+    all bytes keys go as URL-safe base64 with ``key_encoding=base64``.
+    """
+    if isinstance(key, str) and key not in ("", ".", "..") and "/" not in key and "\\" not in key:
+        return quote(key, safe=""), {}
+    raw = key_bytes(key)
+    return base64.urlsafe_b64encode(raw).decode("ascii"), {"key_encoding": "base64"}
+
+
+def get_call(store: str, key: Key, min_position: PositionLike | None) -> Call:
+    segment, params = path_key(key)
+    return Call("GET", f"{store_path(store)}/keys/{segment}", {**params, **read_params(min_position)})
+
+
+def dedupe(keys: Sequence[bytes]) -> tuple[list[bytes], list[int]]:
+    """Unique keys in first-seen order, and for every input key the index of its unique key."""
+    index_of: dict[bytes, int] = {}
+    positions = [index_of.setdefault(k, len(index_of)) for k in keys]
+    return list(index_of), positions
+
+
+def chunks(items: Sequence[bytes], size: int) -> Iterator[Sequence[bytes]]:
+    if size < 1:
+        raise ValueError(f"batch size must be at least 1, got {size}")
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def encode_keys(keys: Sequence[bytes] | pa.Array) -> bytes:
+    """An Arrow IPC stream with one ``key: binary`` column."""
+    array = keys if isinstance(keys, pa.Array) else pa.array(keys, type=pa.binary())
+    batch = pa.record_batch([array], names=["key"])
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def batch_get_call(store: str, keys: Sequence[bytes] | pa.Array, min_position: PositionLike | None) -> Call:
+    return Call(
+        "POST",
+        f"{store_path(store)}/keys:batchGet",
+        read_params(min_position),
+        {"Content-Type": ARROW_STREAM, "Accept": ARROW_STREAM},
+        encode_keys(keys),
+    )
+
+
+def decode_values(body: bytes, expected_rows: int) -> pa.BinaryArray:
+    """The ``value`` column of a batch-get Arrow answer, checked to have one row per key sent."""
+    try:
+        table = pa.ipc.open_stream(body).read_all()
+        values = table.column("value").combine_chunks()
+        if not (pa.types.is_binary(values.type) or pa.types.is_large_binary(values.type)):
+            values = values.cast(pa.binary())
+    except (pa.ArrowException, KeyError, OSError) as exc:
+        raise UnexpectedResponseError(
+            f"the batch-get answer is not the Arrow stream expected: {exc}"
+        ) from exc
+    if len(values) != expected_rows:
+        raise UnexpectedResponseError(
+            f"the batch-get answer has {len(values)} rows for {expected_rows} keys; it must have one per key"
+        )
+    return values
+
+
+def scan_call(
+    store: str, prefix: Key, after: str | None, limit: int, min_position: PositionLike | None
+) -> Call:
+    """One page of a prefix scan; ``after`` is the service's ``next_after`` cursor, passed back verbatim.
+
+    A text prefix scans with UTF-8 keys (answers carry text keys); a bytes prefix uses base64.
+    """
+    params = read_params(min_position)
+    params["limit"] = str(limit)
+    if isinstance(prefix, str):
+        params["prefix"] = prefix
+    else:
+        params["key_encoding"] = "base64"
+        params["prefix"] = base64.b64encode(key_bytes(prefix)).decode("ascii")
+    if after is not None:
+        params["after"] = after
+    return Call("GET", f"{store_path(store)}/scan", params)
+
+
+def decode_value(raw: bytes, value_format: ValueFormat) -> Any:
+    """A stored value as Python: JSON → objects, string → ``str``, bytes → ``bytes``."""
+    try:
+        if value_format == "json":
+            return json.loads(raw)
+        if value_format == "string":
+            return raw.decode("utf-8")
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ValueDecodeError(f"a stored value is not valid {value_format}: {exc}") from exc
+    return raw
+
+
+def decode_json_member(value: Any, value_format: ValueFormat) -> Any:
+    """A value as it appears inside a JSON answer (scan items), decoded like :func:`decode_value`."""
+    if value is None or value_format != "bytes":
+        return value
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, TypeError) as exc:
+        raise UnexpectedResponseError(f"a bytes value in a JSON answer is not base64: {exc}") from exc
+
+
+def decode_scan_key(key: str, binary: bool) -> Key:
+    if not binary:
+        return key
+    try:
+        return base64.b64decode(key, validate=True)
+    except binascii.Error:
+        return base64.urlsafe_b64decode(key)
+
+
+def response_error(response: httpx.Response) -> StatestoreClientError | None:
+    """The typed error for a non-2xx answer, ``None`` for a success."""
+    if response.is_success:
+        return None
+    retry_after = parse_retry_after(response.headers.get("Retry-After"))
+    problem: Any = None
+    if "json" in response.headers.get("Content-Type", ""):
+        try:
+            problem = response.json()
+        except ValueError:
+            problem = None
+    if not isinstance(problem, dict):
+        problem = {"title": response.reason_phrase, "detail": response.text[:200]}
+    return problem_error(problem, response.status_code, retry_after)
+
+
+def position_of(response: httpx.Response) -> Position | None:
+    header = response.headers.get(POSITION_HEADER)
+    if header is None:
+        return None
+    try:
+        return Position.parse(header)
+    except ValueError as exc:
+        raise UnexpectedResponseError(f"the {POSITION_HEADER} header {header!r} is malformed") from exc
+
+
+def json_body(response: httpx.Response) -> Any:
+    try:
+        return response.json()
+    except ValueError as exc:
+        raise UnexpectedResponseError(
+            f"{response.request.method} {response.request.url.path} answered non-JSON content"
+        ) from exc
+
+
+def decode_get(response: httpx.Response, raw: bool) -> Any:
+    """The value of a ``GET .../keys/{key}`` answer, decoded by its content type unless ``raw``."""
+    content_type = response.headers.get("Content-Type", "")
+    if raw or "octet-stream" in content_type:
+        return response.content
+    if "json" in content_type:
+        return decode_value(response.content, "json")
+    if content_type.startswith("text/"):
+        return decode_value(response.content, "string")
+    return response.content

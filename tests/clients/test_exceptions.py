@@ -1,0 +1,75 @@
+"""Problem type → exception mapping (pure logic)."""
+
+from __future__ import annotations
+
+import pytest
+
+from clients import exceptions as e
+
+SLUGS = {
+    "unknown-store": (404, e.UnknownStoreError),
+    "key-not-found": (404, e.KeyNotFoundError),
+    "route-not-found": (404, e.RouteNotFoundError),
+    "method-not-allowed": (405, e.MethodNotAllowedError),
+    "bad-key-encoding": (400, e.BadKeyEncodingError),
+    "invalid-position": (400, e.InvalidPositionError),
+    "malformed-request": (400, e.MalformedRequestError),
+    "invalid-parameter": (422, e.InvalidParameterError),
+    "unsupported-media-type": (415, e.UnsupportedMediaTypeError),
+    "batch-too-large": (413, e.BatchTooLargeError),
+    "page-too-large": (413, e.PageTooLargeError),
+    "key-too-large": (413, e.KeyTooLargeError),
+    "body-too-large": (413, e.BodyTooLargeError),
+    "store-not-ready": (503, e.StoreNotReadyError),
+    "position-not-reached": (503, e.PositionNotReachedError),
+    "unauthorized": (401, e.UnauthorizedError),
+    "forbidden": (403, e.ForbiddenError),
+    "too-many-requests": (429, e.TooManyRequestsError),
+    "request-timeout": (503, e.RequestTimeoutError),
+}
+
+
+def test_every_documented_problem_type_has_its_own_exception() -> None:
+    assert set(e.PROBLEM_TYPES) == {e.PROBLEM_TYPE_PREFIX + slug for slug in SLUGS}
+
+
+@pytest.mark.parametrize("slug", sorted(SLUGS))
+def test_problem_maps_on_type(slug: str) -> None:
+    status, cls = SLUGS[slug]
+    problem = {
+        "type": e.PROBLEM_TYPE_PREFIX + slug,
+        "title": "t",
+        "status": status,
+        "detail": "what happened",
+    }
+    error = e.problem_error(problem, status, retry_after=1.5)
+    assert type(error) is cls
+    assert isinstance(error, e.ProblemError)
+    assert isinstance(error, e.StatestoreClientError)
+    assert error.status == status
+    assert error.retry_after == 1.5
+    assert error.problem["detail"] == "what happened"
+    assert "what happened" in str(error)
+
+
+def test_families_group_related_problems() -> None:
+    assert issubclass(e.InvalidParameterError, e.BadRequestError)
+    assert issubclass(e.BatchTooLargeError, e.PayloadTooLargeError)
+    assert issubclass(e.PositionNotReachedError, e.ServiceUnavailableError)
+    assert issubclass(e.TransportError, ConnectionError)
+    assert issubclass(e.DeadlineExceededError, TimeoutError)
+
+
+def test_limit_member_is_exposed_on_payload_errors() -> None:
+    error = e.problem_error({"type": e.PROBLEM_TYPE_PREFIX + "batch-too-large", "limit": 10000}, 413)
+    assert isinstance(error, e.PayloadTooLargeError)
+    assert error.limit == 10000
+
+
+def test_unknown_types_fall_back_on_the_status_family() -> None:
+    assert type(e.problem_error({"type": "urn:other"}, 503)) is e.ServiceUnavailableError
+    assert type(e.problem_error({}, 502)) is e.ServiceUnavailableError
+    assert type(e.problem_error({}, 400)) is e.BadRequestError
+    odd = e.problem_error({"type": "urn:other", "detail": "teapot"}, 418)
+    assert type(odd) is e.UnexpectedResponseError
+    assert "418" in str(odd)
