@@ -1,0 +1,119 @@
+"""The FastAPI application: store routes, probes, metrics, and the stores' lifecycle."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import AsyncIterator, Mapping
+
+import anyio
+import orjson
+from fastapi import FastAPI
+from starlette.responses import Response
+
+from service import openapi_docs as docs
+from service.metrics import CONTENT_TYPE, Metrics, MetricsMiddleware
+from service.problems import install_problem_handlers
+from service.registry import StoreRegistry
+from service.routes import build_router
+from service.settings import Settings, store_configs
+from store import ServableStore, Store, StoreState
+
+logger = logging.getLogger(__name__)
+
+_JSON = "application/json"
+
+
+def _start_in_background(registry: StoreRegistry, stores: Mapping[str, Store]) -> list[threading.Thread]:
+    """Start every store on its own thread, so the app serves (and /healthz answers) meanwhile."""
+
+    def start(store: Store) -> None:
+        try:
+            store.start()
+        except Exception as exc:  # one store failing to start must not stop the others or the service
+            logger.exception("store %s failed to start", store.name)
+            registry.record_start_error(store.name, f"{type(exc).__name__}: {exc}")
+
+    threads = [
+        threading.Thread(target=start, args=(store,), name=f"start-{name}", daemon=True)
+        for name, store in stores.items()
+    ]
+    for thread in threads:
+        thread.start()
+    return threads
+
+
+def create_app(settings: Settings, stores: Mapping[str, ServableStore] | None = None) -> FastAPI:
+    """The service for ``settings``.
+
+    With ``stores`` given, the app serves them and leaves their lifecycle to the caller; without,
+    it builds one ``store.Store`` per configured store, starts them when it starts (without waiting
+    for them to restore) and stops them when it stops.
+    """
+    owned: dict[str, Store] = {}
+    if stores is None:
+        owned = {config.name: Store(config) for config in store_configs(settings)}
+        stores = owned
+    registry = StoreRegistry(settings, stores)
+    metrics = Metrics(registry)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if settings.auth.mode == "open":
+            logger.warning(
+                "auth.mode is 'open': every client may read every store;"
+                " set auth.mode=tokens outside development"
+            )
+        starters = _start_in_background(registry, owned)
+        logger.info("serving stores: %s", ", ".join(registry.names()) or "(none)")
+        try:
+            yield
+        finally:
+            for thread in starters:
+                await anyio.to_thread.run_sync(thread.join)
+            for name, store in owned.items():
+                if registry.start_error(name) is None:
+                    try:
+                        await anyio.to_thread.run_sync(store.stop)
+                    except Exception:  # stopping one store must not keep the others open
+                        logger.exception("store %s failed to stop cleanly", name)
+
+    app = FastAPI(
+        title="statestore",
+        version="1",
+        description="Read-only lookups in tables materialized from compacted Kafka topics.",
+        lifespan=lifespan,
+        redirect_slashes=False,
+        docs_url="/docs",
+        redoc_url=None,
+    )
+    app.state.registry = registry
+    app.state.settings = settings
+    app.state.metrics = metrics
+    install_problem_handlers(app)
+    app.add_middleware(MetricsMiddleware, metrics=metrics)
+
+    @app.get("/healthz", response_class=Response, responses=docs.HEALTH_RESPONSES, summary="Liveness")
+    async def healthz() -> Response:
+        return Response(b'{"status":"alive"}', media_type=_JSON)
+
+    @app.get("/readyz", response_class=Response, responses=docs.READY_RESPONSES, summary="Readiness")
+    async def readyz() -> Response:
+        states = {served.name: registry.state_of(served) for served in registry.all()}
+        ready = all(state is StoreState.READY for state in states.values())
+        body = {
+            "status": "ready" if ready else "not-ready",
+            "stores": {n: s.value for n, s in states.items()},
+        }
+        return Response(orjson.dumps(body), status_code=200 if ready else 503, media_type=_JSON)
+
+    @app.get(
+        "/metrics", response_class=Response, responses=docs.METRICS_RESPONSES, summary="Prometheus metrics"
+    )
+    async def prometheus_metrics() -> Response:
+        # Scraping asks every store for its status, which may touch the disk.
+        return Response(await anyio.to_thread.run_sync(metrics.render), media_type=CONTENT_TYPE)
+
+    app.include_router(build_router(settings, registry))
+    return app

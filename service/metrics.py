@@ -1,0 +1,126 @@
+"""Prometheus metrics: HTTP requests per route template, and each store's progress and size.
+
+Store figures are read from ``status()`` when scraped, so nothing runs between scrapes. Each app
+has its own registry, so several apps (tests, embedders) can live in one process.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from service.registry import StoreRegistry
+from store import StoreState
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class StoreCollector(Collector):
+    """Collects each store's status at scrape time."""
+
+    def __init__(self, stores: StoreRegistry) -> None:
+        self._stores = stores
+
+    def collect(self) -> Iterator[Metric]:
+        applied = CounterMetricFamily(
+            "statestore_records_applied",
+            "Records applied to the store since the process opened it",
+            labels=["store"],
+        )
+        null_keys = CounterMetricFamily(
+            "statestore_null_key_records", "Records skipped because their key was null", labels=["store"]
+        )
+        lag = GaugeMetricFamily(
+            "statestore_lag_records", "End offset minus next offset", labels=["store", "partition"]
+        )
+        position = GaugeMetricFamily(
+            "statestore_position", "Next offset to apply, per partition", labels=["store", "partition"]
+        )
+        state = GaugeMetricFamily(
+            "statestore_state", "1 for the store's current state", labels=["store", "state"]
+        )
+        keys = GaugeMetricFamily("statestore_keys", "Approximate number of keys", labels=["store"])
+        size = GaugeMetricFamily(
+            "statestore_size_on_disk_bytes", "Size of the store's files", labels=["store"]
+        )
+        remaining = GaugeMetricFamily(
+            "statestore_restore_remaining_records", "Records left before the store is READY", labels=["store"]
+        )
+        for served in self._stores.all():
+            current = self._stores.state_of(served)
+            for candidate in StoreState:
+                state.add_metric([served.name, candidate.value], 1.0 if candidate is current else 0.0)
+            status = self._stores.status_of(served)
+            if status is None:
+                continue
+            applied.add_metric([served.name], status.records_applied_total)
+            null_keys.add_metric([served.name], status.null_key_records)
+            for partition, records in status.lag.items():
+                lag.add_metric([served.name, str(partition)], records)
+            for partition, offset in status.position.items():
+                position.add_metric([served.name, str(partition)], offset)
+            keys.add_metric([served.name], status.approximate_num_keys)
+            size.add_metric([served.name], status.size_on_disk_bytes)
+            remaining.add_metric([served.name], status.restore.records_remaining if status.restore else 0)
+        yield from (applied, null_keys, lag, position, state, keys, size, remaining)
+
+
+class Metrics:
+    """The app's metric registry and its HTTP instruments."""
+
+    def __init__(self, stores: StoreRegistry) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter(
+            "statestore_http_requests",
+            "HTTP requests answered",
+            ["method", "route", "status"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "statestore_http_request_duration_seconds",
+            "Time to answer an HTTP request",
+            ["method", "route", "status"],
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.registry.register(StoreCollector(stores))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class MetricsMiddleware:
+    """Times every HTTP request and counts it by method, route template and status."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def send_recording_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_recording_status)
+        finally:
+            route = scope.get("route")
+            template = getattr(route, "path", None) or "unmatched"
+            labels = (scope["method"], template, str(status))
+            self.metrics.requests.labels(*labels).inc()
+            self.metrics.latency.labels(*labels).observe(time.perf_counter() - started)

@@ -1,0 +1,227 @@
+"""OpenAPI descriptions of the routes, written by hand.
+
+The handlers parse their own parameters (so every bad input gets the problem type the contract
+names, and the hot paths skip model validation); these descriptions are what clients and the
+fuzzing tests see.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from service.problems import PROBLEM_MEDIA_TYPE, problem_schema
+
+ARROW_MEDIA_TYPE = "application/vnd.apache.arrow.stream"
+POSITION_HEADER = "Statestore-Position"
+
+_POSITION_PATTERN = r"^\s*(\d+:\d+(\s*,\s*\d+:\d+)*)?\s*$"
+
+
+def _query(name: str, schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"name": name, "in": "query", "required": False, "schema": schema, "description": description}
+
+
+def _path(name: str, description: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": "path",
+        "required": True,
+        "schema": {"type": "string"},
+        "description": description,
+    }
+
+
+STORE_PARAM = _path("store", "the store's configured name")
+KEY_PARAM = _path("key", "the key: UTF-8, percent-encoded; base64 of the raw bytes with key_encoding=base64")
+KEY_ENCODING_PARAM = _query(
+    "key_encoding", {"type": "string", "enum": ["utf8", "base64"], "default": "utf8"}, "how keys are written"
+)
+MIN_POSITION_PARAM = _query(
+    "min_position",
+    {"type": "string", "pattern": _POSITION_PATTERN},
+    "wait until the store reaches this position (partition:next_offset pairs joined by commas)",
+)
+TIMEOUT_PARAM = _query(
+    "timeout_ms",
+    {"type": "integer", "minimum": 0, "maximum": 3_600_000},
+    "how long to wait for min_position, at most the configured maximum",
+)
+READ_PARAMS = [MIN_POSITION_PARAM, TIMEOUT_PARAM]
+
+SCAN_PARAMS = [
+    _query("prefix", {"type": "string", "default": ""}, "only keys starting with this prefix"),
+    _query("after", {"type": "string"}, "the cursor: only keys sorting strictly after this one"),
+    _query("limit", {"type": "integer", "minimum": 1, "default": 100}, "page size"),
+]
+
+_POSITION_HEADER_DOC = {
+    POSITION_HEADER: {
+        "description": "the store position the answer was read from",
+        "schema": {"type": "string"},
+    }
+}
+
+_PROBLEM_CONTENT = {PROBLEM_MEDIA_TYPE: {"schema": problem_schema()}}
+
+
+def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """``responses`` entries for problem answers with the given statuses."""
+    return {
+        status: {"description": "a problem (RFC 9457); clients map on `type`", "content": _PROBLEM_CONTENT}
+        for status in statuses
+    }
+
+
+STORE_INFO_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["name", "topic", "value_format", "state", "position"],
+    "properties": {
+        "name": {"type": "string"},
+        "topic": {"type": "string"},
+        "value_format": {"type": "string", "enum": ["bytes", "string", "json"]},
+        "state": {
+            "type": "string",
+            "enum": ["CREATED", "RESTORING", "READY", "REBUILDING", "STOPPED", "FAILED"],
+        },
+        "position": {"type": "string"},
+        "end_offsets": {"type": "string"},
+        "lag": {"type": "object", "additionalProperties": {"type": "integer"}},
+        "total_lag": {"type": "integer"},
+        "restore": {"type": ["object", "null"]},
+        "records_applied_total": {"type": "integer"},
+        "null_key_records": {"type": "integer"},
+        "approximate_num_keys": {"type": "integer"},
+        "size_on_disk_bytes": {"type": "integer"},
+        "last_error": {"type": ["string", "null"]},
+        "seconds_since_last_contact": {"type": ["number", "null"]},
+    },
+}
+
+_ANY_JSON: dict[str, Any] = {}
+
+
+def ok_json(schema: dict[str, Any], description: str, *, positioned: bool = True) -> dict[int | str, Any]:
+    answer: dict[str, Any] = {"description": description, "content": {"application/json": {"schema": schema}}}
+    if positioned:
+        answer["headers"] = _POSITION_HEADER_DOC
+    return {200: answer}
+
+
+STORE_LIST_RESPONSES = ok_json(
+    {
+        "type": "object",
+        "required": ["stores"],
+        "properties": {"stores": {"type": "array", "items": STORE_INFO_SCHEMA}},
+    },
+    "every configured store",
+    positioned=False,
+)
+
+STORE_INFO_RESPONSES = {**ok_json(STORE_INFO_SCHEMA, "the store's status"), **problems(401, 403, 404)}
+
+GET_KEY_RESPONSES: dict[int | str, Any] = {
+    200: {
+        "description": "the value; the content type follows the store's value format",
+        "headers": _POSITION_HEADER_DOC,
+        "content": {
+            "application/json": {"schema": _ANY_JSON},
+            "text/plain": {"schema": {"type": "string"}},
+            "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
+        },
+    },
+    **problems(400, 401, 403, 404, 413, 422, 503),
+}
+
+BATCH_REQUEST_BODY: dict[str, Any] = {
+    "required": True,
+    "content": {
+        "application/json": {
+            "schema": {
+                "type": "object",
+                "required": ["keys"],
+                "properties": {
+                    "keys": {"type": "array", "items": {"type": "string"}},
+                    "key_encoding": {"type": "string", "enum": ["utf8", "base64"]},
+                },
+            }
+        },
+        ARROW_MEDIA_TYPE: {
+            "schema": {
+                "type": "string",
+                "format": "binary",
+                "description": "Arrow IPC stream, one `key` column",
+            }
+        },
+    },
+}
+
+BATCH_RESPONSES: dict[int | str, Any] = {
+    200: {
+        "description": "the values in request order (null for absent keys)",
+        "headers": _POSITION_HEADER_DOC,
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "required": ["values", "position"],
+                    "properties": {"values": {"type": "array"}, "position": {"type": "string"}},
+                }
+            },
+            ARROW_MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}},
+        },
+    },
+    **problems(400, 401, 403, 404, 413, 415, 422, 503),
+}
+
+SCAN_RESPONSES: dict[int | str, Any] = {
+    **ok_json(
+        {
+            "type": "object",
+            "required": ["items", "next_after", "position"],
+            "properties": {
+                "items": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "required": ["key", "value"],
+                        "properties": {"key": {"type": "string"}, "value": _ANY_JSON},
+                    },
+                },
+                "next_after": {"type": ["string", "null"]},
+                "position": {"type": "string"},
+            },
+        },
+        "one page of keys starting with the prefix, byte-ordered",
+    ),
+    **problems(400, 401, 403, 404, 413, 422, 503),
+}
+
+HEALTH_RESPONSES = ok_json(
+    {
+        "type": "object",
+        "required": ["status"],
+        "properties": {"status": {"type": "string", "enum": ["alive"]}},
+    },
+    "the process is alive",
+    positioned=False,
+)
+
+_READY_SCHEMA = {
+    "type": "object",
+    "required": ["status", "stores"],
+    "properties": {
+        "status": {"type": "string", "enum": ["ready", "not-ready"]},
+        "stores": {"type": "object", "additionalProperties": {"type": "string"}},
+    },
+}
+READY_RESPONSES: dict[int | str, Any] = {
+    200: {"description": "every store is READY", "content": {"application/json": {"schema": _READY_SCHEMA}}},
+    503: {
+        "description": "some store is not READY",
+        "content": {"application/json": {"schema": _READY_SCHEMA}},
+    },
+}
+
+METRICS_RESPONSES: dict[int | str, Any] = {
+    200: {"description": "Prometheus text format", "content": {"text/plain": {"schema": {"type": "string"}}}}
+}

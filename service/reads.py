@@ -1,0 +1,182 @@
+"""What every store read shares: finding the store, checking access, parameters, position waits.
+
+Reads of a READY store run on the event loop: a view is a snapshot and a lookup takes
+microseconds, so a thread hop would cost more than the read. Only ``min_position`` waits,
+which block, go to worker threads (bounded by ``limits.max_position_waiters``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from typing import TypeVar
+
+import anyio
+from starlette.datastructures import QueryParams
+from starlette.requests import Request
+
+from service.exceptions import ProblemError
+from service.registry import ServedStore, StoreRegistry
+from service.settings import Settings
+from store import InvalidPositionError, Position, ReadOnlyKeyValueStore, StoreClosedError, StoreState
+
+T = TypeVar("T")
+
+
+class Access:
+    """Who may read which store: nobody is checked in ``open`` mode, bearer tokens otherwise."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.open = settings.auth.mode == "open"
+        # Token digest -> the stores it may read (an empty set means every store).
+        self._tokens = {t.sha256: frozenset(t.stores) for t in settings.auth.tokens}
+
+    def allowed_stores(self, request: Request) -> frozenset[str] | None:
+        """The stores the caller may read (``None``: all); raises ``unauthorized`` without a valid token."""
+        if self.open:
+            return None
+        header = request.headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        digest = hashlib.sha256(token.strip().encode()).hexdigest() if scheme.lower() == "bearer" else None
+        stores = self._tokens.get(digest) if digest else None
+        if stores is None:
+            raise ProblemError(
+                401,
+                "unauthorized",
+                "Unauthorized",
+                "send a valid token as 'Authorization: Bearer <token>'",
+                headers={"WWW-Authenticate": 'Bearer realm="statestore"'},
+            )
+        return stores or None
+
+    def check(self, request: Request, store: str) -> None:
+        allowed = self.allowed_stores(request)
+        if allowed is not None and store not in allowed:
+            raise ProblemError(
+                403,
+                "forbidden",
+                "Forbidden",
+                f'this token may not read store "{store}"',
+                extras={"store": store},
+            )
+
+
+def find_store(registry: StoreRegistry, access: Access, request: Request) -> ServedStore:
+    """The store named in the path, after checking the caller may read it."""
+    name = request.path_params["store"]
+    access.check(request, name)
+    served = registry.get(name)
+    if served is None:
+        raise ProblemError(
+            404,
+            "unknown-store",
+            "Unknown store",
+            f'store "{name}" is not configured; GET /v1/stores lists the stores',
+            extras={"store": name},
+        )
+    return served
+
+
+def invalid_parameter(name: str, message: str) -> ProblemError:
+    return ProblemError(
+        422,
+        "invalid-parameter",
+        "Invalid parameter",
+        f"{name}: {message}",
+        extras={"errors": [{"loc": ["query", name], "msg": message}]},
+    )
+
+
+def int_param(query: QueryParams, name: str, default: int | None, minimum: int) -> int | None:
+    raw = query.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise invalid_parameter(name, f"must be an integer, got {raw[:40]!r}") from None
+    if value < minimum:
+        raise invalid_parameter(name, f"must be at least {minimum}, got {value}")
+    return value
+
+
+def not_ready(served: ServedStore, state: StoreState, retry_after: int) -> ProblemError:
+    return ProblemError(
+        503,
+        "store-not-ready",
+        "Store not ready",
+        f'store "{served.name}" is {state.value}; it serves once READY'
+        f" (GET /v1/stores/{served.name} shows progress)",
+        extras={"store": served.name, "state": state.value},
+        headers={"Retry-After": str(retry_after)},
+    )
+
+
+class Reader:
+    """Runs one read against a consistent view, honouring ``min_position``."""
+
+    def __init__(self, registry: StoreRegistry, settings: Settings) -> None:
+        self._registry = registry
+        self._limits = settings.limits
+        self._waiters = anyio.CapacityLimiter(settings.limits.max_position_waiters)
+
+    def _minimum(self, query: QueryParams) -> Position | None:
+        raw = query.get("min_position")
+        if raw is None:
+            return None
+        try:
+            return Position.parse(raw)
+        except InvalidPositionError as exc:
+            raise ProblemError(400, "invalid-position", "Invalid position", str(exc)) from exc
+
+    def _timeout(self, query: QueryParams) -> float:
+        limit = self._limits.min_position_timeout_seconds
+        timeout_ms = int_param(query, "timeout_ms", None, 0)
+        return limit if timeout_ms is None else min(limit, timeout_ms / 1000)
+
+    def _once(
+        self, served: ServedStore, read: Callable[[ReadOnlyKeyValueStore], T], minimum: Position | None
+    ) -> tuple[T, Position] | Position:
+        """The read and its position, or only the position when it is below ``minimum``."""
+        state = self._registry.state_of(served)
+        if state is not StoreState.READY:
+            raise not_ready(served, state, self._limits.retry_after_seconds)
+        try:
+            with served.store.view() as view:
+                position = view.position()
+                if minimum is not None and not position.reaches(minimum):
+                    return position
+                return read(view), position
+        except StoreClosedError as exc:
+            raise not_ready(served, StoreState.STOPPED, self._limits.retry_after_seconds) from exc
+
+    async def read(
+        self, served: ServedStore, query: QueryParams, read: Callable[[ReadOnlyKeyValueStore], T]
+    ) -> tuple[T, Position]:
+        """``read(view)`` and the view's position, once the store has reached ``min_position``."""
+        minimum = self._minimum(query)
+        timeout = self._timeout(query) if minimum is not None else 0.0
+        answer = self._once(served, read, minimum)
+        if isinstance(answer, tuple):
+            return answer
+        assert minimum is not None
+        reached = await anyio.to_thread.run_sync(
+            served.store.wait_for_position, minimum, timeout, limiter=self._waiters
+        )
+        if reached:
+            answer = self._once(served, read, minimum)
+            if isinstance(answer, tuple):
+                return answer
+        position = answer
+        raise ProblemError(
+            503,
+            "position-not-reached",
+            "Position not reached",
+            f'store "{served.name}" is at {position or "(empty)"}, not yet at {minimum} after {timeout:g} s;'
+            " retry later",
+            extras={"store": served.name, "position": str(position), "min_position": str(minimum)},
+            headers={
+                "Retry-After": str(self._limits.retry_after_seconds),
+                "Statestore-Position": str(position),
+            },
+        )

@@ -1,0 +1,78 @@
+"""The stores one service instance serves, with what the HTTP layer needs to know about each."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+from collections.abc import Mapping
+
+from service.codec import VALUE_MEDIA_TYPES
+from service.settings import Settings
+from store import ServableStore, StoreState, StoreStatus
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ServedStore:
+    """One store as served: the store itself and how its values are presented."""
+
+    name: str
+    topic: str
+    value_format: str
+    media_type: str
+    store: ServableStore
+
+
+class StoreRegistry:
+    """The served stores by name, and the errors met while starting them."""
+
+    def __init__(self, settings: Settings, stores: Mapping[str, ServableStore]) -> None:
+        self._served: dict[str, ServedStore] = {}
+        for name, store in stores.items():
+            configured = settings.store(name)
+            value_format = configured.value_format if configured else "bytes"
+            self._served[name] = ServedStore(
+                name=name,
+                topic=configured.topic if configured else name,
+                value_format=value_format,
+                media_type=VALUE_MEDIA_TYPES[value_format],
+                store=store,
+            )
+        self._start_errors: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def get(self, name: str) -> ServedStore | None:
+        return self._served.get(name)
+
+    def names(self) -> list[str]:
+        return list(self._served)
+
+    def all(self) -> list[ServedStore]:
+        return list(self._served.values())
+
+    def record_start_error(self, name: str, message: str) -> None:
+        with self._lock:
+            self._start_errors[name] = message
+
+    def start_error(self, name: str) -> str | None:
+        with self._lock:
+            return self._start_errors.get(name)
+
+    def state_of(self, served: ServedStore) -> StoreState:
+        """The store's state; a store that failed to start is FAILED, one not yet started CREATED."""
+        if self.start_error(served.name) is not None:
+            return StoreState.FAILED
+        try:
+            return served.store.state
+        except Exception:  # a store that is still being constructed may not know its state yet
+            return StoreState.CREATED
+
+    def status_of(self, served: ServedStore) -> StoreStatus | None:
+        """The store's status, or ``None`` while it cannot give one (not started yet)."""
+        try:
+            return served.store.status()
+        except Exception as exc:  # status must never fail a probe or a scrape
+            logger.debug("store %s gave no status: %s", served.name, exc)
+            return None

@@ -1,0 +1,299 @@
+"""The ``/v1/stores`` routes (contract: docs/http-api.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+from fastapi import APIRouter
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
+
+from service import openapi_docs as docs
+from service.codec import decode_key_text, decode_path_key, encode_key, json_value, key_encoding
+from service.exceptions import ProblemError
+from service.reads import Access, Reader, find_store, int_param
+from service.registry import ServedStore, StoreRegistry
+from service.settings import Settings
+from store import ReadOnlyKeyValueStore, ScanPage
+
+POSITION = docs.POSITION_HEADER
+JSON = "application/json"
+
+
+def _malformed(detail: str, errors: list[dict[str, Any]] | None = None) -> ProblemError:
+    return ProblemError(
+        400, "malformed-request", "Malformed request", detail, extras={"errors": errors or [{"msg": detail}]}
+    )
+
+
+def _too_large(slug: str, title: str, detail: str, limit: int) -> ProblemError:
+    return ProblemError(413, slug, title, detail, extras={"limit": limit})
+
+
+def store_info(registry: StoreRegistry, served: ServedStore) -> dict[str, Any]:
+    """The ``StoreInfo`` document of one store."""
+    status = registry.status_of(served)
+    state = registry.state_of(served)
+    info: dict[str, Any] = {
+        "name": served.name,
+        "topic": served.topic,
+        "value_format": served.value_format,
+        "state": state.value,
+    }
+    if status is None:
+        info.update(position="", end_offsets="", lag={}, total_lag=0, restore=None)
+        info["last_error"] = registry.start_error(served.name)
+        return info
+    restore = status.restore
+    info.update(
+        position=str(status.position),
+        end_offsets=str(status.end_offsets),
+        lag={str(p): lag for p, lag in status.lag.items()},
+        total_lag=status.total_lag,
+        restore=None
+        if restore is None
+        else {
+            "records_applied": restore.records_applied,
+            "records_remaining": restore.records_remaining,
+            "records_per_second": restore.records_per_second,
+            "target": str(restore.target),
+        },
+        records_applied_total=status.records_applied_total,
+        null_key_records=status.null_key_records,
+        approximate_num_keys=status.approximate_num_keys,
+        size_on_disk_bytes=status.size_on_disk_bytes,
+        last_error=registry.start_error(served.name) or status.last_error,
+        seconds_since_last_contact=status.seconds_since_last_contact,
+    )
+    return info
+
+
+def build_router(settings: Settings, registry: StoreRegistry) -> APIRouter:
+    """The store routes, reading from ``registry`` within ``settings.limits``."""
+    limits = settings.limits
+    access = Access(settings)
+    reader = Reader(registry, settings)
+    router = APIRouter()
+
+    @router.get(
+        "/v1/stores",
+        response_class=Response,
+        responses=docs.STORE_LIST_RESPONSES | docs.problems(401),
+        summary="List the stores",
+    )
+    async def list_stores(request: Request) -> Response:
+        allowed = access.allowed_stores(request)
+        stores = [store_info(registry, s) for s in registry.all() if allowed is None or s.name in allowed]
+        return Response(orjson.dumps({"stores": stores}), media_type=JSON)
+
+    @router.get(
+        "/v1/stores/{store}",
+        response_class=Response,
+        responses=docs.STORE_INFO_RESPONSES,
+        openapi_extra={"parameters": [docs.STORE_PARAM]},
+        summary="One store's status",
+    )
+    async def get_store(request: Request) -> Response:
+        served = find_store(registry, access, request)
+        info = store_info(registry, served)
+        return Response(orjson.dumps(info), media_type=JSON, headers={POSITION: info["position"]})
+
+    @router.get(
+        "/v1/stores/{store}/keys/{key:path}",
+        response_class=Response,
+        responses=docs.GET_KEY_RESPONSES,
+        openapi_extra={
+            "parameters": [docs.STORE_PARAM, docs.KEY_PARAM, docs.KEY_ENCODING_PARAM, *docs.READ_PARAMS]
+        },
+        summary="The value of one key",
+    )
+    async def get_key(request: Request) -> Response:
+        served = find_store(registry, access, request)
+        query = request.query_params
+        encoding = key_encoding(query.get("key_encoding"))
+        # The raw path keeps bytes that are not UTF-8 and slashes that were percent-encoded.
+        raw_segment = request.scope.get("raw_path", b"").split(b"/", 5)[5]
+        key = decode_path_key(raw_segment, encoding)
+        if len(key) > limits.max_key_bytes:
+            raise _too_large(
+                "key-too-large", "Key too large", f"the key has {len(key)} bytes", limits.max_key_bytes
+            )
+        value, position = await reader.read(served, query, lambda view: view.get(key))
+        if value is None:
+            raise ProblemError(
+                404,
+                "key-not-found",
+                "Key not found",
+                f'store "{served.name}" has no such key',
+                extras={"store": served.name},
+                headers={POSITION: str(position)},
+            )
+        return Response(value, media_type=served.media_type, headers={POSITION: str(position)})
+
+    @router.post(
+        "/v1/stores/{store}/keys:batchGet",
+        response_class=Response,
+        responses=docs.BATCH_RESPONSES,
+        openapi_extra={
+            "parameters": [docs.STORE_PARAM, docs.KEY_ENCODING_PARAM, *docs.READ_PARAMS],
+            "requestBody": docs.BATCH_REQUEST_BODY,
+        },
+        summary="The values of many keys, in request order (JSON or Arrow)",
+    )
+    async def batch_get(request: Request) -> Response:
+        served = find_store(registry, access, request)
+        media_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+        if media_type not in (JSON, docs.ARROW_MEDIA_TYPE):
+            raise ProblemError(
+                415,
+                "unsupported-media-type",
+                "Unsupported media type",
+                f"send the keys as {JSON} or {docs.ARROW_MEDIA_TYPE}, not {media_type or '(none)'}",
+            )
+        body = await _read_body(request, limits.max_body_bytes)
+        if media_type == JSON:
+            keys = _json_keys(body, request.query_params.get("key_encoding"))
+            _check_batch(
+                len(keys), max((len(k) for k in keys), default=0), limits.max_batch_keys, limits.max_key_bytes
+            )
+            values, position = await reader.read(
+                served, request.query_params, lambda view: view.get_many(keys)
+            )
+            fmt = served.value_format
+            answer = {"values": [json_value(v, fmt) for v in values], "position": str(position)}
+            return Response(orjson.dumps(answer), media_type=JSON, headers={POSITION: str(position)})
+        key_column = _arrow_keys(body)
+        longest = pc.max(pc.binary_length(key_column)).as_py() or 0
+        _check_batch(len(key_column), longest, limits.max_batch_keys, limits.max_key_bytes)
+        keys = key_column.to_pylist()
+        values, position = await reader.read(served, request.query_params, lambda view: view.get_many(keys))
+        table = pa.table({"key": key_column, "value": pa.array(values, type=pa.binary())})
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, table.schema) as writer:
+            writer.write_table(table)
+        return Response(
+            sink.getvalue().to_pybytes(), media_type=docs.ARROW_MEDIA_TYPE, headers={POSITION: str(position)}
+        )
+
+    @router.get(
+        "/v1/stores/{store}/scan",
+        response_class=Response,
+        responses=docs.SCAN_RESPONSES,
+        openapi_extra={
+            "parameters": [docs.STORE_PARAM, *docs.SCAN_PARAMS, docs.KEY_ENCODING_PARAM, *docs.READ_PARAMS]
+        },
+        summary="One page of the keys starting with a prefix, byte-ordered",
+    )
+    async def scan(request: Request) -> Response:
+        served = find_store(registry, access, request)
+        query = request.query_params
+        encoding = key_encoding(query.get("key_encoding"))
+        limit = int_param(query, "limit", 100, 1) or 100
+        if limit > limits.max_scan_limit:
+            raise _too_large(
+                "page-too-large",
+                "Page too large",
+                f"limit {limit} is above the maximum",
+                limits.max_scan_limit,
+            )
+        prefix = decode_key_text(query.get("prefix", ""), encoding)
+        after_text = query.get("after")
+        after = None if after_text is None else decode_key_text(after_text, encoding)
+        for name, key in (("prefix", prefix), ("after", after or b"")):
+            if len(key) > limits.max_key_bytes:
+                raise _too_large(
+                    "key-too-large", "Key too large", f"{name} has {len(key)} bytes", limits.max_key_bytes
+                )
+
+        def read(view: ReadOnlyKeyValueStore) -> ScanPage:
+            return view.prefix_scan(prefix, after=after, limit=limit)
+
+        page, position = await reader.read(served, query, read)
+        fmt = served.value_format
+        answer = {
+            "items": [{"key": encode_key(k, encoding), "value": json_value(v, fmt)} for k, v in page.items],
+            "next_after": None if page.next_after is None else encode_key(page.next_after, encoding),
+            "position": str(position),
+        }
+        return Response(orjson.dumps(answer), media_type=JSON, headers={POSITION: str(position)})
+
+    return router
+
+
+async def _read_body(request: Request, max_bytes: int) -> bytes:
+    too_large = _too_large(
+        "body-too-large", "Body too large", f"the request body is above {max_bytes} bytes", max_bytes
+    )
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+        raise too_large
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > max_bytes:
+                raise too_large
+            chunks.append(chunk)
+    except ClientDisconnect as exc:
+        raise _malformed("the client disconnected before sending the whole body") from exc
+    return b"".join(chunks)
+
+
+def _json_keys(body: bytes, query_encoding: str | None) -> list[bytes]:
+    try:
+        document = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise _malformed(f"the body is not valid JSON: {exc}") from exc
+    if not isinstance(document, dict) or not isinstance(document.get("keys"), list):
+        raise _malformed(
+            'the body must be a JSON object {"keys": [...]}',
+            [{"loc": ["body", "keys"], "msg": "required list"}],
+        )
+    encoding = key_encoding(document.get("key_encoding", query_encoding))
+    texts = document["keys"]
+    if not all(isinstance(t, str) for t in texts):
+        raise _malformed("every key must be a string", [{"loc": ["body", "keys"], "msg": "list of strings"}])
+    if encoding == "utf8":
+        try:
+            return [t.encode() for t in texts]
+        except UnicodeEncodeError as exc:
+            raise _malformed(
+                "a key is not valid Unicode text; send raw bytes with key_encoding=base64"
+            ) from exc
+    return [decode_key_text(t, encoding) for t in texts]
+
+
+def _arrow_keys(body: bytes) -> pa.Array:
+    try:
+        table = pa.ipc.open_stream(body).read_all()
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise _malformed(f"the body is not an Arrow IPC stream: {exc}") from exc
+    if "key" not in table.column_names:
+        raise _malformed(
+            "the Arrow stream needs a column named 'key'", [{"loc": ["body", "key"], "msg": "missing"}]
+        )
+    column = table.column("key")
+    if (
+        pa.types.is_string(column.type)
+        or pa.types.is_large_string(column.type)
+        or pa.types.is_large_binary(column.type)
+    ):
+        column = column.cast(pa.binary())
+    elif not pa.types.is_binary(column.type):
+        raise _malformed(f"the 'key' column must be binary or string, not {column.type}")
+    if column.null_count:
+        raise _malformed("the 'key' column holds nulls; every row needs a key")
+    return column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+
+
+def _check_batch(count: int, longest: int, max_keys: int, max_key_bytes: int) -> None:
+    if count > max_keys:
+        raise _too_large(
+            "batch-too-large", "Batch too large", f"{count} keys asked; split the batch", max_keys
+        )
+    if longest > max_key_bytes:
+        raise _too_large("key-too-large", "Key too large", f"a key has {longest} bytes", max_key_bytes)

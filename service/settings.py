@@ -1,0 +1,269 @@
+"""The service's configuration: one YAML file, every key overridable by ``STATESTORE_…`` variables.
+
+Nested keys are joined by ``__`` (``STATESTORE_HTTP__PORT=9000``); the environment wins over the
+file. Lists and mappings can also be given as JSON (``STATESTORE_STORES='[{"name": ...}]'``).
+Kafka settings pass through to librdkafka; values whose key looks secret (``sasl.password``,
+``ssl.key.password``, ...) are held as ``SecretStr`` and never logged or shown.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from service.exceptions import ConfigError
+from store import MAX_SCAN_LIMIT, StoreConfig
+
+ENV_PREFIX = "STATESTORE_"
+
+_STORE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+_SECRET_MARKERS = ("password", "secret", "token", "ssl.key.pem", "private")
+
+ValueFormat = Literal["bytes", "string", "json"]
+
+
+def _librdkafka_key(key: str) -> str:
+    """``bootstrap_servers`` → ``bootstrap.servers``; dotted keys pass through as they are.
+
+    Environment variable names cannot hold dots, so a key without dots is read as dots written
+    as underscores (librdkafka property names are dotted).
+    """
+    key = key.strip()
+    return key if "." in key else key.lower().replace("_", ".")
+
+
+def _is_secret(key: str) -> bool:
+    return any(marker in key.lower() for marker in _SECRET_MARKERS)
+
+
+def _default_kafka() -> dict[str, str | SecretStr]:
+    return {"bootstrap.servers": "127.0.0.1:9092"}
+
+
+class TlsSettings(BaseModel):
+    """TLS for the HTTP listener: a PEM certificate chain and its private key."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    certfile: Path
+    keyfile: Path
+
+
+class HttpSettings(BaseModel):
+    """Where the HTTP service listens."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=0, le=65535)
+    tls: TlsSettings | None = None
+
+
+class IndexSettings(BaseModel):
+    """A secondary index over a JSON field (accepted and kept; served by a later version)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str
+    field: str
+
+
+class HistorySettings(BaseModel):
+    """Keeping older versions of values (accepted and kept; served by a later version)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    retention_ms: int = Field(ge=0)
+
+
+class StoreSettings(BaseModel):
+    """One store: a compacted topic served under ``name``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    topic: str = Field(min_length=1)
+    value_format: ValueFormat = "bytes"
+    indexes: list[IndexSettings] = Field(default_factory=list)
+    history: HistorySettings | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _sane_name(cls, name: str) -> str:
+        if not _STORE_NAME.match(name) or name in {".", ".."}:
+            raise ValueError(
+                f"store name {name!r} is not usable: it becomes a directory name, so use 1-100 letters,"
+                " digits, '.', '_' or '-', starting with a letter or digit"
+            )
+        return name
+
+
+class LimitSettings(BaseModel):
+    """Bounds on what one request may ask, so no request can exhaust the service."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_batch_keys: int = Field(default=10_000, ge=1)
+    max_scan_limit: int = Field(default=MAX_SCAN_LIMIT, ge=1, le=MAX_SCAN_LIMIT)
+    max_key_bytes: int = Field(default=4096, ge=1)
+    max_body_bytes: int = Field(default=16 * 1024 * 1024, ge=1)
+    min_position_timeout_seconds: float = Field(default=5.0, ge=0)
+    # Requests waiting for a min_position at once; each holds a worker thread while it waits.
+    max_position_waiters: int = Field(default=64, ge=1)
+    # Seconds a client is told to wait (Retry-After) when a store is not ready or behind.
+    retry_after_seconds: int = Field(default=1, ge=1)
+
+
+class TokenSettings(BaseModel):
+    """One bearer token, stored as the hex SHA-256 of the token, and the stores it may read."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1)
+    sha256: str = Field(pattern=r"^[0-9a-fA-F]{64}$")
+    stores: list[str] = Field(default_factory=list)
+
+    @field_validator("sha256")
+    @classmethod
+    def _lower(cls, digest: str) -> str:
+        return digest.lower()
+
+
+class AuthSettings(BaseModel):
+    """``open`` serves everyone (local development only); ``tokens`` requires a bearer token."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mode: Literal["open", "tokens"] = "open"
+    tokens: list[TokenSettings] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _tokens_when_needed(self) -> AuthSettings:
+        if self.mode == "tokens" and not self.tokens:
+            raise ValueError("auth.mode is 'tokens' but auth.tokens is empty: list at least one token")
+        return self
+
+
+class Settings(BaseSettings):
+    """The whole service configuration (see design.md, "Public contracts")."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", case_sensitive=False
+    )
+
+    kafka: dict[str, str | SecretStr] = Field(default_factory=_default_kafka)
+    state_dir: Path = Path("./state")
+    http: HttpSettings = Field(default_factory=HttpSettings)
+    stores: list[StoreSettings] = Field(default_factory=list)
+    limits: LimitSettings = Field(default_factory=LimitSettings)
+    auth: AuthSettings = Field(default_factory=AuthSettings)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The file's content arrives as init arguments; the environment must win over it.
+        return env_settings, init_settings
+
+    @field_validator("kafka", mode="before")
+    @classmethod
+    def _kafka_values(cls, raw: Any) -> dict[str, str | SecretStr]:
+        if not isinstance(raw, dict):
+            raise ValueError(
+                "kafka must be a mapping of librdkafka settings, e.g. bootstrap_servers: HOST:PORT"
+            )
+        settings: dict[str, str | SecretStr] = {}
+        for key, value in raw.items():
+            name = _librdkafka_key(str(key))
+            if isinstance(value, SecretStr):
+                text = value.get_secret_value()
+            elif isinstance(value, bool):
+                text = "true" if value else "false"
+            elif isinstance(value, str | int | float):
+                text = str(value)
+            else:
+                raise ValueError(
+                    f"kafka.{key} must be a string, number or boolean, got {type(value).__name__}"
+                )
+            settings[name] = SecretStr(text) if _is_secret(name) else text
+        if "bootstrap.servers" not in settings:
+            raise ValueError("kafka.bootstrap_servers is required, e.g. 127.0.0.1:9092")
+        return settings
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Settings:
+        names = [s.name for s in self.stores]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"store names must be unique; repeated: {', '.join(duplicates)}")
+        for token in self.auth.tokens:
+            unknown = sorted(set(token.stores) - set(names))
+            if unknown:
+                raise ValueError(f"auth token {token.name!r} names unknown stores: {', '.join(unknown)}")
+        return self
+
+    def librdkafka_config(self) -> dict[str, str]:
+        """The Kafka settings as librdkafka takes them, secrets revealed (never log this)."""
+        return {
+            key: value.get_secret_value() if isinstance(value, SecretStr) else value
+            for key, value in self.kafka.items()
+        }
+
+    def store(self, name: str) -> StoreSettings | None:
+        """The settings of the store called ``name``, if configured."""
+        return next((s for s in self.stores if s.name == name), None)
+
+
+def load_settings(path: Path | str | None = None) -> Settings:
+    """Read ``path`` (YAML) when given, apply ``STATESTORE_…`` overrides, and validate.
+
+    Raises ``ConfigError`` naming the file and every invalid setting.
+    """
+    data: dict[str, Any] = {}
+    source = "the environment"
+    if path is not None:
+        source = str(path)
+        try:
+            loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ConfigError(f"cannot read configuration file {path}: {exc.strerror}") from exc
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"configuration file {path} is not valid YAML: {exc}") from exc
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"configuration file {path} must hold a mapping at the top level")
+        data = loaded or {}
+    try:
+        return Settings(**data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in error['loc']) or '(top level)'}: {error['msg']}"
+            for error in exc.errors()
+        )
+        raise ConfigError(f"invalid configuration in {source}: {problems}") from exc
+
+
+def store_configs(settings: Settings) -> list[StoreConfig]:
+    """One ``store.StoreConfig`` per configured store, sharing the Kafka settings and state dir."""
+    kafka = settings.librdkafka_config()
+    return [
+        StoreConfig(name=s.name, topic=s.topic, kafka=kafka, state_dir=settings.state_dir)
+        for s in settings.stores
+    ]
