@@ -28,6 +28,10 @@ class EngineTuning:
     metadata_check_interval_seconds: float = 5.0
     # How often restore progress is logged.
     progress_log_interval_seconds: float = 5.0
+    # How often a READY store flushes its memtables, bounding what a crash makes it re-read.
+    checkpoint_interval_seconds: float = 30.0
+    # Entries of the hot-key read cache in front of RocksDB (0 disables it).
+    read_cache_entries: int = 200_000
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

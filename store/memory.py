@@ -24,8 +24,10 @@ def _scan_sorted(
         raise ScanLimitError(f"scan limit must be at least 1, got {limit}")
     limit = min(limit, MAX_SCAN_LIMIT)
     start = prefix if after is None or after < prefix else after
-    index = bisect.bisect_right(keys, start) if after is not None and after >= prefix else bisect.bisect_left(
-        keys, start
+    index = (
+        bisect.bisect_right(keys, start)
+        if after is not None and after >= prefix
+        else bisect.bisect_left(keys, start)
     )
     items: list[tuple[bytes, bytes]] = []
     while index < len(keys) and keys[index].startswith(prefix):
@@ -114,7 +116,7 @@ class InMemoryStore:
                 state=self._state,
                 position=self._position,
                 end_offsets=self._position,
-                lag={p: 0 for p in self._position},
+                lag=dict.fromkeys(self._position, 0),
                 restore=None,
                 records_applied_total=self._applied,
                 null_key_records=0,

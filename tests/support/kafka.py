@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 Record = tuple[bytes | None, bytes | None]  # (key, value); a None value is a tombstone
 
@@ -20,7 +20,11 @@ def unique_topic(prefix: str = "t") -> str:
 def create_topic(bootstrap_servers: str, topic: str, partitions: int = 3) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap_servers})
     futures = admin.create_topics(
-        [NewTopic(topic, num_partitions=partitions, replication_factor=1, config={"cleanup.policy": "compact"})]
+        [
+            NewTopic(
+                topic, num_partitions=partitions, replication_factor=1, config={"cleanup.policy": "compact"}
+            )
+        ]
     )
     for future in futures.values():
         future.result(timeout=15)
@@ -35,8 +39,6 @@ def create_topic(bootstrap_servers: str, topic: str, partitions: int = 3) -> Non
 
 
 def add_partitions(bootstrap_servers: str, topic: str, total: int) -> None:
-    from confluent_kafka.admin import NewPartitions
-
     admin = AdminClient({"bootstrap.servers": bootstrap_servers})
     for future in admin.create_partitions([NewPartitions(topic, total)]).values():
         future.result(timeout=15)
@@ -109,5 +111,5 @@ def model_from_partitioned(records_by_partition: Mapping[int, list[Record]]) -> 
     """The same model when each key is written to only one partition (per-partition order holds)."""
     model: dict[bytes, bytes] = {}
     for records in records_by_partition.values():
-        model.update({k: v for k, v in latest_per_key(records).items()})
+        model.update(latest_per_key(records))
     return model

@@ -18,7 +18,9 @@ def serve_app(app: Any, *, host: str = "127.0.0.1", port: int | None = None, **c
     """Serve ``app`` with uvicorn (uvloop + httptools) and yield its base URL; stop on exit."""
     port = port or free_port(host)
     server = uvicorn.Server(
-        uvicorn.Config(app, host=host, port=port, log_level="warning", loop="uvloop", http="httptools", **config)
+        uvicorn.Config(
+            app, host=host, port=port, log_level="warning", loop="uvloop", http="httptools", **config
+        )
     )
     thread = threading.Thread(target=server.run, name=f"uvicorn-{port}", daemon=True)
     thread.start()

@@ -1,0 +1,272 @@
+"""The RocksDB engine: one database per store, data and offsets written together.
+
+Layout of a store directory (``state_dir / name``)::
+
+    statestore.lock     advisory lock held by the process that owns the store
+    db/                 the RocksDB database
+        column family "default"  the table: key -> latest value
+        column family "meta"     next offset per partition, topic identity, format version
+    bulk/               SST files being built by the bootstrap bulk loader
+
+The WAL is disabled: the topic is the log. Data and offsets are written in one ``WriteBatch`` and
+``atomic_flush`` persists both column families together, so after a crash they never disagree.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import struct
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import rocksdict
+
+from store.config import EngineTuning
+from store.exceptions import ScanLimitError, StoreClosedError, StoreCorruptError, StoreLockedError
+from store.position import Position
+from store.protocol import MAX_SCAN_LIMIT, ScanPage
+
+logger = logging.getLogger(__name__)
+
+FORMAT_VERSION = b"1"
+_META_CF = "meta"
+_OFFSET_PREFIX = b"offset/"
+_TOPIC_KEY = b"topic"
+_TOPIC_ID_KEY = b"topic_id"
+_FORMAT_KEY = b"format_version"
+_OFFSET = struct.Struct(">q")
+_PARTITION = struct.Struct(">i")
+
+
+def _offset_key(partition: int) -> bytes:
+    return _OFFSET_PREFIX + _PARTITION.pack(partition)
+
+
+def prefix_upper_bound(prefix: bytes) -> bytes | None:
+    """The smallest key greater than every key starting with ``prefix`` (``None``: no bound)."""
+    stripped = prefix.rstrip(b"\xff")
+    if not stripped:
+        return None
+    return stripped[:-1] + bytes([stripped[-1] + 1])
+
+
+def _options(tuning: EngineTuning) -> rocksdict.Options:
+    options = rocksdict.Options(raw_mode=True)
+    options.create_if_missing(True)
+    options.create_missing_column_families(True)
+    options.set_atomic_flush(True)
+    options.set_write_buffer_size(tuning.write_buffer_bytes)
+    options.set_max_background_jobs(2)
+    table = rocksdict.BlockBasedOptions()
+    table.set_block_cache(rocksdict.Cache(tuning.block_cache_bytes))
+    table.set_bloom_filter(10, False)
+    options.set_block_based_table_factory(table)
+    options.set_compression_type(rocksdict.DBCompressionType.lz4())
+    return options
+
+
+class Engine:
+    """An open RocksDB database holding one store's table and offsets.
+
+    Writes come from one thread (the materializer); reads may come from any thread through
+    snapshots.
+    """
+
+    def __init__(self, path: Path, tuning: EngineTuning) -> None:
+        self.path = path
+        self.tuning = tuning
+        self._options = _options(tuning)
+        try:
+            # Options given only to the constructor are ignored when reopening an existing
+            # database unless they are also given per column family.
+            self._db = rocksdict.Rdict(
+                str(path),
+                self._options,
+                column_families={"default": self._options, _META_CF: self._options},
+            )
+        except Exception as exc:
+            if "lock" in str(exc).lower():
+                raise StoreLockedError(
+                    f"the RocksDB database at {path} is still open in this process; stop the Store that"
+                    " holds it (and drop its views) before opening it again"
+                ) from exc
+            raise StoreCorruptError(
+                f"cannot open the RocksDB database at {path}: {exc}; the store will be rebuilt from the topic"
+            ) from exc
+        self._meta = self._db.get_column_family(_META_CF)
+        self._meta_handle = self._db.get_column_family_handle(_META_CF)
+        self._write_options = rocksdict.WriteOptions()
+        self._write_options.disable_wal = True
+        version = self._meta.get(_FORMAT_KEY)
+        if version is None:
+            self._meta.put(_FORMAT_KEY, FORMAT_VERSION, self._write_options)
+        elif version != FORMAT_VERSION:
+            self.close()
+            raise StoreCorruptError(
+                f"the store at {path} has format version {version!r}, this statestore writes"
+                f" {FORMAT_VERSION!r}; it will be rebuilt from the topic"
+            )
+
+    # -- metadata ---------------------------------------------------------------------------
+
+    def stored_position(self) -> Position:
+        """The next offset per partition recorded with the data (empty for a new store)."""
+        offsets: dict[int, int] = {}
+        for key, value in self._meta.items(from_key=_OFFSET_PREFIX):
+            if not key.startswith(_OFFSET_PREFIX):
+                break
+            offsets[_PARTITION.unpack(key[len(_OFFSET_PREFIX) :])[0]] = _OFFSET.unpack(value)[0]
+        return Position(offsets)
+
+    def topic_identity(self) -> tuple[str | None, str | None]:
+        """The topic name and topic id the stored data came from."""
+        topic = self._meta.get(_TOPIC_KEY)
+        topic_id = self._meta.get(_TOPIC_ID_KEY)
+        return (topic.decode() if topic else None, topic_id.decode() if topic_id else None)
+
+    def set_topic_identity(self, topic: str, topic_id: str | None) -> None:
+        batch = rocksdict.WriteBatch(raw_mode=True)
+        batch.put(_TOPIC_KEY, topic.encode(), self._meta_handle)
+        if topic_id:
+            batch.put(_TOPIC_ID_KEY, topic_id.encode(), self._meta_handle)
+        self._db.write(batch, self._write_options)
+
+    # -- writes -----------------------------------------------------------------------------
+
+    def new_batch(self) -> rocksdict.WriteBatch:
+        return rocksdict.WriteBatch(raw_mode=True)
+
+    def put_offsets(self, batch: rocksdict.WriteBatch, offsets: Mapping[int, int]) -> None:
+        """Add the new next offset of each partition to ``batch``."""
+        for partition, next_offset in offsets.items():
+            batch.put(_offset_key(partition), _OFFSET.pack(next_offset), self._meta_handle)
+
+    def write(self, batch: rocksdict.WriteBatch) -> None:
+        """Apply ``batch`` atomically (WAL disabled: the topic is the log)."""
+        self._db.write(batch, self._write_options)
+
+    def ingest(self, sst_paths: Sequence[Path]) -> None:
+        """Ingest SST files built by the bulk loader into the table (later files win)."""
+        options = rocksdict.IngestExternalFileOptions()
+        options.set_move_files(True)
+        self._db.ingest_external_file([str(p) for p in sst_paths], options)
+
+    def sst_writer(self) -> rocksdict.SstFileWriter:
+        return rocksdict.SstFileWriter(self._options)
+
+    def flush(self) -> None:
+        """Persist the memtables of both column families together."""
+        self._db.flush(True)
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def snapshot(self) -> rocksdict.Snapshot:
+        return self._db.snapshot()
+
+    def approximate_num_keys(self) -> int:
+        return int(self._db.property_int_value("rocksdb.estimate-num-keys") or 0)
+
+    def size_on_disk_bytes(self) -> int:
+        return directory_size(self.path)
+
+    def close(self) -> None:
+        try:
+            self._db.close()
+        except Exception:  # closing twice is harmless
+            logger.debug("closing %s failed", self.path, exc_info=True)
+
+
+def directory_size(path: Path) -> int:
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                total += (Path(root) / name).stat().st_size
+            except FileNotFoundError:  # compaction removed it while we walked
+                continue
+    return total
+
+
+def destroy(path: Path) -> None:
+    """Remove a database directory entirely."""
+    shutil.rmtree(path, ignore_errors=True)
+
+
+class _ReleasedSnapshot:
+    def __getitem__(self, key: bytes) -> bytes:
+        raise StoreClosedError("this view has ended; take a new one with store.view()")
+
+    def iter(self, read_options: object) -> Any:
+        raise StoreClosedError("this view has ended; take a new one with store.view()")
+
+
+class SnapshotReader:
+    """Reads from one RocksDB snapshot; implements ``ReadOnlyKeyValueStore``."""
+
+    __slots__ = ("_position", "_snapshot")
+
+    def __init__(self, snapshot: rocksdict.Snapshot | _ReleasedSnapshot, position: Position) -> None:
+        self._snapshot = snapshot
+        self._position = position
+
+    def release(self) -> None:
+        """Drop the snapshot so the database can close; later reads raise ``StoreClosedError``."""
+        self._snapshot = _ReleasedSnapshot()
+
+    def get(self, key: bytes) -> bytes | None:
+        try:
+            value: bytes = self._snapshot[key]
+        except StoreClosedError:
+            raise
+        except Exception:  # rocksdict raises a bare Exception for an absent key
+            return None
+        return value
+
+    def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        snapshot = self._snapshot
+        values: list[bytes | None] = []
+        append = values.append
+        for key in keys:
+            try:
+                append(snapshot[key])
+            except StoreClosedError:
+                raise
+            except Exception:  # rocksdict raises a bare Exception for an absent key
+                append(None)
+        return values
+
+    def prefix_scan(self, prefix: bytes, *, after: bytes | None = None, limit: int = 1000) -> ScanPage:
+        if limit < 1:
+            raise ScanLimitError(f"scan limit must be at least 1, got {limit}")
+        limit = min(limit, MAX_SCAN_LIMIT)
+        read_options = rocksdict.ReadOptions()
+        upper = prefix_upper_bound(prefix)
+        if upper is not None:
+            read_options.set_iterate_upper_bound(upper)
+        iterator = self._snapshot.iter(read_options)
+        start = prefix if after is None or after < prefix else after + b"\x00"
+        iterator.seek(start)
+        items: list[tuple[bytes, bytes]] = []
+        while iterator.valid():
+            key = iterator.key()
+            if not key.startswith(prefix):
+                break
+            if len(items) == limit:
+                return ScanPage(items, items[-1][0])
+            items.append((key, iterator.value()))
+            iterator.next()
+        return ScanPage(items, None)
+
+    def position(self) -> Position:
+        return self._position
+
+
+def iter_offsets(records: Iterable[tuple[int, int]]) -> dict[int, int]:
+    """Next offset per partition after ``(partition, offset)`` records."""
+    offsets: dict[int, int] = {}
+    for partition, offset in records:
+        offsets[partition] = offset + 1
+    return offsets

@@ -1,0 +1,427 @@
+"""The materializer: one thread that keeps a store equal to its topic.
+
+It holds a manually assigned consumer on every partition, turns each polled batch into one atomic
+write (records, tombstones and the next offset of every partition touched), and decides when the
+store is READY: once every partition has reported end-of-partition, i.e. reached the high
+watermark that the fetch responses carry. The ListOffsets answer sampled at start is only a lower
+bound for the restore target (some brokers answer it too low).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+
+from store.config import StoreConfig
+from store.kafka import (
+    OUT_OF_RANGE_CODES,
+    TOPIC_GONE_CODES,
+    RebuildRequired,
+    TopicInfo,
+    TransientSourceError,
+    describe_topic,
+    new_admin,
+    new_consumer,
+)
+from store.position import Position
+from store.state import StoreState
+
+logger = logging.getLogger(__name__)
+
+
+class MaterializerTarget(Protocol):
+    """What the materializer needs from the store it feeds."""
+
+    @property
+    def state(self) -> StoreState: ...
+
+    def set_state(self, state: StoreState) -> None: ...
+
+    def stored_position(self) -> Position: ...
+
+    def topic_identity(self) -> tuple[str | None, str | None]: ...
+
+    def set_topic_identity(self, topic: str, topic_id: str | None) -> None: ...
+
+    def apply(self, keys: list[bytes], values: list[bytes | None], offsets: dict[int, int]) -> None: ...
+
+    def bulk_apply(self, keys: list[bytes], values: list[bytes | None], offsets: dict[int, int]) -> None: ...
+
+    def rebuild(self, reason: str) -> None: ...
+
+    def checkpoint(self) -> None: ...
+
+
+class Backoff:
+    """Exponential backoff with full jitter, waiting on an event so a stop interrupts it."""
+
+    def __init__(self, initial: float, maximum: float) -> None:
+        self._initial = initial
+        self._maximum = maximum
+        self._attempt = 0
+
+    def reset(self) -> None:
+        self._attempt = 0
+
+    def wait(self, stop: threading.Event) -> None:
+        ceiling = min(self._maximum, self._initial * (2**self._attempt))
+        self._attempt += 1
+        stop.wait(random.uniform(ceiling / 2, ceiling))
+
+
+class Progress:
+    """Counters shared with readers of the store's status (updated by the materializer only)."""
+
+    def __init__(self) -> None:
+        self.end_offsets: dict[int, int] = {}
+        self.restore_target: dict[int, int] = {}
+        self.restore_started_at = time.monotonic()
+        self.restore_applied = 0
+        self.applied_total = 0
+        self.null_keys = 0
+        self.last_error: str | None = None
+        self.last_contact: float | None = None
+        self._rate_window: list[tuple[float, int]] = []
+
+    def begin_restore(self, target: dict[int, int]) -> None:
+        self.restore_target = dict(target)
+        self.restore_started_at = time.monotonic()
+        self.restore_applied = 0
+        self._rate_window = [(self.restore_started_at, self.applied_total)]
+
+    def count(self, applied: int) -> None:
+        self.applied_total += applied
+        self.restore_applied += applied
+        now = time.monotonic()
+        window = self._rate_window
+        window.append((now, self.applied_total))
+        while len(window) > 2 and now - window[0][0] > 10:
+            window.pop(0)
+
+    def rate(self) -> float:
+        window = self._rate_window
+        if len(window) < 2:
+            return 0.0
+        (t0, n0), (t1, n1) = window[0], window[-1]
+        return (n1 - n0) / (t1 - t0) if t1 > t0 else 0.0
+
+    def remaining(self, position: Position) -> int:
+        return sum(max(0, target - position.get(p, 0)) for p, target in self.restore_target.items())
+
+
+class Materializer:
+    """Runs the consume-apply loop on its own thread until ``stop()``; never dies on broker errors."""
+
+    def __init__(
+        self, config: StoreConfig, target: MaterializerTarget, position: Callable[[], Position]
+    ) -> None:
+        self._config = config
+        self._target = target
+        self._position = position
+        self._tuning = config.tuning
+        self.progress = Progress()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"materializer-{config.name}", daemon=True)
+        self._log = logging.LoggerAdapter(logger, {"store": config.name})
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        backoff = Backoff(self._tuning.retry_backoff_initial_seconds, self._tuning.retry_backoff_max_seconds)
+        while not self._stop.is_set():
+            try:
+                self._session(backoff)
+            except RebuildRequired as signal:
+                self._log.warning(
+                    'store "%s": %s; discarding the local copy and restoring from the earliest offset',
+                    self._config.name,
+                    signal.reason,
+                )
+                self.progress.last_error = signal.reason
+                self._target.rebuild(signal.reason)
+            except TransientSourceError as exc:
+                self.progress.last_error = str(exc)
+                self._log.warning('store "%s": %s; retrying', self._config.name, exc)
+                backoff.wait(self._stop)
+            except Exception as exc:
+                self.progress.last_error = f"{type(exc).__name__}: {exc}"
+                self._log.exception('store "%s": materializer error; retrying', self._config.name)
+                backoff.wait(self._stop)
+
+    def _on_client_error(self, error: KafkaError) -> None:
+        self.progress.last_error = f"kafka: {error.str()}"
+        if error.fatal():
+            self._log.error('store "%s": fatal Kafka client error: %s', self._config.name, error.str())
+        else:
+            self._log.info('store "%s": Kafka client: %s', self._config.name, error.str())
+
+    def _session(self, backoff: Backoff) -> None:
+        """One consumer's life: from validating the stored offsets to a stop or a topology change."""
+        config = self._config
+        admin = new_admin(config.kafka)
+        timeout = 10.0
+        info = describe_topic(admin, config.topic, timeout)
+        if info is None:
+            raise TransientSourceError(
+                f'topic "{config.topic}" does not exist; waiting for it (create it, or fix stores[].topic)'
+            )
+        stored = self._validate_identity(info)
+        consumer = new_consumer(config.name, config.kafka, self._on_client_error)
+        try:
+            starts, targets = self._sample(consumer, info, stored)
+            self.progress.end_offsets = dict(targets)
+            if self._target.state is not StoreState.READY:
+                self._target.set_state(StoreState.RESTORING)
+                self.progress.begin_restore(targets)
+                self._log.info(
+                    'store "%s" restoring topic "%s" (%d partitions) from %s towards at least %s',
+                    config.name,
+                    config.topic,
+                    info.partitions,
+                    Position(starts) if stored else "the earliest offsets",
+                    Position(targets),
+                )
+            consumer.assign(
+                [
+                    TopicPartition(config.topic, p, starts.get(p, OFFSET_BEGINNING))
+                    for p in range(info.partitions)
+                ]
+            )
+            backoff.reset()
+            self._consume(consumer, admin, info, targets)
+        finally:
+            consumer.close()
+
+    def _validate_identity(self, info: TopicInfo) -> Position:
+        stored = self._target.stored_position()
+        stored_topic, stored_id = self._target.topic_identity()
+        if stored:
+            if stored_topic is not None and stored_topic != info.name:
+                raise RebuildRequired(
+                    f'the store was built from topic "{stored_topic}", now configured "{info.name}"'
+                )
+            if stored_id is not None and info.topic_id is not None and stored_id != info.topic_id:
+                raise RebuildRequired(
+                    f'topic "{info.name}" was deleted and recreated'
+                    f" (topic id {stored_id} is now {info.topic_id})"
+                )
+            if max(stored) >= info.partitions:
+                raise RebuildRequired(
+                    f'topic "{info.name}" has {info.partitions} partitions but the store has offsets for'
+                    f" {max(stored) + 1}"
+                )
+        if (stored_topic, stored_id) != (info.name, info.topic_id):
+            self._target.set_topic_identity(info.name, info.topic_id)
+        return stored
+
+    def _sample(
+        self, consumer: Consumer, info: TopicInfo, stored: Position
+    ) -> tuple[dict[int, int], dict[int, int]]:
+        """Start offsets and (lower bounds of) end offsets per partition; checks stored offsets."""
+        starts: dict[int, int] = {}
+        targets: dict[int, int] = {}
+        for partition in range(info.partitions):
+            try:
+                low, high = consumer.get_watermark_offsets(TopicPartition(info.name, partition), timeout=10)
+            except KafkaException as exc:
+                raise TransientSourceError(
+                    f"cannot read the offsets of {info.name}[{partition}]: {exc}"
+                ) from exc
+            if partition in stored:
+                next_offset = stored[partition]
+                if next_offset < low:
+                    raise RebuildRequired(
+                        f"partition {partition} starts at offset {low} but the store stopped at {next_offset}"
+                        " (retention removed records the store never saw)"
+                    )
+                starts[partition] = next_offset
+            targets[partition] = max(high, starts.get(partition, 0))
+        return starts, targets
+
+    def _consume(self, consumer: Consumer, admin: Any, info: TopicInfo, targets: dict[int, int]) -> None:
+        config, tuning, progress, target = self._config, self._tuning, self.progress, self._target
+        topic = config.topic
+        partitions = info.partitions
+        caught_up: set[int] = set()
+        refined: set[int] = set()
+        restoring = target.state is not StoreState.READY
+        bulk = (
+            restoring
+            and tuning.bulk_load_min_records > 0
+            and progress.remaining(self._position()) >= (tuning.bulk_load_min_records)
+        )
+        bulk_keys: list[bytes] = []
+        bulk_values: list[bytes | None] = []
+        bulk_offsets: dict[int, int] = {}
+        next_metadata_check = time.monotonic() + tuning.metadata_check_interval_seconds
+        next_progress_log = time.monotonic() + tuning.progress_log_interval_seconds
+        next_checkpoint = time.monotonic() + tuning.checkpoint_interval_seconds
+
+        def flush_bulk() -> None:
+            if bulk_offsets:
+                target.bulk_apply(bulk_keys, bulk_values, dict(bulk_offsets))
+                progress.count(len(bulk_keys))
+                bulk_keys.clear()
+                bulk_values.clear()
+                bulk_offsets.clear()
+
+        while not self._stop.is_set():
+            messages = consumer.consume(tuning.poll_max_records, tuning.poll_timeout_seconds)
+            keys: list[bytes] = bulk_keys if bulk else []
+            values: list[bytes | None] = bulk_values if bulk else []
+            offsets: dict[int, int] = bulk_offsets if bulk else {}
+            before = len(keys)
+            nulls = 0
+            for message in messages:
+                error = message.error()
+                if error is not None:
+                    self._on_fetch_error(error, message, caught_up)
+                    continue
+                # A fetched record always has a partition and an offset.
+                offsets[message.partition()] = message.offset() + 1  # type: ignore[index,operator]
+                key = message.key()
+                if key is None:
+                    nulls += 1
+                    continue
+                keys.append(key)
+                values.append(message.value())
+            if messages:
+                progress.last_contact = time.monotonic()
+            if nulls:
+                progress.null_keys += nulls
+                self._log.warning(
+                    'store "%s": skipped %d records with a null key (total %d); a table needs keys',
+                    config.name,
+                    nulls,
+                    progress.null_keys,
+                )
+            if bulk:
+                if len(bulk_keys) >= tuning.bulk_load_chunk_records:
+                    flush_bulk()
+            elif offsets:
+                target.apply(keys, values, offsets)
+                progress.count(len(keys) - before)
+            self._refresh_end_offsets(consumer, topic, partitions, targets, refined)
+            if restoring and not bulk and tuning.bulk_load_min_records > 0:
+                # The true end offsets are known only after the first fetch responses.
+                bulk = progress.remaining(self._position()) >= tuning.bulk_load_min_records
+
+            if restoring and len(caught_up) >= partitions:
+                flush_bulk()
+                bulk = False
+                target.checkpoint()
+                restoring = False
+                elapsed = time.monotonic() - progress.restore_started_at
+                target.set_state(StoreState.READY)
+                self._log.info(
+                    'store "%s" READY at position %s: %d records applied in %.1fs (%.0f records/s)',
+                    config.name,
+                    self._position(),
+                    progress.restore_applied,
+                    elapsed,
+                    progress.restore_applied / elapsed if elapsed > 0 else 0.0,
+                )
+            now = time.monotonic()
+            if restoring and now >= next_progress_log:
+                next_progress_log = now + tuning.progress_log_interval_seconds
+                position = self._position()
+                self._log.info(
+                    'store "%s" restoring: %d records applied, %d remaining, %.0f records/s',
+                    config.name,
+                    progress.restore_applied + len(bulk_keys),
+                    max(0, progress.remaining(position) - len(bulk_keys)),
+                    progress.rate(),
+                )
+            if not restoring and now >= next_checkpoint:
+                next_checkpoint = now + tuning.checkpoint_interval_seconds
+                target.checkpoint()
+            if now >= next_metadata_check:
+                next_metadata_check = now + tuning.metadata_check_interval_seconds
+                partitions = self._check_metadata(consumer, admin, info, partitions, targets)
+        flush_bulk()
+
+    def _on_fetch_error(self, error: KafkaError, message: Any, caught_up: set[int]) -> None:
+        code = error.code()
+        if code == KafkaError._PARTITION_EOF:
+            caught_up.add(message.partition())
+            self.progress.last_contact = time.monotonic()
+            return
+        where = f"{message.topic()}[{message.partition()}]" if message.topic() else "the topic"
+        if code in OUT_OF_RANGE_CODES:
+            raise RebuildRequired(
+                f"the stored offset of {where} is out of range ({error.str()}): the topic was truncated,"
+                " recreated, or its retention passed the store"
+            )
+        if code in TOPIC_GONE_CODES:
+            raise TransientSourceError(f"{where} is gone ({error.str()}); waiting for the topic")
+        if error.fatal():
+            raise TransientSourceError(
+                f"fatal consumer error on {where}: {error.str()}; recreating the consumer"
+            )
+        self.progress.last_error = f"kafka: {error.str()}"
+
+    def _refresh_end_offsets(
+        self, consumer: Consumer, topic: str, partitions: int, targets: dict[int, int], refined: set[int]
+    ) -> None:
+        """Learn the true high watermarks from the last fetch responses (no network round trip)."""
+        progress = self.progress
+        for partition in range(partitions):
+            _low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), cached=True)
+            if high < 0:
+                continue
+            progress.end_offsets[partition] = high
+            if partition not in refined:
+                refined.add(partition)
+                if high > targets.get(partition, 0):
+                    targets[partition] = high
+                    progress.restore_target[partition] = max(progress.restore_target.get(partition, 0), high)
+
+    def _check_metadata(
+        self, consumer: Consumer, admin: Any, info: TopicInfo, partitions: int, targets: dict[int, int]
+    ) -> int:
+        """Pick up new partitions; end the session when the topic was deleted or recreated."""
+        current = describe_topic(admin, info.name, 10.0)
+        if current is None:
+            raise TransientSourceError(f'topic "{info.name}" was deleted; waiting for it to come back')
+        if info.topic_id is not None and current.topic_id is not None and current.topic_id != info.topic_id:
+            raise RebuildRequired(
+                f'topic "{info.name}" was deleted and recreated'
+                f" (topic id {info.topic_id} is now {current.topic_id})"
+            )
+        if current.partitions < partitions:
+            raise RebuildRequired(
+                f'topic "{info.name}" shrank from {partitions} to {current.partitions} partitions'
+            )
+        if current.partitions > partitions:
+            added = [
+                TopicPartition(info.name, p, OFFSET_BEGINNING) for p in range(partitions, current.partitions)
+            ]
+            consumer.incremental_assign(added)
+            for tp in added:
+                targets[tp.partition] = 0
+            self._log.info(
+                'store "%s": topic "%s" grew from %d to %d partitions; reading the new ones from the start',
+                self._config.name,
+                info.name,
+                partitions,
+                current.partitions,
+            )
+        return current.partitions
