@@ -76,7 +76,7 @@ class AsyncStatestoreClient:
                 response = await self._http.request(
                     call.method,
                     call.path,
-                    params=call.params,
+                    params=wire.with_wait_budget(call.params, limit.remaining()),
                     headers=call.headers,
                     content=call.content,
                     timeout=max(0.001, min(self.options.timeout, limit.remaining())),

@@ -104,7 +104,7 @@ class StatestoreClient:
                 response = self._http.request(
                     call.method,
                     call.path,
-                    params=call.params,
+                    params=wire.with_wait_budget(call.params, limit.remaining()),
                     headers=call.headers,
                     content=call.content,
                     timeout=max(0.001, min(self.options.timeout, limit.remaining())),

@@ -80,12 +80,24 @@ def read_params(min_position: PositionLike | None, timeout_ms: int | None = None
     """The query parameters every read accepts."""
     params: dict[str, str] = {}
     if min_position is not None:
-        position = str(Position.of(min_position))
+        # Text goes verbatim: the service is the judge of its syntax (400 invalid-position).
+        position = min_position.strip() if isinstance(min_position, str) else str(Position.of(min_position))
         if position:
             params["min_position"] = position
     if timeout_ms is not None:
         params["timeout_ms"] = str(timeout_ms)
     return params
+
+
+def with_wait_budget(params: Mapping[str, str], remaining_seconds: float) -> dict[str, str]:
+    """``params`` plus a ``timeout_ms`` for a ``min_position`` wait that ends before the caller's deadline.
+
+    The service then answers 503 ``position-not-reached`` in time for the client to retry or report
+    it, instead of the client's own timeout cutting the request off.
+    """
+    if "min_position" not in params or "timeout_ms" in params:
+        return dict(params)
+    return {**params, "timeout_ms": str(max(1, int(remaining_seconds * 1000 * 0.8)))}
 
 
 def store_path(store: str) -> str:

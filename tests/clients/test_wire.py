@@ -135,3 +135,13 @@ def test_position_text_form_and_ordering() -> None:
     assert position.merged({1: 9, 2: 1}) == Position({0: 7, 1: 9, 2: 1})
     with pytest.raises(ValueError, match="partition:next_offset"):
         Position.parse("07")
+
+
+def test_min_position_waits_get_a_budget_inside_the_deadline() -> None:
+    assert wire.with_wait_budget({"min_position": "0:5"}, 2.0) == {
+        "min_position": "0:5",
+        "timeout_ms": "1600",
+    }
+    assert wire.with_wait_budget({"min_position": "0:5", "timeout_ms": "10"}, 2.0)["timeout_ms"] == "10"
+    assert wire.with_wait_budget({"limit": "3"}, 2.0) == {"limit": "3"}
+    assert wire.read_params(" 0:5 ") == {"min_position": "0:5"}
