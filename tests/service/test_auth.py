@@ -1,0 +1,56 @@
+"""auth.mode=tokens: bearer tokens, checked by SHA-256, limited to their stores."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+
+import pytest
+
+from tests.service.conftest import Service, assert_problem
+
+
+def digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+@pytest.fixture
+def guarded(make_service: Callable[..., Service]) -> Service:
+    return make_service(
+        auth={
+            "mode": "tokens",
+            "tokens": [
+                {"name": "analytics", "sha256": digest("s3cret-a"), "stores": ["products"]},
+                {"name": "ops", "sha256": digest("s3cret-o").upper()},
+            ],
+        }
+    )
+
+
+def test_missing_or_wrong_token_is_unauthorized(guarded: Service) -> None:
+    for headers in ({}, {"Authorization": "Bearer nope"}, {"Authorization": "Basic s3cret-a"}):
+        response = guarded.client.get("/v1/stores/products/keys/p1", headers=headers)
+        assert_problem(response, 401, "unauthorized")
+        assert response.headers["WWW-Authenticate"].startswith("Bearer")
+    assert_problem(guarded.client.get("/v1/stores"), 401, "unauthorized")
+
+
+def test_token_reads_its_stores_only(guarded: Service) -> None:
+    headers = {"Authorization": "Bearer s3cret-a"}
+    assert guarded.client.get("/v1/stores/products/keys/p1", headers=headers).json() == {"name": "Pen"}
+    body = assert_problem(guarded.client.get("/v1/stores/notes/keys/n1", headers=headers), 403, "forbidden")
+    assert body["store"] == "notes"
+    listed = guarded.client.get("/v1/stores", headers=headers).json()["stores"]
+    assert [s["name"] for s in listed] == ["products"]
+
+
+def test_token_without_store_list_reads_every_store(guarded: Service) -> None:
+    headers = {"Authorization": "Bearer s3cret-o"}
+    assert guarded.client.get("/v1/stores/notes/keys/n1", headers=headers).text == "héllo"
+    assert len(guarded.client.get("/v1/stores", headers=headers).json()["stores"]) == 3
+
+
+def test_probes_and_metrics_need_no_token(guarded: Service) -> None:
+    assert guarded.client.get("/healthz").status_code == 200
+    assert guarded.client.get("/readyz").status_code == 200
+    assert guarded.client.get("/metrics").status_code == 200

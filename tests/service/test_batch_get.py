@@ -1,0 +1,185 @@
+"""POST /v1/stores/{store}/keys:batchGet in JSON and Arrow IPC."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable
+
+import pyarrow as pa
+import pytest
+
+from store import InMemoryStore
+from tests.service.conftest import Service, assert_problem
+
+ARROW = "application/vnd.apache.arrow.stream"
+URL = "/v1/stores/products/keys:batchGet"
+
+
+def arrow_body(column: pa.Array) -> bytes:
+    table = pa.table({"key": column})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def read_arrow(content: bytes) -> pa.Table:
+    return pa.ipc.open_stream(content).read_all()
+
+
+def test_json_batch_answers_in_request_order_with_nulls(service: Service) -> None:
+    response = service.client.post(URL, json={"keys": ["p2", "nope", "p1", "p2"]})
+    assert response.status_code == 200
+    assert response.json() == {
+        "values": [{"name": "Ink"}, None, {"name": "Pen"}, {"name": "Ink"}],
+        "position": "0:1,1:1,2:2",
+    }
+    assert response.headers["Statestore-Position"] == "0:1,1:1,2:2"
+
+
+def test_json_batch_with_base64_keys(service: Service) -> None:
+    keys = [base64.b64encode(b"\xff\x00").decode(), base64.urlsafe_b64encode(b"p1").decode()]
+    response = service.client.post(URL, json={"keys": keys, "key_encoding": "base64"})
+    assert response.json()["values"] == [{"name": "Binary"}, {"name": "Pen"}]
+    by_query = service.client.post(URL, params={"key_encoding": "base64"}, json={"keys": keys})
+    assert by_query.json()["values"] == [{"name": "Binary"}, {"name": "Pen"}]
+
+
+def test_json_batch_of_string_store_answers_text(service: Service) -> None:
+    response = service.client.post("/v1/stores/notes/keys:batchGet", json={"keys": ["n1", "x"]})
+    assert response.json()["values"] == ["héllo", None]
+
+
+def test_empty_batch(service: Service) -> None:
+    assert service.client.post(URL, json={"keys": []}).json()["values"] == []
+
+
+def test_arrow_round_trip_binary_keys(service: Service) -> None:
+    keys = pa.array([b"p1", b"\xff\x00", b"nope", b"p1"], type=pa.binary())
+    response = service.client.post(URL, content=arrow_body(keys), headers={"content-type": ARROW})
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"] == ARROW
+    assert response.headers["Statestore-Position"] == "0:1,1:1,2:2"
+    table = read_arrow(response.content)
+    assert table.schema.field("key").type == pa.binary()
+    assert table.schema.field("value").type == pa.binary()
+    assert table.to_pylist() == [
+        {"key": b"p1", "value": b'{"name":"Pen"}'},
+        {"key": b"\xff\x00", "value": b'{"name":"Binary"}'},
+        {"key": b"nope", "value": None},
+        {"key": b"p1", "value": b'{"name":"Pen"}'},
+    ]
+
+
+def test_arrow_string_keys_are_taken_as_utf8(service: Service) -> None:
+    response = service.client.post(
+        URL, content=arrow_body(pa.array(["p2", "a/b"])), headers={"content-type": ARROW}
+    )
+    assert read_arrow(response.content).column("value").to_pylist() == [
+        b'{"name":"Ink"}',
+        b'{"name":"Slash"}',
+    ]
+
+
+def test_arrow_large_batch_across_record_batches(make_service: Callable[..., Service]) -> None:
+    store = InMemoryStore("products")
+    store.apply([(0, i, f"k{i:05}".encode(), f"v{i}".encode()) for i in range(5000)])
+    service = make_service({"products": store})
+    table = pa.Table.from_batches(
+        [
+            pa.record_batch({"key": pa.array([f"k{i:05}".encode() for i in range(s, s + 1000)])})
+            for s in range(0, 6000, 1000)
+        ]
+    )
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    response = service.client.post(URL, content=sink.getvalue().to_pybytes(), headers={"content-type": ARROW})
+    values = read_arrow(response.content).column("value").to_pylist()
+    assert values == [f"v{i}".encode() for i in range(5000)] + [None] * 1000
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"{", b"[]", b'{"keys": "p1"}', b'{"keys": [1, 2]}', b'{"nokeys": []}', b"\xff\xfe"],
+)
+def test_malformed_json_body(service: Service, body: bytes) -> None:
+    response = service.client.post(URL, content=body, headers={"content-type": "application/json"})
+    problem = assert_problem(response, 400, "malformed-request")
+    assert isinstance(problem["errors"], list)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"not arrow at all",
+        b"",
+        arrow_body(pa.array([1, 2, 3])),  # wrong type
+        arrow_body(pa.array([b"p1", None])),  # null key
+    ],
+)
+def test_malformed_arrow_body(service: Service, body: bytes) -> None:
+    response = service.client.post(URL, content=body, headers={"content-type": ARROW})
+    assert_problem(response, 400, "malformed-request")
+
+
+def test_arrow_body_without_key_column(service: Service) -> None:
+    table = pa.table({"id": pa.array([b"p1"])})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    response = service.client.post(URL, content=sink.getvalue().to_pybytes(), headers={"content-type": ARROW})
+    assert_problem(response, 400, "malformed-request")
+
+
+def test_bad_base64_key_in_body(service: Service) -> None:
+    response = service.client.post(URL, json={"keys": ["***"], "key_encoding": "base64"})
+    assert_problem(response, 400, "bad-key-encoding")
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", "application/xml", None])
+def test_unsupported_media_type(service: Service, content_type: str | None) -> None:
+    headers = {"content-type": content_type} if content_type else {}
+    response = service.client.post(URL, content=b'{"keys": []}', headers=headers)
+    assert_problem(response, 415, "unsupported-media-type")
+
+
+def test_batch_too_large_json_and_arrow(make_service: Callable[..., Service]) -> None:
+    service = make_service(limits={"max_batch_keys": 3})
+    body = assert_problem(
+        service.client.post(URL, json={"keys": ["a", "b", "c", "d"]}), 413, "batch-too-large"
+    )
+    assert body["limit"] == 3
+    response = service.client.post(
+        URL, content=arrow_body(pa.array(["a"] * 4)), headers={"content-type": ARROW}
+    )
+    assert_problem(response, 413, "batch-too-large")
+    assert service.client.post(URL, json={"keys": ["a", "b", "c"]}).status_code == 200
+
+
+def test_key_too_large_in_batch(make_service: Callable[..., Service]) -> None:
+    service = make_service(limits={"max_key_bytes": 8})
+    assert_problem(service.client.post(URL, json={"keys": ["p1", "x" * 9]}), 413, "key-too-large")
+    response = service.client.post(
+        URL, content=arrow_body(pa.array([b"y" * 9])), headers={"content-type": ARROW}
+    )
+    assert_problem(response, 413, "key-too-large")
+
+
+def test_body_too_large_declared_and_streamed(make_service: Callable[..., Service]) -> None:
+    service = make_service(limits={"max_body_bytes": 100})
+    big = b'{"keys": ["' + b"x" * 200 + b'"]}'
+    body = assert_problem(
+        service.client.post(URL, content=big, headers={"content-type": "application/json"}),
+        413,
+        "body-too-large",
+    )
+    assert body["limit"] == 100
+
+    def chunks() -> object:
+        yield big[:50]
+        yield big[50:]
+
+    streamed = service.client.post(URL, content=chunks(), headers={"content-type": "application/json"})  # type: ignore[arg-type]
+    assert_problem(streamed, 413, "body-too-large")
+    assert service.client.get("/healthz").status_code == 200

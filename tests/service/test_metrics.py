@@ -1,0 +1,44 @@
+"""GET /metrics: request counts and latencies per route template, and store figures."""
+
+from __future__ import annotations
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.service.conftest import Service
+
+
+def samples(service: Service) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    response = service.client.get("/metrics")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain")
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(response.text)
+        for sample in family.samples
+    }
+
+
+def test_requests_are_counted_per_route_template_and_status(service: Service) -> None:
+    for key in ("p1", "p2", "nope"):
+        service.client.get(f"/v1/stores/products/keys/{key}")
+    service.client.get("/no/such/route")
+    found = samples(service)
+    route = "/v1/stores/{store}/keys/{key:path}"
+    ok = frozenset({("method", "GET"), ("route", route), ("status", "200")})
+    missing = frozenset({("method", "GET"), ("route", route), ("status", "404")})
+    assert found[("statestore_http_requests_total", ok)] == 2
+    assert found[("statestore_http_requests_total", missing)] == 1
+    assert found[("statestore_http_request_duration_seconds_count", ok)] == 2
+    unmatched = frozenset({("method", "GET"), ("route", "unmatched"), ("status", "404")})
+    assert found[("statestore_http_requests_total", unmatched)] == 1
+
+
+def test_store_figures(service: Service) -> None:
+    found = samples(service)
+    products = frozenset({("store", "products")})
+    assert found[("statestore_records_applied_total", products)] == 4
+    assert found[("statestore_keys", products)] == 4
+    assert found[("statestore_position", frozenset({("store", "products"), ("partition", "2")}))] == 2
+    assert found[("statestore_lag_records", frozenset({("store", "products"), ("partition", "0")}))] == 0
+    assert found[("statestore_state", frozenset({("store", "products"), ("state", "READY")}))] == 1
+    assert found[("statestore_state", frozenset({("store", "products"), ("state", "RESTORING")}))] == 0

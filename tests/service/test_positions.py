@@ -1,0 +1,91 @@
+"""min_position: reads wait (bounded) for the store to reach a position, then answer or 503."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import pytest
+
+from store import InMemoryStore
+from tests.service.conftest import Service, assert_problem
+
+
+@pytest.fixture
+def behind(make_service: Callable[..., Service]) -> tuple[Service, InMemoryStore]:
+    store = InMemoryStore("products")
+    store.apply([(0, 0, b"p1", b'{"v":1}'), (1, 0, b"p2", b'{"v":1}')])
+    return make_service({"products": store}), store
+
+
+def test_reached_position_answers_at_once(behind: tuple[Service, InMemoryStore]) -> None:
+    service, _ = behind
+    response = service.client.get("/v1/stores/products/keys/p1", params={"min_position": "0:1,1:1"})
+    assert response.status_code == 200
+    assert response.headers["Statestore-Position"] == "0:1,1:1"
+
+
+def test_read_waits_until_the_position_is_reached(behind: tuple[Service, InMemoryStore]) -> None:
+    service, store = behind
+    writer = threading.Timer(0.3, lambda: store.apply([(0, 1, b"p1", b'{"v":2}'), (0, 2, b"p3", b"{}")]))
+    writer.start()
+    try:
+        response = service.client.get(
+            "/v1/stores/products/keys/p1", params={"min_position": "0:3", "timeout_ms": 10_000}
+        )
+    finally:
+        writer.join()
+    assert response.status_code == 200
+    assert response.json() == {"v": 2}
+    assert response.headers["Statestore-Position"] == "0:3,1:1"
+
+
+def test_batch_and_scan_wait_too(behind: tuple[Service, InMemoryStore]) -> None:
+    service, store = behind
+    writer = threading.Timer(0.2, lambda: store.apply([(2, 0, b"p9", b'{"v":9}')]))
+    writer.start()
+    try:
+        batch = service.client.post(
+            "/v1/stores/products/keys:batchGet", params={"min_position": "2:1"}, json={"keys": ["p9"]}
+        )
+    finally:
+        writer.join()
+    assert batch.json()["values"] == [{"v": 9}]
+    scan = service.client.get("/v1/stores/products/scan", params={"min_position": "2:1", "prefix": "p9"})
+    assert [item["key"] for item in scan.json()["items"]] == ["p9"]
+
+
+def test_position_not_reached_in_time_is_503(behind: tuple[Service, InMemoryStore]) -> None:
+    service, _ = behind
+    response = service.client.get(
+        "/v1/stores/products/keys/p1", params={"min_position": "0:100", "timeout_ms": 100}
+    )
+    body = assert_problem(response, 503, "position-not-reached")
+    assert body["store"] == "products"
+    assert body["position"] == "0:1,1:1"
+    assert body["min_position"] == "0:100"
+    assert response.headers["Retry-After"] == "1"
+    assert response.headers["Statestore-Position"] == "0:1,1:1"
+
+
+def test_configured_timeout_bounds_the_wait(make_service: Callable[..., Service]) -> None:
+    service = make_service(limits={"min_position_timeout_seconds": 0.1})
+    response = service.client.get(
+        "/v1/stores/products/keys/p1", params={"min_position": "0:100", "timeout_ms": 3_600_000}
+    )
+    assert "0.1 s" in assert_problem(response, 503, "position-not-reached")["detail"]
+
+
+@pytest.mark.parametrize("position", ["zz", "0:1,0:2", "0:-1", "a:b", "0:1,"])
+def test_malformed_min_position(behind: tuple[Service, InMemoryStore], position: str) -> None:
+    service, _ = behind
+    response = service.client.get("/v1/stores/products/keys/p1", params={"min_position": position})
+    assert_problem(response, 400, "invalid-position")
+
+
+def test_malformed_timeout(behind: tuple[Service, InMemoryStore]) -> None:
+    service, _ = behind
+    response = service.client.get(
+        "/v1/stores/products/keys/p1", params={"min_position": "0:1", "timeout_ms": "x"}
+    )
+    assert_problem(response, 422, "invalid-parameter")

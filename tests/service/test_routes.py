@@ -1,0 +1,195 @@
+"""Every route of docs/http-api.md against a real uvicorn server, with in-memory stores."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable
+
+import pytest
+
+from store import InMemoryStore, StoreState
+from tests.service.conftest import Service, assert_problem
+
+POSITION = "Statestore-Position"
+
+
+def test_healthz_is_alive(service: Service) -> None:
+    response = service.client.get("/healthz")
+    assert response.status_code == 200
+    assert response.json() == {"status": "alive"}
+
+
+def test_readyz_is_ready_when_every_store_is_ready(service: Service) -> None:
+    response = service.client.get("/readyz")
+    assert response.status_code == 200
+    assert response.json() == {
+        "status": "ready",
+        "stores": {"products": "READY", "notes": "READY", "blobs": "READY"},
+    }
+
+
+def test_readyz_is_503_while_a_store_restores_and_200_once_ready(
+    make_service: Callable[..., Service],
+) -> None:
+    restoring = InMemoryStore("products", state=StoreState.RESTORING)
+    service = make_service({"products": restoring})
+    response = service.client.get("/readyz")
+    assert response.status_code == 503
+    assert response.json() == {"status": "not-ready", "stores": {"products": "RESTORING"}}
+    restoring.set_state(StoreState.READY)
+    assert service.client.get("/readyz").status_code == 200
+
+
+def test_list_stores_describes_each_store(service: Service) -> None:
+    response = service.client.get("/v1/stores")
+    assert response.status_code == 200
+    stores = {info["name"]: info for info in response.json()["stores"]}
+    assert set(stores) == {"products", "notes", "blobs"}
+    products = stores["products"]
+    assert products["topic"] == "products"
+    assert products["value_format"] == "json"
+    assert products["state"] == "READY"
+    assert products["position"] == "0:1,1:1,2:2"
+    assert products["lag"] == {"0": 0, "1": 0, "2": 0}
+    assert products["total_lag"] == 0
+    assert products["restore"] is None
+    assert products["approximate_num_keys"] == 4
+    assert stores["notes"]["topic"] == "notes-topic"
+
+
+def test_store_info_carries_the_position_header(service: Service) -> None:
+    response = service.client.get("/v1/stores/products")
+    assert response.status_code == 200
+    assert response.headers[POSITION] == "0:1,1:1,2:2"
+    assert response.json()["records_applied_total"] == 4
+
+
+def test_store_info_of_unknown_store_is_a_problem(service: Service) -> None:
+    body = assert_problem(service.client.get("/v1/stores/nope"), 404, "unknown-store")
+    assert body["store"] == "nope"
+    assert body["instance"] == "/v1/stores/nope"
+
+
+def test_get_json_value(service: Service) -> None:
+    response = service.client.get("/v1/stores/products/keys/p1")
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "application/json"
+    assert response.headers[POSITION] == "0:1,1:1,2:2"
+    assert response.json() == {"name": "Pen"}
+
+
+def test_get_string_and_bytes_values_use_their_content_types(service: Service) -> None:
+    note = service.client.get("/v1/stores/notes/keys/n1")
+    assert note.headers["content-type"] == "text/plain; charset=utf-8"
+    assert note.text == "héllo"
+    blob = service.client.get("/v1/stores/blobs/keys/b1")
+    assert blob.headers["content-type"] == "application/octet-stream"
+    assert blob.content == b"\x00\x01\xfe"
+
+
+def test_percent_encoded_slash_is_part_of_the_key(service: Service) -> None:
+    response = service.client.get("/v1/stores/products/keys/a%2Fb")
+    assert response.status_code == 200
+    assert response.json() == {"name": "Slash"}
+
+
+@pytest.mark.parametrize("encoded", ["_wA", "/wA=", "_wA="])
+def test_binary_key_by_base64(service: Service, encoded: str) -> None:
+    response = service.client.get(f"/v1/stores/products/keys/{encoded}", params={"key_encoding": "base64"})
+    assert response.status_code == 200, response.text
+    assert response.json() == {"name": "Binary"}
+
+
+def test_absent_key_is_key_not_found_with_position(service: Service) -> None:
+    response = service.client.get("/v1/stores/products/keys/nope")
+    body = assert_problem(response, 404, "key-not-found")
+    assert body["store"] == "products"
+    assert response.headers[POSITION] == "0:1,1:1,2:2"
+
+
+def test_key_of_unknown_store(service: Service) -> None:
+    assert_problem(service.client.get("/v1/stores/nope/keys/p1"), 404, "unknown-store")
+
+
+@pytest.mark.parametrize(
+    ("path", "params"),
+    [
+        ("/v1/stores/products/keys/%FF", {}),
+        ("/v1/stores/products/keys/not*base64", {"key_encoding": "base64"}),
+        ("/v1/stores/products/keys/p1", {"key_encoding": "rot13"}),
+    ],
+)
+def test_bad_key_encoding(service: Service, path: str, params: dict[str, str]) -> None:
+    assert_problem(service.client.get(path, params=params), 400, "bad-key-encoding")
+
+
+def test_key_too_large(service: Service) -> None:
+    body = assert_problem(service.client.get("/v1/stores/products/keys/" + "k" * 4097), 413, "key-too-large")
+    assert body["limit"] == 4096
+
+
+def test_restoring_store_is_503_with_retry_after(make_service: Callable[..., Service]) -> None:
+    restoring = InMemoryStore("products", state=StoreState.RESTORING)
+    restoring.apply([(0, 0, b"p1", b"{}")])
+    service = make_service({"products": restoring})
+    for response in (
+        service.client.get("/v1/stores/products/keys/p1"),
+        service.client.post("/v1/stores/products/keys:batchGet", json={"keys": ["p1"]}),
+        service.client.get("/v1/stores/products/scan"),
+    ):
+        body = assert_problem(response, 503, "store-not-ready")
+        assert body == body | {"store": "products", "state": "RESTORING"}
+        assert response.headers["Retry-After"] == "1"
+    # Status stays readable while the store restores.
+    assert service.client.get("/v1/stores/products").json()["state"] == "RESTORING"
+
+
+def test_stopped_store_is_503(make_service: Callable[..., Service]) -> None:
+    stopped = InMemoryStore("products")
+    service = make_service({"products": stopped})
+    stopped.stop()
+    body = assert_problem(service.client.get("/v1/stores/products/keys/p1"), 503, "store-not-ready")
+    assert body["state"] == "STOPPED"
+
+
+def test_unknown_route(service: Service) -> None:
+    for path in ("/nope", "/v1/stores/products/keys", "/v1/stores/products/nope", "/v1/stores/"):
+        assert_problem(service.client.get(path), 404, "route-not-found")
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("DELETE", "/v1/stores/products/keys/p1"),
+        ("PUT", "/v1/stores/products/keys/p1"),
+        ("POST", "/v1/stores/products/keys/p1"),
+        ("PATCH", "/v1/stores"),
+        ("GET", "/v1/stores/products/keys:batchGet"),
+        ("POST", "/healthz"),
+    ],
+)
+def test_write_methods_are_not_allowed(service: Service, method: str, path: str) -> None:
+    assert_problem(service.client.request(method, path), 405, "method-not-allowed")
+    # Nothing changed.
+    assert service.client.get("/v1/stores/products/keys/p1").json() == {"name": "Pen"}
+
+
+def test_openapi_lists_the_routes(service: Service) -> None:
+    paths = service.client.get("/openapi.json").json()["paths"]
+    assert set(paths) >= {
+        "/healthz",
+        "/readyz",
+        "/metrics",
+        "/v1/stores",
+        "/v1/stores/{store}",
+        "/v1/stores/{store}/keys/{key}",
+        "/v1/stores/{store}/keys:batchGet",
+        "/v1/stores/{store}/scan",
+    }
+    params = {p["name"] for p in paths["/v1/stores/{store}/scan"]["get"]["parameters"]}
+    assert params == {"store", "prefix", "after", "limit", "key_encoding", "min_position", "timeout_ms"}
+
+
+def test_value_encoding_base64_in_json_answers_for_bytes_store(service: Service) -> None:
+    response = service.client.post("/v1/stores/blobs/keys:batchGet", json={"keys": ["b1"]})
+    assert response.json()["values"] == [base64.b64encode(b"\x00\x01\xfe").decode()]

@@ -1,0 +1,96 @@
+"""GET /v1/stores/{store}/scan: byte order, cursors across pages, one snapshot per page."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable
+
+import pytest
+
+from store import InMemoryStore
+from tests.service.conftest import Service, assert_problem
+
+URL = "/v1/stores/products/scan"
+
+
+@pytest.fixture
+def scanned(make_service: Callable[..., Service]) -> Service:
+    store = InMemoryStore("products")
+    records = [(0, i, f"p{i:04}".encode(), f'{{"i":{i}}}'.encode()) for i in range(250)]
+    records += [(1, 0, b"q1", b'{"i":-1}'), (1, 1, b"p\xff", b'{"i":-2}')]
+    store.apply(records)
+    return make_service({"products": store})
+
+
+def test_scan_pages_through_every_key_of_a_prefix(scanned: Service) -> None:
+    seen: list[str] = []
+    after: str | None = None
+    pages = 0
+    while True:
+        params: dict[str, str | int] = {"prefix": "p0", "limit": 40}
+        if after is not None:
+            params["after"] = after
+        response = scanned.client.get(URL, params=params)
+        assert response.status_code == 200
+        body = response.json()
+        assert body["position"] == response.headers["Statestore-Position"] == "0:250,1:2"
+        seen += [item["key"] for item in body["items"]]
+        assert all(item["value"]["i"] == int(item["key"][1:]) for item in body["items"])
+        pages += 1
+        after = body["next_after"]
+        if after is None:
+            break
+    assert seen == [f"p{i:04}" for i in range(250)]
+    assert pages == 7
+
+
+def test_scan_default_limit_is_100(scanned: Service) -> None:
+    body = scanned.client.get(URL, params={"prefix": "p"}).json()
+    assert len(body["items"]) == 100
+    assert body["next_after"] == "p0099"
+
+
+def test_scan_without_prefix_in_byte_order_with_base64(scanned: Service) -> None:
+    items: list[bytes] = []
+    after: str | None = None
+    while True:
+        params = {"limit": 1000, "key_encoding": "base64", **({"after": after} if after else {})}
+        body = scanned.client.get(URL, params=params).json()
+        items += [base64.b64decode(item["key"]) for item in body["items"]]
+        after = body["next_after"]
+        if after is None:
+            break
+    assert items == sorted(items)
+    assert items[-2:] == [b"p\xff", b"q1"]
+
+
+def test_scan_of_non_utf8_key_asks_for_base64(scanned: Service) -> None:
+    assert_problem(scanned.client.get(URL, params={"prefix": "p", "after": "p0249"}), 400, "bad-key-encoding")
+
+
+def test_scan_empty_result(scanned: Service) -> None:
+    body = scanned.client.get(URL, params={"prefix": "zzz"}).json()
+    assert body["items"] == []
+    assert body["next_after"] is None
+
+
+@pytest.mark.parametrize("limit", ["0", "-3", "ten", "1.5"])
+def test_scan_invalid_limit(scanned: Service, limit: str) -> None:
+    body = assert_problem(scanned.client.get(URL, params={"limit": limit}), 422, "invalid-parameter")
+    assert body["errors"][0]["loc"] == ["query", "limit"]
+
+
+def test_scan_page_too_large(make_service: Callable[..., Service]) -> None:
+    service = make_service(limits={"max_scan_limit": 50})
+    body = assert_problem(service.client.get(URL, params={"limit": 51}), 413, "page-too-large")
+    assert body["limit"] == 50
+    assert service.client.get(URL, params={"limit": 50, "prefix": "p"}).status_code == 200
+
+
+def test_scan_prefix_too_large(scanned: Service) -> None:
+    assert_problem(scanned.client.get(URL, params={"prefix": "p" * 5000}), 413, "key-too-large")
+
+
+def test_scan_bad_base64_prefix(scanned: Service) -> None:
+    response = scanned.client.get(URL, params={"prefix": "%%", "key_encoding": "base64"})
+    assert_problem(response, 400, "bad-key-encoding")

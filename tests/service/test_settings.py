@@ -1,0 +1,153 @@
+"""Configuration: YAML file, STATESTORE_ environment overrides, validation, secrets."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from service.exceptions import ConfigError
+from service.settings import load_settings, store_configs
+
+YAML = """
+kafka:
+  bootstrap_servers: "10.0.0.1:9092"
+  security.protocol: SASL_SSL
+  sasl.mechanism: PLAIN
+  sasl.username: reader
+  sasl.password: hunter2-file
+  enable.ssl.certificate.verification: false
+state_dir: /var/lib/statestore
+http:
+  host: 0.0.0.0
+  port: 8080
+  tls: {certfile: /tls/cert.pem, keyfile: /tls/key.pem}
+stores:
+  - name: products
+    topic: products-v1
+    value_format: json
+    indexes:
+      - {name: by_category, field: category}
+    history: {retention_ms: 86400000}
+  - name: customers
+    topic: customers
+limits:
+  max_batch_keys: 500
+auth:
+  mode: tokens
+  tokens:
+    - name: analytics
+      sha256: "2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b"
+      stores: [products]
+"""
+
+
+@pytest.fixture
+def config_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    for name in list(os.environ):
+        if name.startswith("STATESTORE_"):
+            monkeypatch.delenv(name)
+    path = tmp_path / "statestore.yaml"
+    path.write_text(YAML)
+    return path
+
+
+def test_yaml_file_is_read(config_file: Path) -> None:
+    settings = load_settings(config_file)
+    assert settings.state_dir == Path("/var/lib/statestore")
+    assert settings.http.host == "0.0.0.0"
+    assert settings.http.tls is not None
+    assert settings.http.tls.certfile == Path("/tls/cert.pem")
+    assert [s.name for s in settings.stores] == ["products", "customers"]
+    products = settings.stores[0]
+    assert (products.topic, products.value_format) == ("products-v1", "json")
+    assert products.indexes[0].field == "category"
+    assert products.history is not None
+    assert products.history.retention_ms == 86_400_000
+    assert settings.stores[1].value_format == "bytes"
+    assert settings.limits.max_batch_keys == 500
+    assert settings.limits.max_scan_limit == 10_000
+    assert settings.auth.tokens[0].stores == ["products"]
+
+
+def test_kafka_settings_pass_through_to_librdkafka(config_file: Path) -> None:
+    kafka = load_settings(config_file).librdkafka_config()
+    assert kafka == {
+        "bootstrap.servers": "10.0.0.1:9092",
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": "reader",
+        "sasl.password": "hunter2-file",
+        "enable.ssl.certificate.verification": "false",
+    }
+
+
+def test_secrets_are_never_shown(config_file: Path) -> None:
+    settings = load_settings(config_file)
+    assert "hunter2" not in repr(settings)
+    assert "hunter2" not in str(settings)
+    assert "hunter2" not in settings.model_dump_json()
+
+
+def test_environment_wins_over_the_file(config_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STATESTORE_HTTP__PORT", "9999")
+    monkeypatch.setenv("STATESTORE_STATE_DIR", "/tmp/elsewhere")
+    monkeypatch.setenv("STATESTORE_KAFKA__BOOTSTRAP_SERVERS", "broker:29092")
+    monkeypatch.setenv("STATESTORE_KAFKA__SASL_PASSWORD", "from-env")
+    monkeypatch.setenv("STATESTORE_LIMITS__MAX_BATCH_KEYS", "42")
+    settings = load_settings(config_file)
+    assert settings.http.port == 9999
+    assert settings.http.host == "0.0.0.0"  # untouched keys stay from the file
+    assert settings.state_dir == Path("/tmp/elsewhere")
+    assert settings.limits.max_batch_keys == 42
+    kafka = settings.librdkafka_config()
+    assert kafka["bootstrap.servers"] == "broker:29092"
+    assert kafka["sasl.password"] == "from-env"
+    assert kafka["security.protocol"] == "SASL_SSL"
+
+
+def test_environment_alone_with_json_stores(monkeypatch: pytest.MonkeyPatch, config_file: Path) -> None:
+    monkeypatch.setenv("STATESTORE_STORES", '[{"name": "t1", "topic": "topic-1", "value_format": "string"}]')
+    settings = load_settings()
+    assert [(s.name, s.topic, s.value_format) for s in settings.stores] == [("t1", "topic-1", "string")]
+    assert settings.librdkafka_config() == {"bootstrap.servers": "127.0.0.1:9092"}
+
+
+def test_store_configs_for_the_engine(config_file: Path) -> None:
+    configs = store_configs(load_settings(config_file))
+    assert [(c.name, c.topic) for c in configs] == [("products", "products-v1"), ("customers", "customers")]
+    assert configs[0].path == Path("/var/lib/statestore/products")
+    assert configs[0].kafka["bootstrap.servers"] == "10.0.0.1:9092"
+
+
+@pytest.mark.parametrize(
+    ("replace", "by", "message"),
+    [
+        ("name: customers", "name: products", "unique"),
+        ("name: customers", "name: ../etc", "directory name"),
+        ("value_format: json", "value_format: xml", "value_format"),
+        ("max_batch_keys: 500", "max_batch_keys: 0", "max_batch_keys"),
+        ("port: 8080", "port: 99999", "port"),
+        ("stores: [products]", "stores: [nope]", "unknown stores"),
+        ('sha256: "2bb8', 'sha256: "zz', "sha256"),
+        ("mode: tokens", "mode: maybe", "mode"),
+        ("http:", "htttp:", "htttp"),
+    ],
+)
+def test_invalid_settings_are_named(config_file: Path, replace: str, by: str, message: str) -> None:
+    config_file.write_text(YAML.replace(replace, by))
+    with pytest.raises(ConfigError, match=message):
+        load_settings(config_file)
+
+
+def test_missing_and_unparsable_files(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_settings(tmp_path / "absent.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("kafka: [unclosed")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_settings(bad)
+    bad.write_text("- a list")
+    with pytest.raises(ConfigError, match="mapping"):
+        load_settings(bad)
