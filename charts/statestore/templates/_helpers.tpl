@@ -1,0 +1,141 @@
+{{/* Chart name, truncated to the 63 characters Kubernetes names allow. */}}
+{{- define "statestore.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Full name: release name + chart name unless the release name already contains it. */}}
+{{- define "statestore.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Name of the headless Service that gives each StatefulSet pod a stable DNS name. */}}
+{{- define "statestore.headlessName" -}}
+{{- printf "%s-headless" (include "statestore.fullname" . | trunc 54 | trimSuffix "-") }}
+{{- end }}
+
+{{- define "statestore.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "statestore.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "statestore.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "statestore.labels" -}}
+helm.sh/chart: {{ include "statestore.chart" . }}
+{{ include "statestore.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/component: server
+{{- end }}
+
+{{- define "statestore.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "statestore.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "statestore.image" -}}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- end }}
+
+{{/* http or https, following http.tls.enabled. */}}
+{{- define "statestore.scheme" -}}
+{{- if .Values.http.tls.enabled }}HTTPS{{ else }}HTTP{{ end }}
+{{- end }}
+
+{{/*
+Environment variable that overrides one librdkafka setting: the service reads
+STATESTORE_KAFKA__<KEY> with the dots of the key written as underscores.
+*/}}
+{{- define "statestore.kafkaEnvName" -}}
+{{- printf "STATESTORE_KAFKA__%s" (. | upper | replace "." "_" | replace "-" "_") }}
+{{- end }}
+
+{{/* Whether the token list is delivered through the environment (hashes from a Secret). */}}
+{{- define "statestore.tokensFromSecret" -}}
+{{- if and (eq .Values.auth.mode "tokens") .Values.auth.existingSecret }}true{{ end }}
+{{- end }}
+
+{{/* Refuse values that would put a secret into the ConfigMap, or that cannot work. */}}
+{{- define "statestore.validate" -}}
+{{- range $key, $_ := .Values.kafka.config }}
+{{- $lower := lower $key }}
+{{- if or (contains "password" $lower) (contains "secret" $lower) (contains "private" $lower) (contains "ssl.key.pem" $lower) }}
+{{- fail (printf "kafka.config.%s looks secret and would land in the ConfigMap: put it in the Secret named by kafka.credentials.existingSecret and map it under kafka.credentials.keys" $key) }}
+{{- end }}
+{{- if or (eq $lower "bootstrap.servers") (eq $lower "bootstrap_servers") }}
+{{- fail "set the Kafka bootstrap servers with kafka.bootstrapServers, not kafka.config" }}
+{{- end }}
+{{- end }}
+{{- if and .Values.http.tls.enabled (not .Values.http.tls.existingSecret) }}
+{{- fail "http.tls.enabled needs http.tls.existingSecret: the name of a kubernetes.io/tls Secret" }}
+{{- end }}
+{{- if not (has .Values.auth.mode (list "open" "tokens")) }}
+{{- fail (printf "auth.mode must be open or tokens, got %q" .Values.auth.mode) }}
+{{- end }}
+{{- if and (eq .Values.auth.mode "tokens") (not .Values.auth.tokens) }}
+{{- fail "auth.mode is tokens but auth.tokens is empty: list at least one token" }}
+{{- end }}
+{{- range .Values.auth.tokens }}
+{{- if and .secretKey (not $.Values.auth.existingSecret) }}
+{{- fail (printf "auth token %q takes its hash from secretKey but auth.existingSecret is empty" .name) }}
+{{- end }}
+{{- if not (or .secretKey .sha256) }}
+{{- fail (printf "auth token %q needs secretKey (a key in auth.existingSecret) or sha256" .name) }}
+{{- end }}
+{{- end }}
+{{- if not .Values.stores }}
+{{- fail "stores is empty: list at least one store (name, topic, value_format)" }}
+{{- end }}
+{{- end }}
+
+{{/*
+The container's environment: Kafka credentials and token hashes from Secrets (they override the
+ConfigMap's file), then extraEnv.
+*/}}
+{{- define "statestore.env" -}}
+{{- with .Values.kafka.credentials.existingSecret }}
+{{- $secret := . }}
+{{- range $setting, $key := $.Values.kafka.credentials.keys }}
+- name: {{ include "statestore.kafkaEnvName" $setting }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ $secret }}
+      key: {{ $key }}
+{{- end }}
+{{- end }}
+{{- if include "statestore.tokensFromSecret" . }}
+{{- $tokens := list }}
+{{- range $index, $token := .Values.auth.tokens }}
+{{- if $token.secretKey }}
+- name: {{ printf "AUTH_TOKEN_SHA256_%d" $index }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ $.Values.auth.existingSecret }}
+      key: {{ $token.secretKey }}
+{{- $tokens = append $tokens (dict "name" $token.name "stores" ($token.stores | default list) "sha256" (printf "$(AUTH_TOKEN_SHA256_%d)" $index)) }}
+{{- else }}
+{{- $tokens = append $tokens (dict "name" $token.name "stores" ($token.stores | default list) "sha256" $token.sha256) }}
+{{- end }}
+{{- end }}
+# The token list, with each hash expanded by the kubelet from the variable above it.
+- name: STATESTORE_AUTH__TOKENS
+  value: {{ $tokens | toJson | quote }}
+{{- end }}
+{{- with .Values.extraEnv }}
+{{- toYaml . | nindent 0 }}
+{{- end }}
+{{- end }}

@@ -1,0 +1,486 @@
+"""The Helm chart: lint, render and validate it for realistic value sets, and check what it promises.
+
+Rendering and linting go through Helm's own Go SDK; every manifest is validated against the strict
+Kubernetes schemas of a recent release; the rendered ``statestore.yaml`` is loaded by the service's
+own settings loader with the environment the kubelet would give the pod.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import kubernetes_validate
+import pytest
+import yaml
+
+from service.exceptions import ConfigError
+from service.settings import load_settings
+from tests.deploy.manifests import (
+    CHART,
+    KUBERNETES_VERSION,
+    RELEASE,
+    Rendered,
+    container_environment,
+    lint,
+    render,
+)
+
+STATE_DIR = "/var/lib/statestore"
+CONFIG_PATH = "/etc/statestore/statestore.yaml"
+
+ANALYTICS_HASH = hashlib.sha256(b"analytics-token").hexdigest()
+BILLING_HASH = hashlib.sha256(b"billing-token").hexdigest()
+INLINE_HASH = hashlib.sha256(b"dashboards-token").hexdigest()
+KAFKA_PASSWORD = "s3cr3t-kafka-password"
+
+# Contents of the Secrets the value sets refer to, as a cluster would hold them.
+SECRETS: dict[str, dict[str, str]] = {
+    "kafka-credentials": {"username": "statestore", "password": KAFKA_PASSWORD},
+    "statestore-tokens": {"analytics": ANALYTICS_HASH, "billing": BILLING_HASH},
+}
+
+TWO_STORES = [
+    {"name": "products", "topic": "products", "value_format": "json"},
+    {"name": "customers", "topic": "crm.customers.v1", "value_format": "json"},
+]
+
+VALUE_SETS: dict[str, dict[str, Any]] = {
+    "defaults": {},
+    "sasl-ssl-kafka": {
+        "kafka": {
+            "bootstrapServers": "b-1.kafka.internal:9096,b-2.kafka.internal:9096",
+            "config": {
+                "security.protocol": "SASL_SSL",
+                "sasl.mechanism": "SCRAM-SHA-512",
+                "ssl.ca.location": "/etc/statestore/kafka-tls/ca.crt",
+                "fetch.queue.backoff.ms": 10,
+            },
+            "credentials": {"existingSecret": "kafka-credentials"},
+            "tls": {"existingSecret": "kafka-ca"},
+        },
+        "stores": TWO_STORES,
+    },
+    "tokens-auth": {
+        "stores": TWO_STORES,
+        "auth": {
+            "mode": "tokens",
+            "existingSecret": "statestore-tokens",
+            "tokens": [
+                {"name": "analytics", "stores": ["products", "customers"], "secretKey": "analytics"},
+                {"name": "billing", "stores": ["customers"], "secretKey": "billing"},
+                {"name": "dashboards", "stores": ["products"], "sha256": INLINE_HASH},
+            ],
+        },
+    },
+    "inline-token-hashes": {
+        "auth": {
+            "mode": "tokens",
+            "tokens": [{"name": "dashboards", "stores": ["products"], "sha256": INLINE_HASH}],
+        },
+    },
+    "three-replicas-monitored": {
+        "replicaCount": 3,
+        "image": {
+            "repository": "registry.example.com/data/statestore",
+            "tag": "1.4.2",
+            "pullPolicy": "Always",
+        },
+        "imagePullSecrets": [{"name": "regcred"}],
+        "stores": [
+            *TWO_STORES,
+            {
+                "name": "positions",
+                "topic": "positions",
+                "value_format": "json",
+                "indexes": [{"name": "by_ticker", "field": "ticker"}],
+                "history": {"retention_ms": 86_400_000},
+            },
+        ],
+        "limits": {"max_batch_keys": 20_000, "max_scan_limit": 5_000},
+        "resources": {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {"cpu": "4", "memory": "12Gi"}},
+        "persistence": {"storageClass": "fast-ssd", "size": "200Gi"},
+        "podDisruptionBudget": {"minAvailable": 2},
+        "serviceMonitor": {"enabled": True, "interval": "15s", "labels": {"release": "prometheus"}},
+        "startupProbe": {
+            "enabled": True,
+            "path": "/readyz",
+            "periodSeconds": 30,
+            "timeoutSeconds": 5,
+            "failureThreshold": 480,
+        },
+        "topologySpreadConstraints": [
+            {
+                "maxSkew": 1,
+                "topologyKey": "topology.kubernetes.io/zone",
+                "whenUnsatisfiable": "ScheduleAnyway",
+                "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "statestore"}},
+            },
+        ],
+    },
+    "tls-listener": {
+        "http": {"tls": {"enabled": True, "existingSecret": "statestore-tls"}},
+        "serviceMonitor": {
+            "enabled": True,
+            "tlsConfig": {
+                "serverName": "statestore.data.svc",
+                "ca": {"secret": {"name": "statestore-tls", "key": "ca.crt"}},
+            },
+        },
+    },
+    "ephemeral-minimal": {
+        "persistence": {"enabled": False},
+        "serviceAccount": {"create": False},
+        "podAntiAffinity": "none",
+        "startupProbe": {
+            "enabled": False,
+            "path": "/readyz",
+            "periodSeconds": 10,
+            "timeoutSeconds": 5,
+            "failureThreshold": 1,
+        },
+        "podDisruptionBudget": {"enabled": False},
+        "extraEnv": [{"name": "STATESTORE_LIMITS__MAX_KEY_BYTES", "value": "1024"}],
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def rendered() -> dict[str, Rendered]:
+    return {name: render(values) for name, values in VALUE_SETS.items()}
+
+
+@pytest.fixture
+def load_pod_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Factory: the service's Settings as a pod of ``chart`` would load them (file + environment)."""
+
+    def load(chart: Rendered) -> Any:
+        config = tmp_path / "statestore.yaml"
+        config.write_text(chart.config_text, encoding="utf-8")
+        for name in [n for n in os.environ if n.upper().startswith("STATESTORE_")]:
+            monkeypatch.delenv(name)
+        for name, value in container_environment(chart.container, SECRETS).items():
+            monkeypatch.setenv(name, value)
+        return load_settings(config)
+
+    return load
+
+
+# --- lint and schemas ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value_set", sorted(VALUE_SETS))
+def test_helm_lint_strict_is_clean(value_set: str) -> None:
+    assert lint(VALUE_SETS[value_set]) == []
+
+
+@pytest.mark.parametrize("value_set", sorted(VALUE_SETS))
+def test_every_manifest_is_valid_kubernetes(rendered: dict[str, Rendered], value_set: str) -> None:
+    chart = rendered[value_set]
+    kinds = sorted(doc["kind"] for doc in chart.documents)
+    assert {"ConfigMap", "Service", "StatefulSet"} <= set(kinds)
+    for document in chart.documents:
+        if document["apiVersion"].startswith("monitoring.coreos.com/"):
+            continue  # a CRD kind: no Kubernetes schema; its shape is checked below
+        kubernetes_validate.validate(document, KUBERNETES_VERSION, strict=True)
+
+
+def test_kubernetes_validation_catches_a_broken_manifest(rendered: dict[str, Rendered]) -> None:
+    broken = json.loads(json.dumps(rendered["defaults"].statefulset))
+    broken["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["httpGet"]["pathh"] = "/readyz"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(broken, KUBERNETES_VERSION, strict=True)
+
+
+@pytest.mark.parametrize(
+    ("values", "complaint"),
+    [
+        ({"replicaCount": "three"}, "replicaCount"),
+        ({"stroes": []}, "stroes"),
+        ({"auth": {"mode": "everyone"}}, "mode"),
+        ({"kafka": {"bootstrapServers": "k:9092", "config": {"sasl.password": "oops"}}}, "sasl.password"),
+        ({"stores": [{"name": "../etc", "topic": "t"}]}, "name"),
+    ],
+)
+def test_values_schema_rejects_bad_values(values: dict[str, Any], complaint: str) -> None:
+    with helm.Chart.load(CHART) as chart, pytest.raises(helm.HelmError, match=complaint):
+        chart.validate_schema(values)
+
+
+# --- the StatefulSet ----------------------------------------------------------------------------
+
+
+def test_defaults_statefulset_has_probes_claim_and_hardening(rendered: dict[str, Rendered]) -> None:
+    chart = rendered["defaults"]
+    sts = chart.statefulset
+    container = chart.container
+    assert container["args"] == ["serve", "--config", CONFIG_PATH]
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http", "scheme": "HTTP"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http", "scheme": "HTTP"}
+    startup = container["startupProbe"]
+    assert startup["httpGet"]["path"] == "/readyz"
+    # Sized for long restores: liveness waits up to an hour for the first bootstrap.
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 3600
+
+    claims = sts["spec"]["volumeClaimTemplates"]
+    assert [c["metadata"]["name"] for c in claims] == ["state"]
+    assert claims[0]["spec"]["resources"]["requests"]["storage"] == "10Gi"
+    assert claims[0]["spec"]["accessModes"] == ["ReadWriteOnce"]
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    assert mounts[STATE_DIR]["name"] == "state"
+    assert mounts[CONFIG_PATH]["readOnly"] is True
+    assert "/tmp" in mounts
+    volumes = {v["name"]: v for v in sts["spec"]["template"]["spec"]["volumes"]}
+    assert "emptyDir" in volumes["tmp"]
+    assert "state" not in volumes, "the state dir must come from the claim template, not a pod volume"
+
+    pod_security = sts["spec"]["template"]["spec"]["securityContext"]
+    assert pod_security["runAsNonRoot"] is True
+    assert pod_security["runAsUser"] == 10001
+    assert pod_security["fsGroup"] == 10001
+    assert pod_security["seccompProfile"] == {"type": "RuntimeDefault"}
+    security = container["securityContext"]
+    assert security["runAsNonRoot"] is True
+    assert security["runAsUser"] == 10001
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"] == {"drop": ["ALL"]}
+    assert security["seccompProfile"] == {"type": "RuntimeDefault"}
+
+    pod = sts["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is False
+    assert pod["enableServiceLinks"] is False
+    anti = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert anti[0]["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert sts["spec"]["serviceName"] == chart.one("Service", "-headless")["metadata"]["name"]
+
+
+def test_headless_and_client_services_select_the_pods(rendered: dict[str, Rendered]) -> None:
+    chart = rendered["defaults"]
+    pod_labels = chart.statefulset["spec"]["template"]["metadata"]["labels"]
+    headless = chart.one("Service", "-headless")
+    client = chart.one("Service", f"{RELEASE}-statestore")
+    assert headless["spec"]["clusterIP"] == "None"
+    assert headless["spec"]["publishNotReadyAddresses"] is True
+    assert "publishNotReadyAddresses" not in client["spec"], "only READY pods may serve clients"
+    for service in (headless, client):
+        assert service["spec"]["selector"].items() <= pod_labels.items()
+        assert service["spec"]["ports"][0]["targetPort"] == "http"
+    pdb = chart.one("PodDisruptionBudget")
+    assert pdb["spec"]["maxUnavailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+
+
+def test_config_change_rolls_the_pods() -> None:
+    before = render({})
+    after = render({"limits": {"max_batch_keys": 500}})
+    annotation = "checksum/config"
+    assert (
+        before.statefulset["spec"]["template"]["metadata"]["annotations"][annotation]
+        != after.statefulset["spec"]["template"]["metadata"]["annotations"][annotation]
+    )
+
+
+def test_three_replicas_with_monitoring_and_resources(rendered: dict[str, Rendered]) -> None:
+    chart = rendered["three-replicas-monitored"]
+    sts = chart.statefulset
+    assert sts["spec"]["replicas"] == 3
+    assert sts["spec"]["podManagementPolicy"] == "Parallel"
+    assert chart.container["image"] == "registry.example.com/data/statestore:1.4.2"
+    assert chart.container["imagePullPolicy"] == "Always"
+    assert chart.container["resources"]["limits"] == {"cpu": "4", "memory": "12Gi"}
+    claim = sts["spec"]["volumeClaimTemplates"][0]["spec"]
+    assert claim["storageClassName"] == "fast-ssd"
+    assert claim["resources"]["requests"]["storage"] == "200Gi"
+    assert chart.container["startupProbe"]["failureThreshold"] == 480
+    assert chart.one("PodDisruptionBudget")["spec"] == {
+        "minAvailable": 2,
+        "selector": chart.one("PodDisruptionBudget")["spec"]["selector"],
+    }
+
+    monitor = chart.one("ServiceMonitor")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["metadata"]["labels"]["release"] == "prometheus"
+    [endpoint] = monitor["spec"]["endpoints"]
+    assert endpoint == {
+        "port": "http",
+        "path": "/metrics",
+        "scheme": "http",
+        "interval": "15s",
+        "scrapeTimeout": "10s",
+    }
+    # It selects exactly one Service (the headless one), so each pod is scraped once, ready or not.
+    selected = [
+        s
+        for s in chart.of_kind("Service")
+        if monitor["spec"]["selector"]["matchLabels"].items() <= s["metadata"]["labels"].items()
+    ]
+    assert [s["metadata"]["name"] for s in selected] == [f"{RELEASE}-statestore-headless"]
+
+
+def test_service_monitor_is_off_by_default(rendered: dict[str, Rendered]) -> None:
+    assert rendered["defaults"].of_kind("ServiceMonitor") == []
+
+
+def test_tls_listener_switches_probes_and_scrapes_to_https(rendered: dict[str, Rendered]) -> None:
+    chart = rendered["tls-listener"]
+    for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
+        assert chart.container[probe]["httpGet"]["scheme"] == "HTTPS"
+    mounts = {m["name"]: m for m in chart.container["volumeMounts"]}
+    assert mounts["http-tls"] == {
+        "name": "http-tls",
+        "mountPath": "/etc/statestore/http-tls",
+        "readOnly": True,
+    }
+    volumes = {v["name"]: v for v in chart.statefulset["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["http-tls"]["secret"]["secretName"] == "statestore-tls"
+    endpoint = chart.one("ServiceMonitor")["spec"]["endpoints"][0]
+    assert endpoint["scheme"] == "https"
+    assert endpoint["tlsConfig"]["serverName"] == "statestore.data.svc"
+
+
+def test_ephemeral_minimal_uses_an_empty_dir_and_warns(rendered: dict[str, Rendered]) -> None:
+    chart = rendered["ephemeral-minimal"]
+    sts = chart.statefulset
+    assert "volumeClaimTemplates" not in sts["spec"]
+    volumes = {v["name"]: v for v in sts["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["state"] == {"name": "state", "emptyDir": {}}
+    assert "startupProbe" not in chart.container
+    assert "affinity" not in sts["spec"]["template"]["spec"]
+    assert sts["spec"]["template"]["spec"]["serviceAccountName"] == "default"
+    assert chart.of_kind("ServiceAccount") == []
+    assert chart.of_kind("PodDisruptionBudget") == []
+    assert "persistence is disabled" in chart.notes
+
+
+# --- configuration and secrets ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value_set", sorted(VALUE_SETS))
+def test_rendered_config_loads_with_the_service_settings(
+    rendered: dict[str, Rendered], value_set: str, load_pod_settings: Any
+) -> None:
+    chart = rendered[value_set]
+    settings = load_pod_settings(chart)
+    values = VALUE_SETS[value_set]
+    expected_stores = [s["name"] for s in values.get("stores", [{"name": "products"}])]
+    assert [s.name for s in settings.stores] == expected_stores
+    assert str(settings.state_dir) == STATE_DIR
+    assert settings.http.host == "0.0.0.0"
+    assert settings.http.port == chart.container["ports"][0]["containerPort"]
+    assert settings.auth.mode == values.get("auth", {}).get("mode", "open")
+
+
+def test_kafka_credentials_come_from_the_secret_not_the_configmap(
+    rendered: dict[str, Rendered], load_pod_settings: Any
+) -> None:
+    chart = rendered["sasl-ssl-kafka"]
+    settings = load_pod_settings(chart)
+    kafka = settings.librdkafka_config()
+    assert kafka["bootstrap.servers"] == "b-1.kafka.internal:9096,b-2.kafka.internal:9096"
+    assert kafka["security.protocol"] == "SASL_SSL"
+    assert kafka["sasl.mechanism"] == "SCRAM-SHA-512"
+    assert kafka["fetch.queue.backoff.ms"] == "10"
+    assert kafka["sasl.username"] == "statestore"
+    assert kafka["sasl.password"] == KAFKA_PASSWORD
+
+    config = yaml.safe_load(chart.config_text)
+    assert not any("password" in key or "username" in key for key in config["kafka"])
+    for document in chart.documents:
+        assert KAFKA_PASSWORD not in json.dumps(document)
+    env = {e["name"]: e for e in chart.container["env"]}
+    assert env["STATESTORE_KAFKA__SASL_PASSWORD"]["valueFrom"]["secretKeyRef"] == {
+        "name": "kafka-credentials",
+        "key": "password",
+    }
+    mounts = {m["name"]: m for m in chart.container["volumeMounts"]}
+    assert mounts["kafka-tls"]["mountPath"] == "/etc/statestore/kafka-tls"
+    assert kafka["ssl.ca.location"].startswith(mounts["kafka-tls"]["mountPath"] + "/")
+
+
+def test_token_hashes_come_from_the_secret(rendered: dict[str, Rendered], load_pod_settings: Any) -> None:
+    chart = rendered["tokens-auth"]
+    settings = load_pod_settings(chart)
+    tokens = {t.name: t for t in settings.auth.tokens}
+    assert tokens["analytics"].sha256 == ANALYTICS_HASH
+    assert tokens["analytics"].stores == ["products", "customers"]
+    assert tokens["billing"].sha256 == BILLING_HASH
+    assert tokens["dashboards"].sha256 == INLINE_HASH
+    for document in chart.documents:
+        assert ANALYTICS_HASH not in json.dumps(document)
+        assert BILLING_HASH not in json.dumps(document)
+    assert "sha256" not in chart.config_text
+
+
+def test_inline_token_hashes_are_written_into_the_config(
+    rendered: dict[str, Rendered], load_pod_settings: Any
+) -> None:
+    chart = rendered["inline-token-hashes"]
+    assert "env" not in chart.container
+    settings = load_pod_settings(chart)
+    assert [(t.name, t.sha256, t.stores) for t in settings.auth.tokens] == [
+        ("dashboards", INLINE_HASH, ["products"])
+    ]
+
+
+def test_extra_env_overrides_the_config(rendered: dict[str, Rendered], load_pod_settings: Any) -> None:
+    settings = load_pod_settings(rendered["ephemeral-minimal"])
+    assert settings.limits.max_key_bytes == 1024
+
+
+def test_limits_pass_through(rendered: dict[str, Rendered], load_pod_settings: Any) -> None:
+    settings = load_pod_settings(rendered["three-replicas-monitored"])
+    assert settings.limits.max_batch_keys == 20_000
+    assert settings.limits.max_scan_limit == 5_000
+    positions = settings.store("positions")
+    assert positions is not None
+    assert [i.field for i in positions.indexes] == ["ticker"]
+
+
+def test_a_config_the_service_refuses_is_refused(tmp_path: Path) -> None:
+    # The loader the tests rely on really validates: an unknown store setting fails.
+    chart = render({"stores": [{"name": "products", "topic": "products", "value_format": "json"}]})
+    config = tmp_path / "statestore.yaml"
+    config.write_text(chart.config_text.replace("value_format: json", "value_format: avro"), encoding="utf-8")
+    with pytest.raises(ConfigError, match="value_format"):
+        load_settings(config)
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"kafka": {"config": {"SASL.Password": "hunter2"}}}, "looks secret"),
+        ({"kafka": {"config": {"ssl.key.password": "hunter2"}}}, "looks secret"),
+        ({"kafka": {"config": {"bootstrap.servers": "k:9092"}}}, "kafka.bootstrapServers"),
+        ({"http": {"tls": {"enabled": True}}}, "http.tls.existingSecret"),
+        ({"auth": {"mode": "tokens"}}, "auth.tokens is empty"),
+        (
+            {"auth": {"mode": "tokens", "tokens": [{"name": "a", "secretKey": "a"}]}},
+            "auth.existingSecret is empty",
+        ),
+        ({"auth": {"mode": "tokens", "tokens": [{"name": "a"}]}}, "needs secretKey"),
+    ],
+)
+def test_values_that_would_leak_or_cannot_work_fail_to_render(
+    values: dict[str, Any], message: str, tmp_path: Path
+) -> None:
+    # The template guards hold even when the values schema is skipped (helm --skip-schema-validation):
+    # render a copy of the chart without its schema.
+    unchecked = tmp_path / "statestore"
+    shutil.copytree(CHART, unchecked)
+    (unchecked / "values.schema.json").unlink()
+    with helm.Chart.load(unchecked) as chart, pytest.raises(helm.HelmRenderError, match=message):
+        chart.render(values, name=RELEASE, namespace="data")
+
+
+def test_notes_tell_how_to_reach_the_service(rendered: dict[str, Rendered]) -> None:
+    notes = rendered["defaults"].notes
+    assert f"statefulset/{RELEASE}-statestore" in notes
+    assert f"http://{RELEASE}-statestore.data.svc:8080/v1/stores/products/keys/KEY" in notes
+    assert 'auth.mode is "open"' in notes
+    assert 'auth.mode is "open"' not in rendered["tokens-auth"].notes
