@@ -154,9 +154,6 @@ class Engine:
         options.set_move_files(True)
         self._db.ingest_external_file([str(p) for p in sst_paths], options)
 
-    def sst_writer(self) -> rocksdict.SstFileWriter:
-        return rocksdict.SstFileWriter(self._options)
-
     def flush(self) -> None:
         """Persist the memtables of both column families together."""
         self._db.flush(True)

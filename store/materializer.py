@@ -14,10 +14,12 @@ import random
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Protocol
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
+from store.bulkload import BulkLoader
 from store.config import StoreConfig
 from store.kafka import (
     OUT_OF_RANGE_CODES,
@@ -51,7 +53,7 @@ class MaterializerTarget(Protocol):
 
     def apply(self, keys: list[bytes], values: list[bytes | None], offsets: dict[int, int]) -> None: ...
 
-    def bulk_apply(self, keys: list[bytes], values: list[bytes | None], offsets: dict[int, int]) -> None: ...
+    def ingest(self, sst_path: Path | None, offsets: dict[int, int]) -> None: ...
 
     def rebuild(self, reason: str) -> None: ...
 
@@ -113,6 +115,17 @@ class Progress:
 
     def remaining(self, position: Position) -> int:
         return sum(max(0, target - position.get(p, 0)) for p, target in self.restore_target.items())
+
+
+class _Chunk:
+    """Records polled but not yet written: keys, values (None: tombstone), next offsets."""
+
+    __slots__ = ("keys", "offsets", "values")
+
+    def __init__(self) -> None:
+        self.keys: list[bytes] = []
+        self.values: list[bytes | None] = []
+        self.offsets: dict[int, int] = {}
 
 
 class Materializer:
@@ -263,100 +276,115 @@ class Materializer:
         caught_up: set[int] = set()
         refined: set[int] = set()
         restoring = target.state is not StoreState.READY
-        bulk = (
-            restoring
-            and tuning.bulk_load_min_records > 0
-            and progress.remaining(self._position()) >= (tuning.bulk_load_min_records)
-        )
-        bulk_keys: list[bytes] = []
-        bulk_values: list[bytes | None] = []
-        bulk_offsets: dict[int, int] = {}
+        loader: BulkLoader | None = None
+        chunk = _Chunk()
         next_metadata_check = time.monotonic() + tuning.metadata_check_interval_seconds
         next_progress_log = time.monotonic() + tuning.progress_log_interval_seconds
         next_checkpoint = time.monotonic() + tuning.checkpoint_interval_seconds
 
-        def flush_bulk() -> None:
-            if bulk_offsets:
-                target.bulk_apply(bulk_keys, bulk_values, dict(bulk_offsets))
-                progress.count(len(bulk_keys))
-                bulk_keys.clear()
-                bulk_values.clear()
-                bulk_offsets.clear()
+        def ingest(path: Path | None, offsets: dict[int, int], count: int) -> None:
+            target.ingest(path, offsets)
+            progress.count(count)
 
-        while not self._stop.is_set():
-            messages = consumer.consume(tuning.poll_max_records, tuning.poll_timeout_seconds)
-            keys: list[bytes] = bulk_keys if bulk else []
-            values: list[bytes | None] = bulk_values if bulk else []
-            offsets: dict[int, int] = bulk_offsets if bulk else {}
-            before = len(keys)
-            nulls = 0
-            for message in messages:
-                error = message.error()
-                if error is not None:
-                    self._on_fetch_error(error, message, caught_up)
-                    continue
-                # A fetched record always has a partition and an offset.
-                offsets[message.partition()] = message.offset() + 1  # type: ignore[index,operator]
-                key = message.key()
-                if key is None:
-                    nulls += 1
-                    continue
-                keys.append(key)
-                values.append(message.value())
-            if messages:
-                progress.last_contact = time.monotonic()
-            if nulls:
-                progress.null_keys += nulls
-                self._log.warning(
-                    'store "%s": skipped %d records with a null key (total %d); a table needs keys',
-                    config.name,
-                    nulls,
-                    progress.null_keys,
-                )
-            if bulk:
-                if len(bulk_keys) >= tuning.bulk_load_chunk_records:
-                    flush_bulk()
-            elif offsets:
-                target.apply(keys, values, offsets)
-                progress.count(len(keys) - before)
-            self._refresh_end_offsets(consumer, topic, partitions, targets, refined)
-            if restoring and not bulk and tuning.bulk_load_min_records > 0:
-                # The true end offsets are known only after the first fetch responses.
-                bulk = progress.remaining(self._position()) >= tuning.bulk_load_min_records
+        def wants_bulk() -> bool:
+            return (
+                restoring
+                and tuning.bulk_load_min_records > 0
+                and progress.remaining(self._position()) >= tuning.bulk_load_min_records
+            )
 
-            if restoring and len(caught_up) >= partitions:
-                flush_bulk()
-                bulk = False
-                target.checkpoint()
-                restoring = False
-                elapsed = time.monotonic() - progress.restore_started_at
-                target.set_state(StoreState.READY)
-                self._log.info(
-                    'store "%s" READY at position %s: %d records applied in %.1fs (%.0f records/s)',
-                    config.name,
-                    self._position(),
-                    progress.restore_applied,
-                    elapsed,
-                    progress.restore_applied / elapsed if elapsed > 0 else 0.0,
-                )
-            now = time.monotonic()
-            if restoring and now >= next_progress_log:
-                next_progress_log = now + tuning.progress_log_interval_seconds
-                position = self._position()
-                self._log.info(
-                    'store "%s" restoring: %d records applied, %d remaining, %.0f records/s',
-                    config.name,
-                    progress.restore_applied + len(bulk_keys),
-                    max(0, progress.remaining(position) - len(bulk_keys)),
-                    progress.rate(),
-                )
-            if not restoring and now >= next_checkpoint:
-                next_checkpoint = now + tuning.checkpoint_interval_seconds
-                target.checkpoint()
-            if now >= next_metadata_check:
-                next_metadata_check = now + tuning.metadata_check_interval_seconds
-                partitions = self._check_metadata(consumer, admin, info, partitions, targets)
-        flush_bulk()
+        if wants_bulk():
+            loader = BulkLoader(config.path / "bulk", ingest)
+        try:
+            while not self._stop.is_set():
+                messages = consumer.consume(tuning.poll_max_records, tuning.poll_timeout_seconds)
+                if loader is None:
+                    chunk = _Chunk()
+                keys, values, offsets = chunk.keys, chunk.values, chunk.offsets
+                nulls = 0
+                for message in messages:
+                    error = message.error()
+                    if error is not None:
+                        self._on_fetch_error(error, message, caught_up)
+                        continue
+                    # A fetched record always has a partition and an offset.
+                    offsets[message.partition()] = message.offset() + 1  # type: ignore[index,operator]
+                    key = message.key()
+                    if key is None:
+                        nulls += 1
+                        continue
+                    keys.append(key)
+                    values.append(message.value())
+                if messages:
+                    progress.last_contact = time.monotonic()
+                if nulls:
+                    progress.null_keys += nulls
+                    self._log.warning(
+                        'store "%s": skipped %d records with a null key (total %d); a table needs keys',
+                        config.name,
+                        nulls,
+                        progress.null_keys,
+                    )
+                if loader is not None:
+                    if len(keys) >= tuning.bulk_load_chunk_records:
+                        loader.submit(keys, values, offsets)
+                        chunk = _Chunk()
+                elif offsets:
+                    target.apply(keys, values, offsets)
+                    progress.count(len(keys))
+                self._refresh_end_offsets(consumer, topic, partitions, targets, refined)
+                if loader is None and wants_bulk():
+                    # The true end offsets are known only after the first fetch responses.
+                    loader = BulkLoader(config.path / "bulk", ingest)
+                    chunk = _Chunk()
+
+                if restoring and len(caught_up) >= partitions:
+                    if loader is not None:
+                        if chunk.offsets:
+                            loader.submit(chunk.keys, chunk.values, chunk.offsets)
+                            chunk = _Chunk()
+                        loader.drain()
+                        loader.close()
+                        loader = None
+                    target.checkpoint()
+                    restoring = False
+                    self._become_ready()
+                now = time.monotonic()
+                if restoring and now >= next_progress_log:
+                    next_progress_log = now + tuning.progress_log_interval_seconds
+                    self._log.info(
+                        'store "%s" restoring: %d records applied, %d remaining, %.0f records/s',
+                        config.name,
+                        progress.restore_applied,
+                        progress.remaining(self._position()),
+                        progress.rate(),
+                    )
+                if not restoring and now >= next_checkpoint:
+                    next_checkpoint = now + tuning.checkpoint_interval_seconds
+                    target.checkpoint()
+                if now >= next_metadata_check:
+                    next_metadata_check = now + tuning.metadata_check_interval_seconds
+                    partitions = self._check_metadata(consumer, admin, info, partitions, targets)
+            if loader is not None and chunk.offsets:
+                loader.submit(chunk.keys, chunk.values, chunk.offsets)
+            if loader is not None:
+                loader.drain()
+        finally:
+            if loader is not None:
+                loader.close()
+
+    def _become_ready(self) -> None:
+        progress = self.progress
+        elapsed = time.monotonic() - progress.restore_started_at
+        self._target.set_state(StoreState.READY)
+        self._log.info(
+            'store "%s" READY at position %s: %d records applied in %.1fs (%.0f records/s)',
+            self._config.name,
+            self._position(),
+            progress.restore_applied,
+            elapsed,
+            progress.restore_applied / elapsed if elapsed > 0 else 0.0,
+        )
 
     def _on_fetch_error(self, error: KafkaError, message: Any, caught_up: set[int]) -> None:
         code = error.code()

@@ -8,9 +8,9 @@ import logging
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from types import TracebackType
 
-from store.bulkload import write_sst
 from store.config import StoreConfig
 from store.engine import Engine, SnapshotReader, destroy
 from store.exceptions import StoreClosedError, StoreCorruptError
@@ -229,15 +229,14 @@ class Store:
                 for key in keys:
                     cache.pop(key, None)
 
-    def bulk_apply(self, keys: list[bytes], values: list[bytes | None], offsets: dict[int, int]) -> None:
-        """Write a bootstrap chunk as an SST file, ingest it, then record the offsets."""
+    def ingest(self, sst_path: Path | None, offsets: dict[int, int]) -> None:
+        """Ingest a bootstrap chunk's SST file, then record the chunk's offsets."""
         engine = self._require_engine()
-        path = write_sst(engine.sst_writer(), self.config.path / "bulk", keys, values)
         batch = engine.new_batch()
         engine.put_offsets(batch, offsets)
         with self._changed:
-            if path is not None:
-                engine.ingest([path])
+            if sst_path is not None:
+                engine.ingest([sst_path])
             engine.write(batch)
             self._advance(offsets)
             self._cache.clear()

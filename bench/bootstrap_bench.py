@@ -1,0 +1,200 @@
+"""Bootstrap rate: a store restoring a topic from scratch, against the tuned bare consumer and ktables.
+
+All three read the same topic on the same embedded broker in the same run, each in its own process,
+alternating, and the median of the repetitions is reported::
+
+    python -m bench.bootstrap_bench --records 1000000 --repeat 3
+
+Targets (issue 2): the store's bootstrap rate is at least 60% of the tuned bare consumer's, and at
+least 2x ktables' replay rate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+TOPIC = "bootstrap-bench"
+PARTITIONS = 3
+
+
+def _produce(bootstrap: str, records: int) -> None:
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics(
+        [NewTopic(TOPIC, PARTITIONS, 1, config={"cleanup.policy": "compact"})]
+    ).values():
+        future.result(timeout=15)
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 20,
+            "batch.num.messages": 10000,
+            "queue.buffering.max.messages": 2_000_000,
+        }
+    )
+    value = os.urandom(100)
+    for i in range(records):
+        key = (i * 2654435761 % (1 << 64)).to_bytes(8, "big") + i.to_bytes(8, "big")  # 16 B, spread
+        while True:
+            try:
+                producer.produce(TOPIC, key=key, value=value, partition=i % PARTITIONS)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    producer.flush(120)
+
+
+# -- contenders, each run in a child process: `python -m bench.bootstrap_bench --child NAME` -------
+
+
+def _child_bare(bootstrap: str, records: int) -> float:
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "bench-bare",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "fetch.queue.backoff.ms": 10,
+        }
+    )
+    start = time.perf_counter()
+    consumer.assign([TopicPartition(TOPIC, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+    seen = 0
+    eof: set[int] = set()
+    while seen < records or len(eof) < PARTITIONS:
+        for message in consumer.consume(10000, 1.0):
+            error = message.error()
+            if error is None:
+                seen += 1
+            elif error.code() == KafkaError._PARTITION_EOF:
+                eof.add(message.partition() or 0)
+    elapsed = time.perf_counter() - start
+    consumer.close()
+    return elapsed
+
+
+def _child_store(bootstrap: str, records: int) -> float:
+    from store import Store, StoreConfig
+
+    with tempfile.TemporaryDirectory() as state_dir:
+        store = Store(StoreConfig("bench", TOPIC, {"bootstrap.servers": bootstrap}, Path(state_dir)))
+        start = time.perf_counter()
+        store.start()
+        if not store.wait_until_ready(timeout=600):
+            raise SystemExit("store did not become READY")
+        elapsed = time.perf_counter() - start
+        total = store.position().total()
+        store.stop()
+    if total != records:
+        raise SystemExit(f"store position covers {total} records, expected {records}")
+    return elapsed
+
+
+def _child_ktables(bootstrap: str, records: int) -> float:
+    import asyncio
+
+    from ktables import KafkaTable
+
+    async def run() -> float:
+        table = KafkaTable(
+            connection=bootstrap,
+            topic=TOPIC,
+            value_decoder=lambda b: b,
+            key_decoder=lambda b: b.hex(),
+            ensure_topic=False,
+            catchup_timeout=600,
+        )
+        start = time.perf_counter()
+        await table.start()
+        # Its catch-up gate trusts ListOffsets, which this broker answers too low: count instead.
+        while table.stats.records_applied < records:
+            await asyncio.sleep(0.01)
+        elapsed = time.perf_counter() - start
+        await table.stop()
+        return elapsed
+
+    return asyncio.run(run())
+
+
+CHILDREN = {"bare": _child_bare, "store": _child_store, "ktables": _child_ktables}
+
+
+def _run_child(name: str, bootstrap: str, records: int) -> float:
+    output = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.bootstrap_bench",
+            "--child",
+            name,
+            "--bootstrap",
+            bootstrap,
+            "--records",
+            str(records),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return float(json.loads(output.strip().splitlines()[-1])["seconds"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--contenders", default="bare,store,ktables")
+    parser.add_argument("--child", choices=sorted(CHILDREN), help=argparse.SUPPRESS)
+    parser.add_argument("--bootstrap", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        seconds = CHILDREN[args.child](args.bootstrap, args.records)
+        print(json.dumps({"seconds": seconds}))
+        return 0
+
+    from service.local_broker import LocalBroker
+
+    contenders = args.contenders.split(",")
+    with LocalBroker() as broker:
+        print(
+            f"producing {args.records:,} records (16 B keys, 100 B values, {PARTITIONS} partitions)...",
+            flush=True,
+        )
+        _produce(broker.bootstrap_servers, args.records)
+        times: dict[str, list[float]] = {name: [] for name in contenders}
+        for round_number in range(args.repeat):
+            for name in contenders:
+                seconds = _run_child(name, broker.bootstrap_servers, args.records)
+                times[name].append(seconds)
+                print(
+                    f"round {round_number + 1} {name:8s} {args.records / seconds:>12,.0f} records/s",
+                    flush=True,
+                )
+    rates = {name: args.records / statistics.median(values) for name, values in times.items()}
+    print()
+    print("| reader | records/s (median) | vs bare consumer |")
+    print("|---|---|---|")
+    for name, rate in rates.items():
+        ratio = f"{rate / rates['bare']:.0%}" if "bare" in rates else "-"
+        print(f"| {name} | {rate:,.0f} | {ratio} |")
+    if "store" in rates and "ktables" in rates:
+        print(f"\nstore / ktables: {rates['store'] / rates['ktables']:.1f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
