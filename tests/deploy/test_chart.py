@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -484,3 +485,26 @@ def test_notes_tell_how_to_reach_the_service(rendered: dict[str, Rendered]) -> N
     assert f"http://{RELEASE}-statestore.data.svc:8080/v1/stores/products/keys/KEY" in notes
     assert 'auth.mode is "open"' in notes
     assert 'auth.mode is "open"' not in rendered["tokens-auth"].notes
+
+
+def _leaves(values: dict[str, Any], prefix: str = "") -> list[str]:
+    # Mappings that are passed through whole are documented as one value.
+    whole = {"resources", "podSecurityContext", "securityContext", "kafka.credentials.keys"}
+    paths: list[str] = []
+    for key, value in values.items():
+        path = f"{prefix}.{key}" if prefix else key
+        if isinstance(value, dict) and value and path not in whole:
+            paths.extend(_leaves(value, path))
+        else:
+            paths.append(path)
+    return paths
+
+
+def test_every_value_is_documented_in_the_chart_readme() -> None:
+    readme = (CHART / "README.md").read_text(encoding="utf-8")
+    documented = set(re.findall(r"^\| `([^`]+)` \|", readme, flags=re.MULTILINE))
+    with helm.Chart.load(CHART) as chart:
+        leaves = _leaves(chart.values)
+    assert len(leaves) > 50
+    assert sorted(set(leaves) - documented) == []
+    assert sorted(documented - set(leaves)) == [], "the README documents values the chart does not have"
