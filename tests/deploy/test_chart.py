@@ -180,6 +180,12 @@ def test_helm_lint_strict_is_clean(value_set: str) -> None:
     assert lint(VALUE_SETS[value_set]) == []
 
 
+def test_lint_reports_values_that_break_the_schema() -> None:
+    findings = lint({"replicaCount": "three"})
+    assert findings
+    assert any("/replicaCount" in finding["error"] for finding in findings)
+
+
 @pytest.mark.parametrize("value_set", sorted(VALUE_SETS))
 def test_every_manifest_is_valid_kubernetes(rendered: dict[str, Rendered], value_set: str) -> None:
     chart = rendered[value_set]
