@@ -13,6 +13,7 @@ Embed it without HTTP::
 
 from store.config import EngineTuning, StoreConfig
 from store.exceptions import (
+    IndexNotReadyError,
     InvalidPositionError,
     KafkaSourceError,
     ScanLimitError,
@@ -20,11 +21,14 @@ from store.exceptions import (
     StoreCorruptError,
     StoreError,
     StoreLockedError,
+    UnknownIndexError,
 )
+from store.indexes import IndexSpec
 from store.memory import InMemoryStore
 from store.position import Position
 from store.protocol import (
     MAX_SCAN_LIMIT,
+    IndexStatus,
     ReadOnlyKeyValueStore,
     RestoreProgress,
     ScanPage,
@@ -38,6 +42,9 @@ __all__ = [
     "MAX_SCAN_LIMIT",
     "EngineTuning",
     "InMemoryStore",
+    "IndexNotReadyError",
+    "IndexSpec",
+    "IndexStatus",
     "InvalidPositionError",
     "KafkaSourceError",
     "Position",
@@ -54,4 +61,5 @@ __all__ = [
     "StoreLockedError",
     "StoreState",
     "StoreStatus",
+    "UnknownIndexError",
 ]

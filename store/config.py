@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
 
+from store.indexes import IndexSpec
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class EngineTuning:
@@ -48,10 +50,15 @@ class StoreConfig:
     kafka: Mapping[str, str]
     state_dir: Path
     tuning: EngineTuning = dataclasses.field(default_factory=EngineTuning)
+    indexes: tuple[IndexSpec, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kafka", MappingProxyType(dict(self.kafka)))
         object.__setattr__(self, "state_dir", Path(self.state_dir))
+        object.__setattr__(self, "indexes", tuple(self.indexes))
+        names = [index.name for index in self.indexes]
+        if len(set(names)) != len(names):
+            raise ValueError(f'store "{self.name}": index names must be unique, got {names}')
 
     @property
     def path(self) -> Path:

@@ -5,7 +5,8 @@ Layout of a store directory (``state_dir / name``)::
     statestore.lock     advisory lock held by the process that owns the store
     db/                 the RocksDB database
         column family "default"  the table: key -> latest value
-        column family "meta"     next offset per partition, topic identity, format version
+        column family "meta"     next offset per partition, topic identity, format version, index states
+        column family "index"    secondary index entries (see ``store.indexes``)
     bulk/               SST files being built by the bootstrap bulk loader
 
 The WAL is disabled: the topic is the log. Data and offsets are written in one ``WriteBatch`` and
@@ -18,14 +19,21 @@ import logging
 import os
 import shutil
 import struct
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import rocksdict
 
 from store.config import EngineTuning
-from store.exceptions import ScanLimitError, StoreClosedError, StoreCorruptError, StoreLockedError
+from store.exceptions import (
+    ScanLimitError,
+    StoreClosedError,
+    StoreCorruptError,
+    StoreLockedError,
+    UnknownIndexError,
+)
+from store.indexes import IndexSpec
 from store.position import Position
 from store.protocol import MAX_SCAN_LIMIT, ScanPage
 
@@ -33,6 +41,8 @@ logger = logging.getLogger(__name__)
 
 FORMAT_VERSION = b"1"
 _META_CF = "meta"
+_INDEX_CF = "index"
+_INDEX_STATE_PREFIX = b"index/"
 _OFFSET_PREFIX = b"offset/"
 _TOPIC_KEY = b"topic"
 _TOPIC_ID_KEY = b"topic_id"
@@ -85,7 +95,7 @@ class Engine:
             self._db = rocksdict.Rdict(
                 str(path),
                 self._options,
-                column_families={"default": self._options, _META_CF: self._options},
+                column_families={"default": self._options, _META_CF: self._options, _INDEX_CF: self._options},
             )
         except Exception as exc:
             if "lock" in str(exc).lower():
@@ -98,6 +108,8 @@ class Engine:
             ) from exc
         self._meta = self._db.get_column_family(_META_CF)
         self._meta_handle = self._db.get_column_family_handle(_META_CF)
+        self._index = self._db.get_column_family(_INDEX_CF)
+        self._index_handle = self._db.get_column_family_handle(_INDEX_CF)
         self._write_options = rocksdict.WriteOptions()
         self._write_options.disable_wal = True
         version = self._meta.get(_FORMAT_KEY)
@@ -134,6 +146,41 @@ class Engine:
             batch.put(_TOPIC_ID_KEY, topic_id.encode(), self._meta_handle)
         self._db.write(batch, self._write_options)
 
+    def index_states(self) -> dict[str, tuple[str, str]]:
+        """Per index name: the field it was built on and its state (``building`` or ``ready``)."""
+        states: dict[str, tuple[str, str]] = {}
+        for key, value in self._meta.items(from_key=_INDEX_STATE_PREFIX):
+            if not key.startswith(_INDEX_STATE_PREFIX):
+                break
+            field, _, state = value.decode().partition("\n")
+            states[key[len(_INDEX_STATE_PREFIX) :].decode()] = (field, state)
+        return states
+
+    def put_index_state(self, batch: rocksdict.WriteBatch, name: str, field: str, state: str | None) -> None:
+        """Record an index's state in ``batch`` (``None``: the index no longer exists)."""
+        key = _INDEX_STATE_PREFIX + name.encode()
+        if state is None:
+            batch.delete(key, self._meta_handle)
+        else:
+            batch.put(key, f"{field}\n{state}".encode(), self._meta_handle)
+
+    def put_index_entry(self, batch: rocksdict.WriteBatch, entry_key: bytes) -> None:
+        batch.put(entry_key, b"", self._index_handle)
+
+    def delete_index_entry(self, batch: rocksdict.WriteBatch, entry_key: bytes) -> None:
+        batch.delete(entry_key, self._index_handle)
+
+    def delete_index_range(self, batch: rocksdict.WriteBatch, prefix: bytes) -> None:
+        """Remove every index entry whose key starts with ``prefix``."""
+        upper = prefix_upper_bound(prefix)
+        assert upper is not None, "index prefixes never consist of 0xff bytes only"
+        batch.delete_range(prefix, upper, self._index_handle)
+
+    def get_latest(self, keys: list[bytes]) -> list[bytes | None]:
+        """Current values, outside any snapshot (the materializer is the only writer)."""
+        values: list[bytes | None] = self._db.get(keys)
+        return values
+
     # -- writes -----------------------------------------------------------------------------
 
     def new_batch(self) -> rocksdict.WriteBatch:
@@ -162,6 +209,9 @@ class Engine:
 
     def snapshot(self) -> rocksdict.Snapshot:
         return self._db.snapshot()
+
+    def index_snapshot(self) -> rocksdict.Snapshot:
+        return self._index.snapshot()
 
     def approximate_num_keys(self) -> int:
         return int(self._db.property_int_value("rocksdb.estimate-num-keys") or 0)
@@ -203,15 +253,24 @@ class _ReleasedSnapshot:
 class SnapshotReader:
     """Reads from one RocksDB snapshot; implements ``ReadOnlyKeyValueStore``."""
 
-    __slots__ = ("_position", "_snapshot")
+    __slots__ = ("_index_snapshot", "_indexes", "_position", "_snapshot")
 
-    def __init__(self, snapshot: rocksdict.Snapshot | _ReleasedSnapshot, position: Position) -> None:
+    def __init__(
+        self,
+        snapshot: rocksdict.Snapshot | _ReleasedSnapshot,
+        position: Position,
+        index_snapshot: rocksdict.Snapshot | _ReleasedSnapshot | None = None,
+        indexes: Mapping[str, IndexSpec] | None = None,
+    ) -> None:
         self._snapshot = snapshot
         self._position = position
+        self._index_snapshot = index_snapshot
+        self._indexes = indexes or {}
 
     def release(self) -> None:
         """Drop the snapshot so the database can close; later reads raise ``StoreClosedError``."""
         self._snapshot = _ReleasedSnapshot()
+        self._index_snapshot = _ReleasedSnapshot()
 
     def get(self, key: bytes) -> bytes | None:
         try:
@@ -236,29 +295,52 @@ class SnapshotReader:
         return values
 
     def prefix_scan(self, prefix: bytes, *, after: bytes | None = None, limit: int = 1000) -> ScanPage:
-        if limit < 1:
-            raise ScanLimitError(f"scan limit must be at least 1, got {limit}")
-        limit = min(limit, MAX_SCAN_LIMIT)
-        read_options = rocksdict.ReadOptions()
-        upper = prefix_upper_bound(prefix)
-        if upper is not None:
-            read_options.set_iterate_upper_bound(upper)
-        iterator = self._snapshot.iter(read_options)
-        start = prefix if after is None or after < prefix else after + b"\x00"
-        iterator.seek(start)
-        items: list[tuple[bytes, bytes]] = []
-        while iterator.valid():
-            key = iterator.key()
-            if not key.startswith(prefix):
-                break
-            if len(items) == limit:
-                return ScanPage(items, items[-1][0])
-            items.append((key, iterator.value()))
-            iterator.next()
-        return ScanPage(items, None)
+        return ScanPage(*_scan(self._snapshot, prefix, after, limit, lambda key: key))
+
+    def index_scan(
+        self, index: str, value: bytes, *, after: bytes | None = None, limit: int = 1000
+    ) -> ScanPage:
+        spec = self._indexes.get(index)
+        if spec is None or self._index_snapshot is None:
+            raise UnknownIndexError(index, sorted(self._indexes))
+        value_prefix = spec.value_prefix(value)
+        start_after = None if after is None else value_prefix + after
+        entries, next_after = _scan(
+            self._index_snapshot, value_prefix, start_after, limit, lambda key: key[len(value_prefix) :]
+        )
+        row_keys = [row_key for row_key, _ in entries]
+        rows = self.get_many(row_keys)
+        # Index and rows come from snapshots taken together, so every entry has its row.
+        items = [(k, v) for k, v in zip(row_keys, rows, strict=True) if v is not None]
+        return ScanPage(items, next_after)
 
     def position(self) -> Position:
         return self._position
+
+
+def _scan(
+    snapshot: Any, prefix: bytes, after: bytes | None, limit: int, key_of: Callable[[bytes], bytes]
+) -> tuple[list[tuple[bytes, bytes]], bytes | None]:
+    """One bounded, byte-ordered page of keys starting with ``prefix``, strictly after ``after``."""
+    if limit < 1:
+        raise ScanLimitError(f"scan limit must be at least 1, got {limit}")
+    limit = min(limit, MAX_SCAN_LIMIT)
+    read_options = rocksdict.ReadOptions()
+    upper = prefix_upper_bound(prefix)
+    if upper is not None:
+        read_options.set_iterate_upper_bound(upper)
+    iterator = snapshot.iter(read_options)
+    iterator.seek(prefix if after is None or after < prefix else after + b"\x00")
+    items: list[tuple[bytes, bytes]] = []
+    while iterator.valid():
+        key = iterator.key()
+        if not key.startswith(prefix):
+            break
+        if len(items) == limit:
+            return items, items[-1][0]
+        items.append((key_of(key), iterator.value()))
+        iterator.next()
+    return items, None
 
 
 def iter_offsets(records: Iterable[tuple[int, int]]) -> dict[int, int]:

@@ -8,6 +8,8 @@ Hierarchy::
     ├── StoreCorruptError         the store directory cannot be opened as a store
     ├── InvalidPositionError      a position string or mapping is malformed
     ├── ScanLimitError            a prefix scan asked for an unusable page size
+    ├── UnknownIndexError         the store has no index of that name
+    ├── IndexNotReadyError        the index is still being built
     └── KafkaSourceError          the changelog topic cannot be read (fatal configuration problems only)
 
 Foreign errors (rocksdict, confluent-kafka) are converted at the boundary with ``raise ... from exc``.
@@ -42,3 +44,23 @@ class ScanLimitError(StoreError, ValueError):
 
 class KafkaSourceError(StoreError):
     """The changelog topic cannot be consumed because of a configuration problem."""
+
+
+class UnknownIndexError(StoreError, KeyError):
+    """The store declares no index of this name."""
+
+    def __init__(self, index: str, known: list[str]) -> None:
+        super().__init__(f"no index {index!r}; this store has {', '.join(known) or 'no indexes'}")
+        self.index = index
+        self.known = known
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class IndexNotReadyError(StoreError):
+    """The index is being built (new index, or after a bootstrap); retry shortly."""
+
+    def __init__(self, index: str) -> None:
+        super().__init__(f"index {index!r} is being built; retry shortly")
+        self.index = index

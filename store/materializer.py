@@ -59,6 +59,8 @@ class MaterializerTarget(Protocol):
 
     def checkpoint(self) -> None: ...
 
+    def build_indexes(self, stop: threading.Event) -> None: ...
+
 
 class Backoff:
     """Exponential backoff with full jitter, waiting on an event so a stop interrupts it."""
@@ -219,6 +221,7 @@ class Materializer:
                 ]
             )
             backoff.reset()
+            self._target.build_indexes(self._stop)
             self._consume(consumer, admin, info, targets)
         finally:
             consumer.close()
@@ -346,6 +349,7 @@ class Materializer:
                         loader.drain()
                         loader.close()
                         loader = None
+                        target.build_indexes(self._stop)
                     target.checkpoint()
                     restoring = False
                     self._become_ready()

@@ -11,9 +11,10 @@ import contextlib
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 
-from store.exceptions import ScanLimitError, StoreClosedError
+from store.exceptions import ScanLimitError, StoreClosedError, UnknownIndexError
+from store.indexes import IndexSpec
 from store.position import Position
-from store.protocol import MAX_SCAN_LIMIT, ReadOnlyKeyValueStore, ScanPage, StoreStatus
+from store.protocol import MAX_SCAN_LIMIT, IndexStatus, ReadOnlyKeyValueStore, ScanPage, StoreStatus
 from store.state import StoreState
 
 
@@ -39,10 +40,13 @@ def _scan_sorted(
 
 
 class _FrozenView:
-    def __init__(self, data: dict[bytes, bytes], position: Position) -> None:
+    def __init__(
+        self, data: dict[bytes, bytes], position: Position, indexes: Mapping[str, IndexSpec]
+    ) -> None:
         self._data = data
         self._keys = sorted(data)
         self._position = position
+        self._indexes = indexes
 
     def get(self, key: bytes) -> bytes | None:
         return self._data.get(key)
@@ -53,6 +57,15 @@ class _FrozenView:
     def prefix_scan(self, prefix: bytes, *, after: bytes | None = None, limit: int = 1000) -> ScanPage:
         return _scan_sorted(self._keys, self._data, prefix, after, limit)
 
+    def index_scan(
+        self, index: str, value: bytes, *, after: bytes | None = None, limit: int = 1000
+    ) -> ScanPage:
+        spec = self._indexes.get(index)
+        if spec is None:
+            raise UnknownIndexError(index, sorted(self._indexes))
+        matches = {k: v for k, v in self._data.items() if spec.extract(v) == value}
+        return _scan_sorted(sorted(matches), matches, b"", after, limit)
+
     def position(self) -> Position:
         return self._position
 
@@ -60,8 +73,15 @@ class _FrozenView:
 class InMemoryStore:
     """A dict-backed ``ServableStore``; every view is a copy-on-write snapshot."""
 
-    def __init__(self, name: str, topic: str | None = None, state: StoreState = StoreState.READY) -> None:
+    def __init__(
+        self,
+        name: str,
+        topic: str | None = None,
+        state: StoreState = StoreState.READY,
+        indexes: Sequence[IndexSpec] = (),
+    ) -> None:
         self._name = name
+        self._indexes = {spec.name: spec for spec in indexes}
         self._topic = topic or name
         self._state = state
         self._data: dict[bytes, bytes] = {}
@@ -104,7 +124,7 @@ class InMemoryStore:
             if self._state is StoreState.STOPPED:
                 raise StoreClosedError(f'store "{self._name}" is stopped')
             if self._frozen is None:
-                self._frozen = _FrozenView(self._data, self._position)
+                self._frozen = _FrozenView(self._data, self._position, self._indexes)
             frozen = self._frozen
         yield frozen
 
@@ -124,6 +144,10 @@ class InMemoryStore:
                 size_on_disk_bytes=0,
                 last_error=None,
                 seconds_since_last_contact=None,
+                indexes={
+                    name: IndexStatus(field=spec.field, state="ready", rows_indexed=None)
+                    for name, spec in self._indexes.items()
+                },
             )
 
     def wait_for_position(self, minimum: Position, timeout: float) -> bool:

@@ -49,6 +49,15 @@ class ReadOnlyKeyValueStore(Protocol):
         """
         ...
 
+    def index_scan(
+        self, index: str, value: bytes, *, after: bytes | None = None, limit: int = 1000
+    ) -> ScanPage:
+        """Rows whose indexed field equals ``value`` (see ``store.indexes``), byte-ordered by row key.
+
+        ``after`` is a row key cursor. Raises ``UnknownIndexError`` or ``IndexNotReadyError``.
+        """
+        ...
+
     def position(self) -> Position:
         """The position (next offset per partition) this view reflects."""
         ...
@@ -62,6 +71,15 @@ class RestoreProgress:
     records_remaining: int  # records still below the sampled end offsets
     records_per_second: float  # recent apply rate
     target: Position  # the end offsets being restored to
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class IndexStatus:
+    """One secondary index: the field it covers, and whether it can be read yet."""
+
+    field: str
+    state: str  # "building" or "ready"
+    rows_indexed: int | None  # progress while building
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -81,6 +99,7 @@ class StoreStatus:
     size_on_disk_bytes: int
     last_error: str | None  # the most recent transient problem (broker unreachable, ...), if any
     seconds_since_last_contact: float | None  # since the broker last answered a fetch
+    indexes: dict[str, IndexStatus] = dataclasses.field(default_factory=dict)
 
     @property
     def total_lag(self) -> int:

@@ -10,14 +10,23 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from store.config import StoreConfig
 from store.engine import Engine, SnapshotReader, destroy
-from store.exceptions import StoreClosedError, StoreCorruptError
+from store.exceptions import IndexNotReadyError, StoreClosedError, StoreCorruptError
+from store.indexes import IndexSpec, index_changes
 from store.lock import DirectoryLock
 from store.materializer import Materializer
 from store.position import Position
-from store.protocol import ReadOnlyKeyValueStore, RestoreProgress, ScanPage, StoreStatus
+from store.protocol import (
+    MAX_SCAN_LIMIT,
+    IndexStatus,
+    ReadOnlyKeyValueStore,
+    RestoreProgress,
+    ScanPage,
+    StoreStatus,
+)
 from store.state import StoreState
 
 logger = logging.getLogger(__name__)
@@ -47,6 +56,9 @@ class Store:
         self._cache: dict[bytes, bytes | None] = {}
         self._cache_capacity = config.tuning.read_cache_entries
         self._directory_lock = DirectoryLock(config.name, config.path)
+        self._indexes = {spec.name: spec for spec in config.indexes}
+        self._ready_indexes: dict[str, IndexSpec] = {}
+        self.index_progress: dict[str, int] = {}  # rows indexed so far, per index being built
         self._materializer: Materializer | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -129,9 +141,14 @@ class Store:
                 raise StoreClosedError(
                     f'store "{self.name}" is {self._state.value.lower()}; it cannot be read'
                 )
-            reader = _CachedReader(
-                self, SnapshotReader(self._engine.snapshot(), self._position), self._generation
+            engine = self._engine
+            snapshot = SnapshotReader(
+                engine.snapshot(),
+                self._position,
+                engine.index_snapshot() if self._indexes else None,
+                dict(self._ready_indexes),
             )
+            reader = _CachedReader(self, snapshot, self._generation)
             self._active_views += 1
         try:
             yield reader
@@ -192,6 +209,14 @@ class Store:
             seconds_since_last_contact=(
                 time.monotonic() - progress.last_contact if progress.last_contact is not None else None
             ),
+            indexes={
+                name: IndexStatus(
+                    field=spec.field,
+                    state="ready" if name in self._ready_indexes else "building",
+                    rows_indexed=self.index_progress.get(name),
+                )
+                for name, spec in self._indexes.items()
+            },
         )
 
     # -- the materializer's side (MaterializerTarget) ---------------------------------------
@@ -220,6 +245,8 @@ class Store:
                 batch.delete(key)
             else:
                 batch.put(key, value)
+        if self._ready_indexes and keys:
+            self._maintain_indexes(engine, batch, keys, values)
         engine.put_offsets(batch, offsets)
         with self._changed:
             engine.write(batch)
@@ -234,12 +261,108 @@ class Store:
         engine = self._require_engine()
         batch = engine.new_batch()
         engine.put_offsets(batch, offsets)
+        if self._ready_indexes:
+            # Bulk chunks carry no index entries: the indexes are rebuilt once the bootstrap ends.
+            for spec in self._ready_indexes.values():
+                engine.put_index_state(batch, spec.name, spec.field, "building")
         with self._changed:
+            self._ready_indexes = {}
             if sst_path is not None:
                 engine.ingest([sst_path])
             engine.write(batch)
             self._advance(offsets)
             self._cache.clear()
+
+    def _maintain_indexes(
+        self, engine: Engine, batch: Any, keys: list[bytes], values: list[bytes | None]
+    ) -> None:
+        """Add to ``batch`` the index entry changes of these records, in record order."""
+        unique = list(dict.fromkeys(keys))
+        current = dict(zip(unique, engine.get_latest(unique), strict=True))
+        specs = list(self._ready_indexes.values())
+        for key, value in zip(keys, values, strict=True):
+            deletes, puts = index_changes(specs, key, current[key], value)
+            for entry in deletes:
+                engine.delete_index_entry(batch, entry)
+            for entry in puts:
+                engine.put_index_entry(batch, entry)
+            current[key] = value
+
+    def build_indexes(self, stop: threading.Event) -> None:
+        """Build every configured index that is not ready; drop indexes no longer configured.
+
+        Runs on the materializer thread, so no record is applied meanwhile; reads go on.
+        """
+        engine = self._require_engine()
+        states = engine.index_states()
+        batch = engine.new_batch()
+        for name, (field, _state) in states.items():
+            if name not in self._indexes:
+                engine.delete_index_range(batch, IndexSpec(name, field).prefix)
+                engine.put_index_state(batch, name, field, None)
+                logger.info('store "%s": dropped index "%s" (no longer configured)', self.name, name)
+        engine.write(batch)
+        ready = {
+            name: spec for name, spec in self._indexes.items() if states.get(name) == (spec.field, "ready")
+        }
+        with self._lock:
+            self._ready_indexes = dict(ready)
+        for spec in self._indexes.values():
+            if spec.name in ready or stop.is_set():
+                continue
+            self._build_index(engine, spec, stop)
+
+    def _build_index(self, engine: Engine, spec: IndexSpec, stop: threading.Event) -> None:
+        started = time.monotonic()
+        total = engine.approximate_num_keys()
+        logger.info(
+            'store "%s": building index "%s" on field "%s" (~%d rows)',
+            self.name,
+            spec.name,
+            spec.field,
+            total,
+        )
+        batch = engine.new_batch()
+        engine.delete_index_range(batch, spec.prefix)
+        engine.put_index_state(batch, spec.name, spec.field, "building")
+        engine.write(batch)
+        self.index_progress[spec.name] = 0
+        rows = 0
+        last_log = started
+        with self.view() as view:
+            after: bytes | None = None
+            while True:
+                if stop.is_set():
+                    return  # left "building": the next start builds it again
+                page = view.prefix_scan(b"", after=after, limit=MAX_SCAN_LIMIT)
+                batch = engine.new_batch()
+                for key, value in page.items:
+                    indexed = spec.extract(value)
+                    if indexed is not None:
+                        engine.put_index_entry(batch, spec.entry_key(indexed, key))
+                rows += len(page.items)
+                if page.next_after is None:
+                    engine.put_index_state(batch, spec.name, spec.field, "ready")
+                with self._lock:
+                    engine.write(batch)
+                    if page.next_after is None:
+                        self._ready_indexes[spec.name] = spec
+                self.index_progress[spec.name] = rows
+                now = time.monotonic()
+                if now - last_log >= self.config.tuning.progress_log_interval_seconds:
+                    last_log = now
+                    logger.info('store "%s": index "%s" %d of ~%d rows', self.name, spec.name, rows, total)
+                if page.next_after is None:
+                    break
+                after = page.next_after
+        self.index_progress.pop(spec.name, None)
+        logger.info(
+            'store "%s": index "%s" ready (%d rows in %.1fs)',
+            self.name,
+            spec.name,
+            rows,
+            time.monotonic() - started,
+        )
 
     def checkpoint(self) -> None:
         """Persist what has been applied so far (data and offsets together)."""
@@ -343,6 +466,15 @@ class _CachedReader:
 
     def prefix_scan(self, prefix: bytes, *, after: bytes | None = None, limit: int = 1000) -> ScanPage:
         return self._reader.prefix_scan(prefix, after=after, limit=limit)
+
+    def index_scan(
+        self, index: str, value: bytes, *, after: bytes | None = None, limit: int = 1000
+    ) -> ScanPage:
+        """Rows whose indexed field equals ``value``, byte-ordered by row key, bounded like scans."""
+        store = self._store
+        if index in store._indexes and index not in store._ready_indexes:
+            raise IndexNotReadyError(index)
+        return self._reader.index_scan(index, value, after=after, limit=limit)
 
     def position(self) -> Position:
         return self._reader.position()
