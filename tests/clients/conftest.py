@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import sys
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
+from pyspark.sql import SparkSession
 
+from clients import StatestoreClient
 from service.app import create_app
 from service.settings import Settings
 from store import InMemoryStore, ServableStore
@@ -73,3 +79,52 @@ def products_store() -> InMemoryStore:
     rows = {f"p{i:03d}": {"name": f"product {i}", "price": i * 1.5} for i in range(250)}
     store.apply(json_records(rows))
     return store
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    """One local[2] SparkSession for every Spark test: small shuffles, no UI."""
+    # Python workers must run this interpreter (the one with httpx and pyarrow), not the system one.
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("statestore-client-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.driver.memory", "1g")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+def wait_until_ready(url: str, timeout: float = 60.0) -> None:
+    """Block until every store of the service at ``url`` is READY."""
+    deadline = time.monotonic() + timeout
+    with StatestoreClient(url, deadline=timeout) as client:
+        while time.monotonic() < deadline:
+            if all(info.state == "READY" for info in client.stores()):
+                return
+            time.sleep(0.05)
+    raise AssertionError(f"the service at {url} was not ready within {timeout} s")
+
+
+@contextlib.contextmanager
+def real_service(
+    bootstrap_servers: str, state_dir: Path, stores: Mapping[str, tuple[str, str]]
+) -> Iterator[str]:
+    """The real service (real ``store.Store`` per store, fed by the broker) on uvicorn; yields its URL.
+
+    ``stores`` maps store name to ``(topic, value_format)``.
+    """
+    settings = Settings(
+        kafka={"bootstrap_servers": bootstrap_servers},
+        state_dir=state_dir,
+        stores=[{"name": name, "topic": topic, "value_format": fmt} for name, (topic, fmt) in stores.items()],
+    )
+    with serve_app(create_app(settings)) as url:
+        wait_until_ready(url)
+        yield url

@@ -1,0 +1,244 @@
+"""Batched lookups of Arrow key columns: dedupe, a per-task cache, one request per batch, vectorized decoding.
+
+The executor side of the Spark lookup join and lookup UDF, written against pyarrow only (Spark
+hands these functions Arrow batches), so it is tested without Spark.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pa_json
+
+from clients.client import StatestoreClient
+from clients.options import ClientOptions
+from clients.wire import ValueFormat
+
+log = logging.getLogger("clients.lookup")
+
+DEFAULT_CACHE_BYTES = 64 * 1024 * 1024
+"""Bytes of keys and values one task keeps, so repeated keys across batches are asked once."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LookupSpec:
+    """Everything a task needs to look keys up; built on the driver, shipped (pickled) to executors.
+
+    ``value_type`` is the Arrow struct type of a JSON store's values when the caller gave a schema;
+    otherwise values come out as ``binary`` (bytes stores) or ``string`` (string and JSON stores).
+    """
+
+    options: ClientOptions
+    store: str
+    position: str  # the pinned position every read demands
+    value_format: ValueFormat
+    value_type: pa.StructType | None = None
+    cache_bytes: int = DEFAULT_CACHE_BYTES
+
+    @property
+    def output_type(self) -> pa.DataType:
+        if self.value_type is not None:
+            return self.value_type
+        return pa.binary() if self.value_format == "bytes" else pa.string()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LookupResult:
+    """Looked-up values row for row: ``values`` typed per the spec, ``found`` whether the key exists."""
+
+    values: pa.Array
+    found: pa.BooleanArray
+    mismatched: int  # rows whose stored value does not fit the value type (they hold null)
+
+
+class ValueCache:
+    """Stored values (or ``None`` for absent keys) of one task, bounded in bytes; cleared when full."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._values: dict[bytes, bytes | None] = {}
+        self._bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def split(self, keys: Sequence[bytes]) -> tuple[list[bytes | None], list[int]]:
+        """Cached values for ``keys`` (``None`` where missing), and the indexes not cached."""
+        values: list[bytes | None] = []
+        missing: list[int] = []
+        cache = self._values
+        for i, key in enumerate(keys):
+            if key in cache:
+                values.append(cache[key])
+            else:
+                values.append(None)
+                missing.append(i)
+        return values, missing
+
+    def put_many(self, keys: Sequence[bytes], values: Sequence[bytes | None]) -> None:
+        if self.max_bytes <= 0:
+            return
+        added = sum(len(k) + (len(v) if v is not None else 0) + 64 for k, v in zip(keys, values, strict=True))
+        if self._bytes + added > self.max_bytes:
+            self._values.clear()
+            self._bytes = 0
+            if added > self.max_bytes:
+                return
+        self._values.update(zip(keys, values, strict=True))
+        self._bytes += added
+
+
+class Lookup:
+    """Looks up Arrow key columns for one task: one client (one connection pool), one cache."""
+
+    def __init__(self, spec: LookupSpec, client: StatestoreClient | None = None) -> None:
+        self.spec = spec
+        self._own_client = client is None
+        self.client = client or StatestoreClient(spec.options)
+        self.cache = ValueCache(spec.cache_bytes)
+
+    def close(self) -> None:
+        if self._own_client:
+            self.client.close()
+
+    def __enter__(self) -> Lookup:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def stored_values(self, unique_keys: pa.Array) -> pa.Array:
+        """Stored bytes (null when absent) for distinct non-null keys, from the cache or the service."""
+        keys: list[bytes] = unique_keys.to_pylist()
+        values, missing = self.cache.split(keys)
+        if missing:
+            wanted = (
+                unique_keys if len(missing) == len(keys) else unique_keys.take(pa.array(missing, pa.int64()))
+            )
+            fetched = self.client.get_arrow(
+                self.spec.store, wanted, min_position=self.spec.position
+            ).to_pylist()
+            for i, value in zip(missing, fetched, strict=True):
+                values[i] = value
+            self.cache.put_many([keys[i] for i in missing], fetched)
+        return pa.array(values, type=pa.binary())
+
+    def lookup(self, keys: pa.Array) -> LookupResult:
+        """Values for a key column (see :func:`key_bytes_array`; nulls never match), row for row."""
+        keys = key_bytes_array(keys)
+        unique = pc.unique(keys).drop_null()
+        stored = self.stored_values(unique) if len(unique) else pa.array([], pa.binary())
+        decoded, bad = decode(stored, self.spec.value_format, self.spec.value_type)
+        rows = pc.index_in(keys, value_set=unique)
+        values = decoded.take(rows)
+        found = pc.fill_null(pc.is_valid(stored.take(rows)), False)
+        mismatched = pc.sum(pc.fill_null(bad.take(rows), False)).as_py() or 0
+        return LookupResult(values, found, mismatched)
+
+
+def decode(
+    stored: pa.Array, value_format: ValueFormat, value_type: pa.StructType | None
+) -> tuple[pa.Array, pa.Array]:
+    """Stored values as the output type, and a mask of the values that did not fit (now null)."""
+    if value_type is not None:
+        return decode_json(stored, value_type)
+    if value_format == "bytes":
+        return stored, _no_misfits(len(stored))
+    try:
+        return stored.cast(pa.string()), _no_misfits(len(stored))
+    except pa.ArrowInvalid:
+        raw: list[bytes | None] = stored.to_pylist()
+        texts = [_utf8_or_none(v) for v in raw]
+        bad = pa.array([t is None and v is not None for t, v in zip(texts, raw, strict=True)], pa.bool_())
+        return pa.array(texts, pa.string()), bad
+
+
+def _no_misfits(length: int) -> pa.Array:
+    return pa.repeat(pa.scalar(False), length)
+
+
+def _utf8_or_none(value: bytes | None) -> str | None:
+    if value is None:
+        return None
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def _read_json_lines(values: pa.Array, schema: pa.Schema) -> pa.StructArray:
+    """Parse newline-free JSON documents (one per value) into a struct array; raises on any misfit."""
+    joined = pc.binary_join(
+        pa.ListArray.from_arrays(pa.array([0, len(values)], pa.int32()), values), pa.scalar(b"\n")
+    )[0].as_buffer()
+    table = pa_json.read_json(
+        pa.BufferReader(joined),
+        read_options=pa_json.ReadOptions(use_threads=False, block_size=max(1 << 20, joined.size + 1)),
+        parse_options=pa_json.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore"),
+    )
+    if table.num_rows != len(values):
+        raise pa.ArrowInvalid(f"{len(values)} documents parsed into {table.num_rows} rows")
+    return pa.StructArray.from_arrays(
+        [table.column(i).combine_chunks() for i in range(table.num_columns)], fields=list(schema)
+    )
+
+
+def _parse_each(values: pa.Array, schema: pa.Schema) -> tuple[list[pa.StructArray | None], int]:
+    """Parse ``values`` by halves, isolating the documents that do not fit (``None``)."""
+    try:
+        return [_read_json_lines(values, schema)], 0
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        if len(values) == 1:
+            return [None], 1
+    middle = len(values) // 2
+    left, left_bad = _parse_each(values.slice(0, middle), schema)
+    right, right_bad = _parse_each(values.slice(middle), schema)
+    return left + right, left_bad + right_bad
+
+
+def decode_json(stored: pa.Array, value_type: pa.StructType) -> tuple[pa.Array, pa.Array]:
+    """JSON documents as a struct array per ``value_type``; misfits (bad JSON, wrong types) become null.
+
+    The fast path parses all documents in one vectorized pass; only when that fails are the
+    documents split in halves to find the ones that do not fit.
+    """
+    schema = pa.schema(list(value_type))
+    present_mask = pc.is_valid(stored)
+    present = stored.filter(present_mask)
+    empty = pa.array([], type=value_type)
+    if len(present) == 0:
+        return pa.nulls(len(stored), value_type), _no_misfits(len(stored))
+    has_newline = pc.any(pc.match_substring(present, "\n")).as_py()
+    if has_newline:
+        # Newlines may only be JSON whitespace here; they would split documents, so blank them.
+        present = pc.replace_substring(present, "\n", " ")
+    parts, _ = _parse_each(present, schema)
+    pieces: list[pa.Array] = []
+    bad_flags: list[bool] = []
+    for part in parts:
+        if part is None:
+            pieces.append(pa.nulls(1, value_type))
+            bad_flags.append(True)
+        else:
+            pieces.append(part)
+            bad_flags.extend([False] * len(part))
+    parsed = pa.concat_arrays(pieces) if pieces else empty
+    # Scatter the parsed documents back to their places among the absent values.
+    rank = pc.subtract(pc.cumulative_sum(pc.cast(present_mask, pa.int64())), 1)
+    index = pc.if_else(present_mask, rank, pa.scalar(None, pa.int64()))
+    values = parsed.take(index)
+    bad = pc.fill_null(pa.array(bad_flags, pa.bool_()).take(index), False)
+    return values, bad
+
+
+def key_bytes_array(keys: pa.Array) -> pa.Array:
+    """A key column as ``binary``: binary kept, text as UTF-8, anything else via its text form."""
+    if pa.types.is_binary(keys.type) or pa.types.is_large_binary(keys.type):
+        return keys if pa.types.is_binary(keys.type) else keys.cast(pa.binary())
+    if pa.types.is_string(keys.type) or pa.types.is_large_string(keys.type):
+        return keys.cast(pa.binary())
+    return keys.cast(pa.string()).cast(pa.binary())

@@ -1,0 +1,282 @@
+"""Spark lookup joins on real local Spark against the real service, fed by the real broker."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from clients import StatestoreClient
+from clients import exceptions as e
+from clients.spark import lookup_join, lookup_udf, lookups
+from service.local_broker import LocalBroker, free_port
+from tests.clients.conftest import real_service
+from tests.support.kafka import create_topic, produce, unique_topic
+
+PRODUCT_SCHEMA = "name string, price double, category string"
+CUSTOMER_SCHEMA = "name string, country string"
+
+
+def product(i: int) -> dict[str, object]:
+    return {"name": f"product {i}", "price": round(i * 1.25, 2), "category": f"cat{i % 4}", "unused": [i]}
+
+
+def customer(i: int) -> dict[str, object]:
+    return {"name": f"customer {i}", "country": ["FR", "DE", "NL"][i % 3]}
+
+
+PRODUCTS = {f"p{i:03d}": product(i) for i in range(200)}
+TOMBSTONED_PRODUCTS = [f"p{i:03d}" for i in range(180, 200)]
+CUSTOMERS = {f"c{i:02d}": customer(i) for i in range(50)}
+TOMBSTONED_CUSTOMERS = ["c48", "c49"]
+BLOBS = {b"\x00\xff" + bytes([i]): bytes([i]) * 4 for i in range(30)}
+BAD_PRODUCTS = {"bad1": {"name": 42, "price": "n/a"}, "bad2": [1, 2, 3]}
+
+
+def dimension_records(
+    rows: dict[str, object], tombstoned: list[str]
+) -> list[tuple[bytes | None, bytes | None]]:
+    records: list[tuple[bytes | None, bytes | None]] = [
+        (k.encode(), json.dumps(v).encode()) for k, v in rows.items()
+    ]
+    records += [(k.encode(), None) for k in tombstoned]
+    return records
+
+
+@pytest.fixture(scope="module")
+def service(broker: LocalBroker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """products, customers (JSON) and blobs (bytes, binary keys) served by the real service."""
+    topics = {name: unique_topic(name) for name in ("products", "customers", "blobs")}
+    for topic in topics.values():
+        create_topic(broker.bootstrap_servers, topic, partitions=3)
+    produce(
+        broker.bootstrap_servers,
+        topics["products"],
+        dimension_records({**PRODUCTS, **BAD_PRODUCTS}, TOMBSTONED_PRODUCTS),
+    )
+    produce(broker.bootstrap_servers, topics["customers"], dimension_records(CUSTOMERS, TOMBSTONED_CUSTOMERS))
+    produce(broker.bootstrap_servers, topics["blobs"], list(BLOBS.items()))
+    stores = {
+        "products": (topics["products"], "json"),
+        "customers": (topics["customers"], "json"),
+        "blobs": (topics["blobs"], "bytes"),
+    }
+    with real_service(broker.bootstrap_servers, tmp_path_factory.mktemp("state"), stores) as url:
+        yield url
+
+
+def purchases_frame(rows: int = 3000) -> pd.DataFrame:
+    """Purchases referencing present, absent (p2xx, c5x), tombstoned and null keys."""
+    return pd.DataFrame(
+        {
+            "purchase_id": range(rows),
+            "product_id": [None if i % 97 == 0 else f"p{(i * 7) % 230:03d}" for i in range(rows)],
+            "customer_id": [None if i % 89 == 0 else f"c{(i * 3) % 55:02d}" for i in range(rows)],
+            "quantity": [1 + i % 5 for i in range(rows)],
+        }
+    )
+
+
+def dimension_frame(
+    rows: dict[str, object], tombstoned: list[str], key: str, prefix: str, fields: list[str]
+) -> pd.DataFrame:
+    live = {k: v for k, v in rows.items() if k not in tombstoned}
+    return pd.DataFrame(
+        {key: list(live), **{prefix + f: [v[f] for v in live.values()] for f in fields}}  # type: ignore[index]
+    )
+
+
+def expected_invoices(purchases: pd.DataFrame, how: str) -> pd.DataFrame:
+    products = dimension_frame(
+        PRODUCTS, TOMBSTONED_PRODUCTS, "product_id", "product_", ["name", "price", "category"]
+    )
+    customers = dimension_frame(
+        CUSTOMERS, TOMBSTONED_CUSTOMERS, "customer_id", "customer_", ["name", "country"]
+    )
+    merged = purchases.merge(products, on="product_id", how=how).merge(customers, on="customer_id", how=how)
+    return merged.sort_values("purchase_id").reset_index(drop=True)
+
+
+def as_rows(frame: pd.DataFrame) -> list[tuple[object, ...]]:
+    return [tuple(None if pd.isna(v) else v for v in row) for row in frame.itertuples(index=False)]
+
+
+def invoices(spark: SparkSession, url: str, purchases: pd.DataFrame, how: str) -> DataFrame:
+    df = spark.createDataFrame(purchases).repartition(2)
+    with_products = lookup_join(
+        df,
+        store="products",
+        on="product_id",
+        url=url,
+        how=how,
+        value_schema=PRODUCT_SCHEMA,
+        prefix="product_",
+    )
+    return lookup_join(
+        with_products,
+        store="customers",
+        on=F.col("customer_id"),
+        url=url,
+        how=how,
+        value_schema=CUSTOMER_SCHEMA,
+        prefix="customer_",
+    )
+
+
+def test_invoice_example_matches_a_pandas_merge_without_any_shuffle(
+    spark: SparkSession, service: str
+) -> None:
+    purchases = purchases_frame()
+    result = invoices(spark, service, purchases, "left")
+    plan = result._jdf.queryExecution().executedPlan().toString()
+    assert plan.count("MapInArrow") == 2
+    assert plan.count("Exchange") == 1  # the input's own repartition(2), nothing more
+    got = result.toPandas().sort_values("purchase_id").reset_index(drop=True)
+    expected = expected_invoices(purchases, "left")
+    assert list(got.columns) == list(expected.columns)
+    assert as_rows(got) == as_rows(expected)
+    with StatestoreClient(service) as client:
+        pinned = {info.store: info.position for info in lookups(result)}
+        assert pinned == {
+            "products": str(client.position("products")),
+            "customers": str(client.position("customers")),
+        }
+
+
+def test_no_exchange_is_added_by_two_chained_lookups(spark: SparkSession, service: str) -> None:
+    df = spark.range(100).select(
+        F.format_string("p%03d", "id").alias("product_id"), F.lit("c01").alias("customer_id")
+    )
+    plain_plan = df._jdf.queryExecution().executedPlan().toString()
+    chained = lookup_join(
+        df, store="products", on="product_id", url=service, value_schema=PRODUCT_SCHEMA, prefix="p_"
+    )
+    chained = lookup_join(
+        chained, store="customers", on="customer_id", url=service, value_schema=CUSTOMER_SCHEMA, prefix="c_"
+    )
+    plan = chained._jdf.queryExecution().executedPlan().toString()
+    assert plan.count("MapInArrow") == 2
+    assert plan.count("Exchange") == plain_plan.count("Exchange") == 0
+    assert chained.count() == 100
+
+
+def test_inner_join_drops_absent_tombstoned_and_null_keys(spark: SparkSession, service: str) -> None:
+    purchases = purchases_frame(1500)
+    got = (
+        invoices(spark, service, purchases, "inner")
+        .toPandas()
+        .sort_values("purchase_id")
+        .reset_index(drop=True)
+    )
+    expected = expected_invoices(purchases, "inner")
+    assert 0 < len(expected) < len(purchases)
+    assert as_rows(got) == as_rows(expected)
+
+
+def test_binary_keys_give_binary_values_and_the_udf_matches_the_join(
+    spark: SparkSession, service: str
+) -> None:
+    keys = [b"\x00\xff" + bytes([i]) for i in range(40)] + [None]
+    df = spark.createDataFrame([(i, k) for i, k in enumerate(keys)], "id int, k binary")
+    joined = {row.id: row.value for row in lookup_join(df, store="blobs", on="k", url=service).collect()}
+    assert joined == {i: (None if k is None else BLOBS.get(k)) for i, k in enumerate(keys)}
+
+    products = lookup_udf(store="products", url=service, value_schema=PRODUCT_SCHEMA)
+    ids = spark.createDataFrame([(f"p{i:03d}",) for i in range(170, 210)] + [(None,)], "product_id string")
+    rows = ids.withColumn("product", products(F.col("product_id"))).collect()
+    for row in rows:
+        live = (
+            row.product_id is not None
+            and row.product_id in PRODUCTS
+            and row.product_id not in TOMBSTONED_PRODUCTS
+        )
+        expected = {f: PRODUCTS[row.product_id][f] for f in ("name", "price", "category")} if live else None  # type: ignore[index]
+        assert (row.product.asDict() if row.product is not None else None) == expected
+
+
+def test_values_not_fitting_the_schema_become_null_and_are_counted(spark: SparkSession, service: str) -> None:
+    df = spark.createDataFrame([("bad1",), ("bad2",), ("bad1",), ("p001",), ("zzz",)], "product_id string")
+    result = lookup_join(df, store="products", on="product_id", url=service, value_schema=PRODUCT_SCHEMA)
+    rows = sorted((r.product_id, r.name, r.price) for r in result.collect())
+    assert rows == [
+        ("bad1", None, None),
+        ("bad1", None, None),
+        ("bad2", None, None),
+        ("p001", "product 1", 1.25),
+        ("zzz", None, None),
+    ]
+    (info,) = lookups(result)
+    assert info.mismatched_values == 3
+    inner = lookup_join(
+        df, store="products", on="product_id", url=service, how="inner", value_schema=PRODUCT_SCHEMA
+    )
+    assert sorted(r.product_id for r in inner.collect()) == ["bad1", "bad1", "bad2", "p001"]
+
+
+def test_the_driver_fails_fast_on_unusable_lookups(spark: SparkSession, service: str) -> None:
+    df = spark.createDataFrame([("p001",)], "product_id string")
+    down = f"http://127.0.0.1:{free_port()}"
+    started = time.monotonic()
+    with pytest.raises(e.DeadlineExceededError, match="failed") as unreachable:
+        lookup_join(df, store="products", on="product_id", url=down, planning_deadline=1.0)
+    assert isinstance(unreachable.value.last_error, e.TransportError)
+    assert any("checked on the driver" in note for note in unreachable.value.__notes__)
+    assert time.monotonic() - started < 10
+    with pytest.raises(e.UnknownStoreError):
+        lookup_join(df, store="nope", on="product_id", url=service)
+    with pytest.raises(e.SchemaMismatchError, match="bytes values"):
+        lookup_join(df, store="blobs", on="product_id", url=service, value_schema="x string")
+    with pytest.raises(e.SchemaMismatchError, match="does not fit"):
+        lookup_join(
+            df, store="products", on="product_id", url=service, value_schema="title string, weight int"
+        )
+    with pytest.raises(ValueError, match="prefix"):
+        lookup_join(
+            df.withColumn("name", F.lit("x")),
+            store="products",
+            on="product_id",
+            url=service,
+            value_schema="name string",
+        )
+    with pytest.raises(e.UnknownStoreError):
+        lookup_udf(store="nope", url=service)
+
+
+def test_tasks_read_at_least_the_pinned_position_while_the_dimension_changes(
+    spark: SparkSession, broker: LocalBroker, tmp_path: Path
+) -> None:
+    topic = unique_topic("prices")
+    create_topic(broker.bootstrap_servers, topic, partitions=1)
+    produce(broker.bootstrap_servers, topic, [(f"k{i}".encode(), b'{"version": 1}') for i in range(50)])
+    with real_service(broker.bootstrap_servers, tmp_path / "state", {"prices": (topic, "json")}) as url:
+        df = spark.createDataFrame([(f"k{i % 50}",) for i in range(400)], "k string").repartition(2)
+        # Pin ahead of the store: the 50 updates produced while the job runs end at offset 100.
+        joined = lookup_join(
+            df, store="prices", on="k", url=url, value_schema="version int", min_position="0:100"
+        )
+        assert lookups(joined)[0].position == "0:100"
+
+        def update() -> None:
+            time.sleep(1.0)
+            produce(
+                broker.bootstrap_servers, topic, [(f"k{i}".encode(), b'{"version": 2}') for i in range(50)]
+            )
+
+        updater = threading.Thread(target=update)
+        updater.start()
+        try:
+            versions = [row.version for row in joined.collect()]
+        finally:
+            updater.join()
+        assert versions == [2] * 400
+        # A lookup planned now pins the updated position and reads it.
+        again = lookup_join(df, store="prices", on="k", url=url, value_schema="version int")
+        assert lookups(again)[0].position == "0:100"
+        assert {row.version for row in again.collect()} == {2}
