@@ -1,0 +1,107 @@
+"""The executor side of Spark lookups: dedupe, cache, decoding, null keys (Arrow only, no Spark)."""
+
+from __future__ import annotations
+
+import httpx
+import pyarrow as pa
+
+from clients import StatestoreClient
+from clients.lookup import Lookup, LookupSpec, ValueCache, decode, decode_json, key_bytes_array
+from clients.options import ClientOptions
+from store import InMemoryStore
+from tests.clients.conftest import ServeStores
+
+PRODUCT = pa.struct([("name", pa.string()), ("price", pa.float64()), ("tags", pa.list_(pa.string()))])
+
+
+class CountingTransport(httpx.HTTPTransport):
+    """A real HTTP transport that counts batch-get requests and the keys they carry."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.requests = 0
+        self.keys = 0
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith(":batchGet"):
+            self.requests += 1
+            self.keys += pa.ipc.open_stream(request.read()).read_all().num_rows
+        return super().handle_request(request)
+
+
+def test_json_documents_decode_to_structs_and_misfits_become_null() -> None:
+    stored = pa.array(
+        [
+            b'{"name": "pen", "price": 2, "tags": ["a"], "extra": {"x": 1}}',
+            None,
+            b'{"name": 7}',
+            b'{\n  "name": "ink"\n}',
+            b"not json",
+            b"[1, 2]",
+            b'{"tags": "abc"}',
+            b'{"price": 1.5}',
+        ],
+        pa.binary(),
+    )
+    values, misfits = decode_json(stored, PRODUCT)
+    assert values.to_pylist() == [
+        {"name": "pen", "price": 2.0, "tags": ["a"]},
+        None,
+        None,
+        {"name": "ink", "price": None, "tags": None},
+        None,
+        None,
+        None,
+        {"name": None, "price": 1.5, "tags": None},
+    ]
+    assert misfits.to_pylist() == [False, False, True, False, True, True, True, False]
+
+
+def test_text_values_with_invalid_utf8_become_null_and_count() -> None:
+    values, misfits = decode(pa.array([b"ok", b"\xff", None], pa.binary()), "string", None)
+    assert values.to_pylist() == ["ok", None, None]
+    assert misfits.to_pylist() == [False, True, False]
+    raw, none_bad = decode(pa.array([b"\xff"], pa.binary()), "bytes", None)
+    assert raw.to_pylist() == [b"\xff"]
+    assert none_bad.to_pylist() == [False]
+
+
+def test_keys_become_bytes_by_type() -> None:
+    assert key_bytes_array(pa.array(["é", None])).to_pylist() == ["é".encode(), None]
+    assert key_bytes_array(pa.array([12, None], pa.int64())).to_pylist() == [b"12", None]
+    assert key_bytes_array(pa.array([b"\x00"], pa.large_binary())).type == pa.binary()
+
+
+def test_cache_is_bounded_and_clears_when_full() -> None:
+    cache = ValueCache(max_bytes=400)  # each entry counts its bytes plus 64
+    cache.put_many([b"a", b"b"], [b"1", None])
+    assert cache.split([b"a", b"b", b"c"]) == ([b"1", None, None], [2])
+    cache.put_many([b"c" * 100, b"d" * 100], [b"x", b"y"])  # would pass the bound: starts over
+    assert len(cache) == 2
+    assert cache.split([b"a"])[1] == [0]
+    too_big = ValueCache(max_bytes=100)
+    too_big.put_many([b"k" * 50], [b"v" * 50])
+    assert len(too_big) == 0
+
+
+def test_lookup_dedupes_caches_and_never_matches_null_keys(serve_stores: ServeStores) -> None:
+    store = InMemoryStore("products")
+    store.apply([(0, i, f"p{i}".encode(), b'{"name": "n%d", "price": %d}' % (i, i)) for i in range(10)])
+    url = serve_stores({"products": (store, "json")})
+    transport = CountingTransport()
+    spec = LookupSpec(ClientOptions(url, batch_size=3), "products", "0:10", "json", PRODUCT)
+    with StatestoreClient(spec.options, transport=transport) as client, Lookup(spec, client) as lookup:
+        keys = pa.array(["p1", "p2", None, "p1", "zz", "p3", "p2", "p4"])
+        result = lookup.lookup(keys)
+        assert [v["name"] if v else None for v in result.values.to_pylist()] == [
+            "n1", "n2", None, "n1", None, "n3", "n2", "n4",
+        ]  # fmt: skip
+        assert result.found.to_pylist() == [True, True, False, True, False, True, True, True]
+        assert result.mismatched == 0
+        assert (transport.requests, transport.keys) == (2, 5)  # 5 distinct non-null keys, batches of 3
+        again = lookup.lookup(pa.array(["p4", "zz", "p5"]))
+        assert [v["name"] if v else None for v in again.values.to_pylist()] == ["n4", None, "n5"]
+        assert (transport.requests, transport.keys) == (3, 6)  # only p5 was not cached
+        empty = lookup.lookup(pa.array([None, None], pa.string()))
+        assert empty.values.to_pylist() == [None, None]
+        assert transport.requests == 3
