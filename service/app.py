@@ -16,7 +16,7 @@ from service import openapi_docs as docs
 from service.metrics import CONTENT_TYPE, Metrics, MetricsMiddleware
 from service.problems import install_problem_handlers
 from service.registry import StoreRegistry
-from service.routes import build_router
+from service.routes import add_store_routes
 from service.settings import Settings, store_configs
 from store import ServableStore, Store, StoreState
 
@@ -93,6 +93,7 @@ def create_app(settings: Settings, stores: Mapping[str, ServableStore] | None = 
     app.state.metrics = metrics
     install_problem_handlers(app)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
+    add_store_routes(app, settings, registry)
 
     @app.get("/healthz", response_class=Response, responses=docs.HEALTH_RESPONSES, summary="Liveness")
     async def healthz() -> Response:
@@ -115,5 +116,4 @@ def create_app(settings: Settings, stores: Mapping[str, ServableStore] | None = 
         # Scraping asks every store for its status, which may touch the disk.
         return Response(await anyio.to_thread.run_sync(metrics.render), media_type=CONTENT_TYPE)
 
-    app.include_router(build_router(settings, registry))
     return app

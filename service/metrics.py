@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -91,6 +92,20 @@ class Metrics:
             registry=self.registry,
         )
         self.registry.register(StoreCollector(stores))
+        self._children: dict[tuple[str, str, str], tuple[Any, Any]] = {}
+
+    def observe(self, method: str, route: str, status: str, seconds: float) -> None:
+        """Count one answered request and its duration."""
+        labels = (method, route, status)
+        children = self._children.get(labels)
+        if children is None:
+            # Looking a labelled child up costs more than the observation; keep them.
+            children = self._children[labels] = (
+                self.requests.labels(*labels),
+                self.latency.labels(*labels),
+            )
+        children[0].inc()
+        children[1].observe(seconds)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -121,6 +136,4 @@ class MetricsMiddleware:
         finally:
             route = scope.get("route")
             template = getattr(route, "path", None) or "unmatched"
-            labels = (scope["method"], template, str(status))
-            self.metrics.requests.labels(*labels).inc()
-            self.metrics.latency.labels(*labels).observe(time.perf_counter() - started)
+            self.metrics.observe(scope["method"], template, str(status), time.perf_counter() - started)

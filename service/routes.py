@@ -7,7 +7,7 @@ from typing import Any
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
-from fastapi import APIRouter
+from fastapi import FastAPI
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
@@ -71,37 +71,17 @@ def store_info(registry: StoreRegistry, served: ServedStore) -> dict[str, Any]:
     return info
 
 
-def build_router(settings: Settings, registry: StoreRegistry) -> APIRouter:
-    """The store routes, reading from ``registry`` within ``settings.limits``."""
+def add_store_routes(app: FastAPI, settings: Settings, registry: StoreRegistry) -> None:
+    """Add the store routes, reading from ``registry`` within ``settings.limits``.
+
+    They go on the app itself, not an included router: every router level costs a matching pass
+    on each request. The key lookup comes first because it is the most frequent request.
+    """
     limits = settings.limits
     access = Access(settings)
     reader = Reader(registry, settings)
-    router = APIRouter()
 
-    @router.get(
-        "/v1/stores",
-        response_class=Response,
-        responses=docs.STORE_LIST_RESPONSES | docs.problems(401),
-        summary="List the stores",
-    )
-    async def list_stores(request: Request) -> Response:
-        allowed = access.allowed_stores(request)
-        stores = [store_info(registry, s) for s in registry.all() if allowed is None or s.name in allowed]
-        return Response(orjson.dumps({"stores": stores}), media_type=JSON)
-
-    @router.get(
-        "/v1/stores/{store}",
-        response_class=Response,
-        responses=docs.STORE_INFO_RESPONSES,
-        openapi_extra={"parameters": [docs.STORE_PARAM]},
-        summary="One store's status",
-    )
-    async def get_store(request: Request) -> Response:
-        served = find_store(registry, access, request)
-        info = store_info(registry, served)
-        return Response(orjson.dumps(info), media_type=JSON, headers={POSITION: info["position"]})
-
-    @router.get(
+    @app.get(
         "/v1/stores/{store}/keys/{key:path}",
         response_class=Response,
         responses=docs.GET_KEY_RESPONSES,
@@ -133,7 +113,30 @@ def build_router(settings: Settings, registry: StoreRegistry) -> APIRouter:
             )
         return Response(value, media_type=served.media_type, headers={POSITION: str(position)})
 
-    @router.post(
+    @app.get(
+        "/v1/stores",
+        response_class=Response,
+        responses=docs.STORE_LIST_RESPONSES | docs.problems(401),
+        summary="List the stores",
+    )
+    async def list_stores(request: Request) -> Response:
+        allowed = access.allowed_stores(request)
+        stores = [store_info(registry, s) for s in registry.all() if allowed is None or s.name in allowed]
+        return Response(orjson.dumps({"stores": stores}), media_type=JSON)
+
+    @app.get(
+        "/v1/stores/{store}",
+        response_class=Response,
+        responses=docs.STORE_INFO_RESPONSES,
+        openapi_extra={"parameters": [docs.STORE_PARAM]},
+        summary="One store's status",
+    )
+    async def get_store(request: Request) -> Response:
+        served = find_store(registry, access, request)
+        info = store_info(registry, served)
+        return Response(orjson.dumps(info), media_type=JSON, headers={POSITION: info["position"]})
+
+    @app.post(
         "/v1/stores/{store}/keys:batchGet",
         response_class=Response,
         responses=docs.BATCH_RESPONSES,
@@ -178,7 +181,7 @@ def build_router(settings: Settings, registry: StoreRegistry) -> APIRouter:
             sink.getvalue().to_pybytes(), media_type=docs.ARROW_MEDIA_TYPE, headers={POSITION: str(position)}
         )
 
-    @router.get(
+    @app.get(
         "/v1/stores/{store}/scan",
         response_class=Response,
         responses=docs.SCAN_RESPONSES,
@@ -219,8 +222,6 @@ def build_router(settings: Settings, registry: StoreRegistry) -> APIRouter:
             "position": str(position),
         }
         return Response(orjson.dumps(answer), media_type=JSON, headers={POSITION: str(position)})
-
-    return router
 
 
 async def _read_body(request: Request, max_bytes: int) -> bytes:
