@@ -1,0 +1,90 @@
+"""Factories for the store tests: real stores on the session broker, and test-owned brokers."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+
+from service.local_broker import LocalBroker
+from store import EngineTuning, Store, StoreConfig, StoreError
+from tests.support.kafka import make_producer
+
+# Small, quick settings: steady-state WriteBatch path unless a test asks for bulk loading.
+FAST = EngineTuning(
+    bulk_load_min_records=0,
+    metadata_check_interval_seconds=0.5,
+    retry_backoff_initial_seconds=0.05,
+    retry_backoff_max_seconds=0.5,
+    progress_log_interval_seconds=0.5,
+)
+
+
+def bulk_tuning(min_records: int = 500, chunk_records: int = 2_000, **more: Any) -> EngineTuning:
+    """Tuning that forces the SST bulk path on bootstrap, cutting it into many chunks."""
+    fields: dict[str, Any] = {
+        "bulk_load_min_records": min_records,
+        "bulk_load_chunk_records": chunk_records,
+        "poll_max_records": 500,
+        "metadata_check_interval_seconds": 0.5,
+        "retry_backoff_initial_seconds": 0.05,
+        "retry_backoff_max_seconds": 0.5,
+        **more,
+    }
+    return EngineTuning(**fields)
+
+
+@pytest.fixture
+def make_store(broker: LocalBroker, state_dir: Path) -> Iterator[Callable[..., Store]]:
+    """Factory: a started real ``Store`` over ``topic``; every store is stopped at teardown.
+
+    Defaults: the session broker, the test's state dir, store name ``s``, ``FAST`` tuning.
+    """
+    stores: list[Store] = []
+
+    def make(
+        topic: str,
+        *,
+        name: str = "s",
+        tuning: EngineTuning = FAST,
+        bootstrap_servers: str | None = None,
+        directory: Path | None = None,
+        kafka: dict[str, str] | None = None,
+        start: bool = True,
+    ) -> Store:
+        config = StoreConfig(
+            name=name,
+            topic=topic,
+            kafka={"bootstrap.servers": bootstrap_servers or broker.bootstrap_servers, **(kafka or {})},
+            state_dir=directory or state_dir,
+            tuning=tuning,
+        )
+        store = Store(config)
+        stores.append(store)
+        if start:
+            store.start()
+        return store
+
+    yield make
+    for store in reversed(stores):
+        with contextlib.suppress(StoreError):
+            store.stop()
+
+
+@pytest.fixture
+def producer(broker: LocalBroker) -> Iterator[Producer]:
+    """An idempotent producer on the session broker (per-partition order survives retries)."""
+    made = make_producer(broker.bootstrap_servers, **{"enable.idempotence": "true"})
+    yield made
+    made.flush(10)
+
+
+@pytest.fixture
+def own_broker(tmp_path: Path) -> Iterator[LocalBroker]:
+    """A broker this test alone uses, so it may stop, restart or inspect it freely."""
+    with LocalBroker(log_path=tmp_path / "tansu.log") as running:
+        yield running
