@@ -7,9 +7,7 @@ from hypothesis import strategies as st
 
 from store.bulkload import sorted_last_per_key
 
-records = st.lists(
-    st.tuples(st.binary(max_size=3), st.one_of(st.none(), st.binary(max_size=4))), max_size=60
-)
+records = st.lists(st.tuples(st.binary(max_size=3), st.one_of(st.none(), st.binary(max_size=4))), max_size=60)
 
 
 def test_last_occurrence_wins_and_tombstones_are_kept_as_none() -> None:

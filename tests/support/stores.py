@@ -42,7 +42,8 @@ def produce_tracked(
             errors.append(error)
             return
         p, offset = message.partition(), message.offset()
-        assert p is not None and offset is not None
+        assert p is not None
+        assert offset is not None
         ends[p] = max(ends.get(p, 0), offset + 1)
 
     extra: dict[str, int] = {} if partition is None else {"partition": partition}
