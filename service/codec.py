@@ -93,6 +93,18 @@ def encode_key(key: bytes, encoding: KeyEncoding) -> str:
         ) from exc
 
 
+def values_document(values: list[bytes | None], value_format: str, position: str) -> bytes:
+    """The JSON batch answer ``{"values": [...], "position": ...}``, in request order.
+
+    JSON values are spliced in as stored, without parsing them again: a ``json`` store trusts its
+    topic to hold JSON documents (an empty value reads as ``null``).
+    """
+    if value_format == "json":
+        joined = b",".join([v or b"null" for v in values])
+        return b'{"values":[' + joined + b'],"position":' + orjson.dumps(position) + b"}"
+    return orjson.dumps({"values": [json_value(v, value_format) for v in values], "position": position})
+
+
 def json_value(value: bytes | None, value_format: str) -> Any:
     """A stored value as a member of a JSON answer, without re-parsing JSON documents."""
     if value is None:

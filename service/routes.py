@@ -12,7 +12,14 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from service import openapi_docs as docs
-from service.codec import decode_key_text, decode_path_key, encode_key, json_value, key_encoding
+from service.codec import (
+    decode_key_text,
+    decode_path_key,
+    encode_key,
+    json_value,
+    key_encoding,
+    values_document,
+)
 from service.exceptions import ProblemError
 from service.reads import Access, Reader, find_store, int_param
 from service.registry import ServedStore, StoreRegistry
@@ -158,16 +165,15 @@ def add_store_routes(app: FastAPI, settings: Settings, registry: StoreRegistry) 
             )
         body = await _read_body(request, limits.max_body_bytes)
         if media_type == JSON:
-            keys = _json_keys(body, request.query_params.get("key_encoding"))
+            keys = _json_keys(body, request.query_params.get("key_encoding"), limits.max_batch_keys)
             _check_batch(
-                len(keys), max((len(k) for k in keys), default=0), limits.max_batch_keys, limits.max_key_bytes
+                len(keys), max(map(len, keys), default=0), limits.max_batch_keys, limits.max_key_bytes
             )
             values, position = await reader.read(
                 served, request.query_params, lambda view: view.get_many(keys)
             )
-            fmt = served.value_format
-            answer = {"values": [json_value(v, fmt) for v in values], "position": str(position)}
-            return Response(orjson.dumps(answer), media_type=JSON, headers={POSITION: str(position)})
+            answer = values_document(values, served.value_format, str(position))
+            return Response(answer, media_type=JSON, headers={POSITION: str(position)})
         key_column = _arrow_keys(body)
         longest = pc.max(pc.binary_length(key_column)).as_py() or 0
         _check_batch(len(key_column), longest, limits.max_batch_keys, limits.max_key_bytes)
@@ -244,7 +250,7 @@ async def _read_body(request: Request, max_bytes: int) -> bytes:
     return b"".join(chunks)
 
 
-def _json_keys(body: bytes, query_encoding: str | None) -> list[bytes]:
+def _json_keys(body: bytes, query_encoding: str | None, max_keys: int) -> list[bytes]:
     try:
         document = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
@@ -256,15 +262,22 @@ def _json_keys(body: bytes, query_encoding: str | None) -> list[bytes]:
         )
     encoding = key_encoding(document.get("key_encoding", query_encoding))
     texts = document["keys"]
-    if not all(isinstance(t, str) for t in texts):
-        raise _malformed("every key must be a string", [{"loc": ["body", "keys"], "msg": "list of strings"}])
+    # Refuse an oversized batch before doing any work per key.
+    _check_batch(len(texts), 0, max_keys, 1)
+    not_strings = _malformed(
+        "every key must be a string", [{"loc": ["body", "keys"], "msg": "list of strings"}]
+    )
     if encoding == "utf8":
         try:
             return [t.encode() for t in texts]
+        except AttributeError as exc:  # only str has .encode() among JSON values
+            raise not_strings from exc
         except UnicodeEncodeError as exc:
             raise _malformed(
                 "a key is not valid Unicode text; send raw bytes with key_encoding=base64"
             ) from exc
+    if not all(isinstance(t, str) for t in texts):
+        raise not_strings
     return [decode_key_text(t, encoding) for t in texts]
 
 
