@@ -13,9 +13,12 @@ Embed it without HTTP::
 
 from store.config import EngineTuning, StoreConfig
 from store.exceptions import (
+    HistoryExpiredError,
+    HistoryNotKeptError,
     IndexNotReadyError,
     InvalidPositionError,
     KafkaSourceError,
+    PositionNotReachedError,
     ScanLimitError,
     StoreClosedError,
     StoreCorruptError,
@@ -23,6 +26,7 @@ from store.exceptions import (
     StoreLockedError,
     UnknownIndexError,
 )
+from store.history import HistorySpec
 from store.indexes import IndexSpec
 from store.memory import InMemoryStore
 from store.position import Position
@@ -41,6 +45,9 @@ from store.store import Store
 __all__ = [
     "MAX_SCAN_LIMIT",
     "EngineTuning",
+    "HistoryExpiredError",
+    "HistoryNotKeptError",
+    "HistorySpec",
     "InMemoryStore",
     "IndexNotReadyError",
     "IndexSpec",
@@ -48,6 +55,7 @@ __all__ = [
     "InvalidPositionError",
     "KafkaSourceError",
     "Position",
+    "PositionNotReachedError",
     "ReadOnlyKeyValueStore",
     "RestoreProgress",
     "ScanLimitError",

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
 
+from store.history import HistorySpec
 from store.indexes import IndexSpec
 
 
@@ -34,6 +35,8 @@ class EngineTuning:
     checkpoint_interval_seconds: float = 30.0
     # Entries of the hot-key read cache in front of RocksDB (0 disables it).
     read_cache_entries: int = 200_000
+    # How often a store that keeps history moves its floor and prunes old versions.
+    history_prune_interval_seconds: float = 5.0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -51,6 +54,7 @@ class StoreConfig:
     state_dir: Path
     tuning: EngineTuning = dataclasses.field(default_factory=EngineTuning)
     indexes: tuple[IndexSpec, ...] = ()
+    history: HistorySpec | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kafka", MappingProxyType(dict(self.kafka)))

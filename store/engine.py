@@ -7,6 +7,7 @@ Layout of a store directory (``state_dir / name``)::
         column family "default"  the table: key -> latest value
         column family "meta"     next offset per partition, topic identity, format version, index states
         column family "index"    secondary index entries (see ``store.indexes``)
+        column families "history" and "changes"   versions for reads as of a position (``store.history``)
     bulk/               SST files being built by the bootstrap bulk loader
 
 The WAL is disabled: the topic is the log. Data and offsets are written in one ``WriteBatch`` and
@@ -42,6 +43,11 @@ logger = logging.getLogger(__name__)
 FORMAT_VERSION = b"1"
 _META_CF = "meta"
 _INDEX_CF = "index"
+_HISTORY_CF = "history"
+_CHANGES_CF = "changes"
+_HISTORY_START_PREFIX = b"history_start/"
+_HISTORY_TIME_PREFIX = b"history_time/"
+_CFS = ("default", _META_CF, _INDEX_CF, _HISTORY_CF, _CHANGES_CF)
 _INDEX_STATE_PREFIX = b"index/"
 _OFFSET_PREFIX = b"offset/"
 _TOPIC_KEY = b"topic"
@@ -95,7 +101,7 @@ class Engine:
             self._db = rocksdict.Rdict(
                 str(path),
                 self._options,
-                column_families={"default": self._options, _META_CF: self._options, _INDEX_CF: self._options},
+                column_families=dict.fromkeys(_CFS, self._options),
             )
         except Exception as exc:
             if "lock" in str(exc).lower():
@@ -110,6 +116,10 @@ class Engine:
         self._meta_handle = self._db.get_column_family_handle(_META_CF)
         self._index = self._db.get_column_family(_INDEX_CF)
         self._index_handle = self._db.get_column_family_handle(_INDEX_CF)
+        self.history = self._db.get_column_family(_HISTORY_CF)
+        self._history_handle = self._db.get_column_family_handle(_HISTORY_CF)
+        self.changes = self._db.get_column_family(_CHANGES_CF)
+        self._changes_handle = self._db.get_column_family_handle(_CHANGES_CF)
         self._write_options = rocksdict.WriteOptions()
         self._write_options.disable_wal = True
         version = self._meta.get(_FORMAT_KEY)
@@ -181,6 +191,76 @@ class Engine:
         values: list[bytes | None] = self._db.get(keys)
         return values
 
+    def history_start(self) -> Position:
+        """Where history began per partition (empty: no history kept yet)."""
+        return Position(
+            {
+                _PARTITION.unpack(key[len(_HISTORY_START_PREFIX) :])[0]: _OFFSET.unpack(value)[0]
+                for key, value in self._meta_range(_HISTORY_START_PREFIX)
+            }
+        )
+
+    def history_time_log(self) -> list[tuple[int, int, int]]:
+        """``(partition, next_offset, timestamp_ms)`` of applied batches since history began."""
+        log = []
+        for key, value in self._meta_range(_HISTORY_TIME_PREFIX):
+            suffix = key[len(_HISTORY_TIME_PREFIX) :]
+            partition = _PARTITION.unpack(suffix[: _PARTITION.size])[0]
+            log.append((partition, _OFFSET.unpack(suffix[_PARTITION.size :])[0], _OFFSET.unpack(value)[0]))
+        return log
+
+    def put_history_start(self, batch: rocksdict.WriteBatch, position: Mapping[int, int]) -> None:
+        for partition, next_offset in position.items():
+            batch.put(
+                _HISTORY_START_PREFIX + _PARTITION.pack(partition),
+                _OFFSET.pack(next_offset),
+                self._meta_handle,
+            )
+
+    def put_history_time(
+        self, batch: rocksdict.WriteBatch, partition: int, next_offset: int, timestamp: int
+    ) -> None:
+        key = _HISTORY_TIME_PREFIX + _PARTITION.pack(partition) + _OFFSET.pack(next_offset)
+        batch.put(key, _OFFSET.pack(timestamp), self._meta_handle)
+
+    def delete_history_time_below(
+        self, batch: rocksdict.WriteBatch, partition: int, next_offset: int
+    ) -> None:
+        prefix = _HISTORY_TIME_PREFIX + _PARTITION.pack(partition)
+        batch.delete_range(prefix, prefix + _OFFSET.pack(next_offset), self._meta_handle)
+
+    def put_version(self, batch: rocksdict.WriteBatch, history_key: bytes, stored: bytes) -> None:
+        batch.put(history_key, stored, self._history_handle)
+
+    def delete_versions(self, batch: rocksdict.WriteBatch, begin: bytes, end: bytes) -> None:
+        batch.delete_range(begin, end, self._history_handle)
+
+    def delete_version(self, batch: rocksdict.WriteBatch, history_key: bytes) -> None:
+        batch.delete(history_key, self._history_handle)
+
+    def put_change(self, batch: rocksdict.WriteBatch, change: bytes, key: bytes) -> None:
+        batch.put(change, key, self._changes_handle)
+
+    def delete_change(self, batch: rocksdict.WriteBatch, change: bytes) -> None:
+        batch.delete(change, self._changes_handle)
+
+    def clear_history(self, batch: rocksdict.WriteBatch) -> None:
+        """Forget all history (it restarts when the store is next READY)."""
+        batch.delete_range(b"", b"\xff" * 64, self._history_handle)
+        batch.delete_range(b"", b"\xff" * 16, self._changes_handle)
+        for prefix in (_HISTORY_START_PREFIX, _HISTORY_TIME_PREFIX):
+            upper = prefix_upper_bound(prefix)
+            assert upper is not None
+            batch.delete_range(prefix, upper, self._meta_handle)
+
+    def _meta_range(self, prefix: bytes) -> list[tuple[bytes, bytes]]:
+        items = []
+        for key, value in self._meta.items(from_key=prefix):
+            if not key.startswith(prefix):
+                break
+            items.append((key, value))
+        return items
+
     # -- writes -----------------------------------------------------------------------------
 
     def new_batch(self) -> rocksdict.WriteBatch:
@@ -212,6 +292,12 @@ class Engine:
 
     def index_snapshot(self) -> rocksdict.Snapshot:
         return self._index.snapshot()
+
+    def history_snapshot(self) -> rocksdict.Snapshot:
+        return self.history.snapshot()
+
+    def changes_snapshot(self) -> rocksdict.Snapshot:
+        return self.changes.snapshot()
 
     def approximate_num_keys(self) -> int:
         return int(self._db.property_int_value("rocksdb.estimate-num-keys") or 0)
@@ -266,6 +352,10 @@ class SnapshotReader:
         self._position = position
         self._index_snapshot = index_snapshot
         self._indexes = indexes or {}
+
+    @property
+    def snapshot(self) -> Any:
+        return self._snapshot
 
     def release(self) -> None:
         """Drop the snapshot so the database can close; later reads raise ``StoreClosedError``."""

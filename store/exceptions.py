@@ -10,7 +10,10 @@ Hierarchy::
     ├── ScanLimitError            a prefix scan asked for an unusable page size
     ├── UnknownIndexError         the store has no index of that name
     ├── IndexNotReadyError        the index is still being built
-    └── KafkaSourceError          the changelog topic cannot be read (fatal configuration problems only)
+    ├── HistoryNotKeptError       an ``as_of`` read of a store that keeps no history
+    ├── HistoryExpiredError       an ``as_of`` position older than the retained history
+    └── PositionNotReachedError   an ``as_of`` position the store has not reached yet
+    ├── KafkaSourceError          the changelog topic cannot be read (fatal configuration problems only)
 
 Foreign errors (rocksdict, confluent-kafka) are converted at the boundary with ``raise ... from exc``.
 """
@@ -64,3 +67,23 @@ class IndexNotReadyError(StoreError):
     def __init__(self, index: str) -> None:
         super().__init__(f"index {index!r} is being built; retry shortly")
         self.index = index
+
+
+class HistoryNotKeptError(StoreError):
+    """The store keeps no history, so it cannot answer as of a position."""
+
+
+class HistoryExpiredError(StoreError):
+    """The position is older than the oldest one the retained history answers exactly."""
+
+    def __init__(self, store: str, as_of: object, floor: object) -> None:
+        super().__init__(
+            f'store "{store}" keeps history from position {floor} on; {as_of} is older.'
+            " Read at a newer position, or raise history.retention_ms / retention_offsets"
+        )
+        self.as_of = as_of
+        self.floor = floor
+
+
+class PositionNotReachedError(StoreError):
+    """The store has not applied the records up to this position yet."""

@@ -51,7 +51,18 @@ class MaterializerTarget(Protocol):
 
     def set_topic_identity(self, topic: str, topic_id: str | None) -> None: ...
 
-    def apply(self, keys: list[bytes], values: list[bytes | None], offsets: dict[int, int]) -> None: ...
+    @property
+    def keeps_history(self) -> bool: ...
+
+    def apply(
+        self,
+        keys: list[bytes],
+        values: list[bytes | None],
+        offsets: dict[int, int],
+        metas: list[tuple[int, int, int]] | None = None,
+    ) -> None: ...
+
+    def maintain_history(self) -> None: ...
 
     def ingest(self, sst_path: Path | None, offsets: dict[int, int]) -> None: ...
 
@@ -122,12 +133,13 @@ class Progress:
 class _Chunk:
     """Records polled but not yet written: keys, values (None: tombstone), next offsets."""
 
-    __slots__ = ("keys", "offsets", "values")
+    __slots__ = ("keys", "metas", "offsets", "values")
 
     def __init__(self) -> None:
         self.keys: list[bytes] = []
         self.values: list[bytes | None] = []
         self.offsets: dict[int, int] = {}
+        self.metas: list[tuple[int, int, int]] = []  # (partition, offset, timestamp), history only
 
 
 class Materializer:
@@ -284,6 +296,7 @@ class Materializer:
         next_metadata_check = time.monotonic() + tuning.metadata_check_interval_seconds
         next_progress_log = time.monotonic() + tuning.progress_log_interval_seconds
         next_checkpoint = time.monotonic() + tuning.checkpoint_interval_seconds
+        next_history_prune = time.monotonic() + tuning.history_prune_interval_seconds
 
         def ingest(path: Path | None, offsets: dict[int, int], count: int) -> None:
             target.ingest(path, offsets)
@@ -305,6 +318,7 @@ class Materializer:
                     chunk = _Chunk()
                 keys, values, offsets = chunk.keys, chunk.values, chunk.offsets
                 nulls = 0
+                with_metas = loader is None and target.keeps_history
                 for message in messages:
                     error = message.error()
                     if error is not None:
@@ -318,6 +332,8 @@ class Materializer:
                         continue
                     keys.append(key)
                     values.append(message.value())
+                    if with_metas:
+                        chunk.metas.append((message.partition(), message.offset(), message.timestamp()[1]))  # type: ignore[arg-type]
                 if messages:
                     progress.last_contact = time.monotonic()
                 if nulls:
@@ -333,7 +349,7 @@ class Materializer:
                         loader.submit(keys, values, offsets)
                         chunk = _Chunk()
                 elif offsets:
-                    target.apply(keys, values, offsets)
+                    target.apply(keys, values, offsets, chunk.metas if with_metas else None)
                     progress.count(len(keys))
                 self._refresh_end_offsets(consumer, topic, partitions, targets, refined)
                 if loader is None and wants_bulk():
@@ -363,6 +379,9 @@ class Materializer:
                         progress.remaining(self._position()),
                         progress.rate(),
                     )
+                if not restoring and now >= next_history_prune:
+                    next_history_prune = now + tuning.history_prune_interval_seconds
+                    target.maintain_history()
                 if not restoring and now >= next_checkpoint:
                     next_checkpoint = now + tuning.checkpoint_interval_seconds
                     target.checkpoint()

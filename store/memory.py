@@ -11,7 +11,13 @@ import contextlib
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 
-from store.exceptions import ScanLimitError, StoreClosedError, UnknownIndexError
+from store.exceptions import (
+    HistoryNotKeptError,
+    PositionNotReachedError,
+    ScanLimitError,
+    StoreClosedError,
+    UnknownIndexError,
+)
 from store.indexes import IndexSpec
 from store.position import Position
 from store.protocol import MAX_SCAN_LIMIT, IndexStatus, ReadOnlyKeyValueStore, ScanPage, StoreStatus
@@ -79,6 +85,7 @@ class InMemoryStore:
         topic: str | None = None,
         state: StoreState = StoreState.READY,
         indexes: Sequence[IndexSpec] = (),
+        keeps_history: bool = False,
     ) -> None:
         self._name = name
         self._indexes = {spec.name: spec for spec in indexes}
@@ -89,6 +96,8 @@ class InMemoryStore:
         self._frozen: _FrozenView | None = None
         self._changed = threading.Condition()
         self._applied = 0
+        self._log: list[tuple[int, int, bytes, bytes | None]] = []
+        self.keeps_history = keeps_history
 
     @property
     def name(self) -> str:
@@ -115,18 +124,40 @@ class InMemoryStore:
                     data[key] = value
                 offsets[partition] = max(offsets.get(partition, 0), offset + 1)
             self._data, self._position, self._frozen = data, Position(offsets), None
+            if self.keeps_history:
+                self._log.extend(records)
             self._applied += len(records)
             self._changed.notify_all()
 
     @contextlib.contextmanager
-    def view(self) -> Iterator[ReadOnlyKeyValueStore]:
+    def view(self, as_of: Position | None = None) -> Iterator[ReadOnlyKeyValueStore]:
         with self._changed:
             if self._state is StoreState.STOPPED:
                 raise StoreClosedError(f'store "{self._name}" is stopped')
-            if self._frozen is None:
-                self._frozen = _FrozenView(self._data, self._position, self._indexes)
-            frozen = self._frozen
+            if as_of is not None:
+                frozen = self._view_as_of(as_of)
+            else:
+                if self._frozen is None:
+                    self._frozen = _FrozenView(self._data, self._position, self._indexes)
+                frozen = self._frozen
         yield frozen
+
+    def _view_as_of(self, as_of: Position) -> _FrozenView:
+        if not self.keeps_history:
+            raise HistoryNotKeptError(f'store "{self._name}" keeps no history')
+        if not self._position.reaches(as_of):
+            raise PositionNotReachedError(f'store "{self._name}" is at {self._position}, not yet at {as_of}')
+        data: dict[bytes, bytes] = {}
+        for partition, offset, key, value in self._log:
+            if offset < as_of.get(partition, 0):
+                if value is None:
+                    data.pop(key, None)
+                else:
+                    data[key] = value
+        return _FrozenView(data, Position({p: as_of.get(p, 0) for p in self._position}), self._indexes)
+
+    def history_floor(self) -> Position | None:
+        return Position(dict.fromkeys(self._position, 0)) if self.keeps_history else None
 
     def status(self) -> StoreStatus:
         with self._changed:

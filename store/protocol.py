@@ -116,11 +116,17 @@ class ServableStore(Protocol):
     @property
     def state(self) -> StoreState: ...
 
-    def view(self) -> AbstractContextManager[ReadOnlyKeyValueStore]:
+    def view(self, as_of: Position | None = None) -> AbstractContextManager[ReadOnlyKeyValueStore]:
         """A consistent read view (a RocksDB snapshot and the position it reflects).
 
-        Raises ``StoreClosedError`` once the store is stopped.
+        With ``as_of`` the view answers as of exactly that position; raises
+        ``HistoryNotKeptError``, ``PositionNotReachedError`` or ``HistoryExpiredError`` when it
+        cannot. Raises ``StoreClosedError`` once the store is stopped.
         """
+        ...
+
+    def history_floor(self) -> Position | None:
+        """The oldest position an ``as_of`` view answers exactly (None: no history kept)."""
         ...
 
     def status(self) -> StoreStatus: ...

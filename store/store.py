@@ -12,9 +12,18 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from store.asof import AsOfReader
 from store.config import StoreConfig
 from store.engine import Engine, SnapshotReader, destroy
-from store.exceptions import IndexNotReadyError, StoreClosedError, StoreCorruptError
+from store.exceptions import (
+    HistoryExpiredError,
+    HistoryNotKeptError,
+    IndexNotReadyError,
+    PositionNotReachedError,
+    StoreClosedError,
+    StoreCorruptError,
+)
+from store.history import HistoryRecorder, floor_from
 from store.indexes import IndexSpec, index_changes
 from store.lock import DirectoryLock
 from store.materializer import Materializer
@@ -59,6 +68,9 @@ class Store:
         self._indexes = {spec.name: spec for spec in config.indexes}
         self._ready_indexes: dict[str, IndexSpec] = {}
         self.index_progress: dict[str, int] = {}  # rows indexed so far, per index being built
+        self._history = HistoryRecorder(config.history) if config.history else None
+        self._history_floor: Position | None = None
+        self._history_start = Position()
         self._materializer: Materializer | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -84,6 +96,7 @@ class Store:
             self._directory_lock.release()
             raise
         self._position = self._engine.stored_position()
+        self._load_history_state()
         self._materializer = Materializer(self.config, self, self.position)
         logger.info(
             'store "%s" opened at %s (topic "%s", stored position %s)',
@@ -134,21 +147,37 @@ class Store:
         return self._position
 
     @contextlib.contextmanager
-    def view(self) -> Iterator[ReadOnlyKeyValueStore]:
-        """A consistent read view: one snapshot and the position it reflects."""
+    def view(self, as_of: Position | None = None) -> Iterator[ReadOnlyKeyValueStore]:
+        """A consistent read view: one snapshot and the position it reflects.
+
+        With ``as_of``, every read answers as of exactly that position (the store must keep
+        history, have reached the position, and still retain it).
+        """
         with self._lock:
             if self._engine is None:
                 raise StoreClosedError(
                     f'store "{self.name}" is {self._state.value.lower()}; it cannot be read'
                 )
             engine = self._engine
-            snapshot = SnapshotReader(
+            latest = SnapshotReader(
                 engine.snapshot(),
                 self._position,
                 engine.index_snapshot() if self._indexes else None,
                 dict(self._ready_indexes),
             )
-            reader = _CachedReader(self, snapshot, self._generation)
+            reader: _CachedReader | AsOfReader
+            if as_of is None:
+                reader = _CachedReader(self, latest, self._generation)
+            else:
+                self._check_as_of(as_of)
+                reader = AsOfReader(
+                    latest,
+                    engine.history_snapshot(),
+                    engine.changes_snapshot(),
+                    engine.index_snapshot() if self._indexes else None,
+                    dict(self._ready_indexes),
+                    Position({p: as_of.get(p, 0) for p in self._position}),
+                )
             self._active_views += 1
         try:
             yield reader
@@ -158,6 +187,21 @@ class Store:
                 self._active_views -= 1
                 if self._active_views == 0:
                     self._changed.notify_all()
+
+    def _check_as_of(self, as_of: Position) -> None:
+        if self._history is None:
+            raise HistoryNotKeptError(
+                f'store "{self.name}" keeps no history; configure its history retention to read as_of'
+            )
+        if not self._position.reaches(as_of):
+            raise PositionNotReachedError(f'store "{self.name}" is at {self._position}, not yet at {as_of}')
+        floor = self._history_floor
+        if floor is None or not Position({p: as_of.get(p, 0) for p in self._position}).reaches(floor):
+            raise HistoryExpiredError(self.name, as_of, floor if floor is not None else "no position yet")
+
+    def history_floor(self) -> Position | None:
+        """The oldest position answered exactly ``as_of`` (None: no history yet)."""
+        return self._history_floor
 
     def wait_for_position(self, minimum: Position, timeout: float) -> bool:
         with self._changed:
@@ -222,10 +266,59 @@ class Store:
     # -- the materializer's side (MaterializerTarget) ---------------------------------------
 
     def set_state(self, state: StoreState) -> None:
+        if state is StoreState.READY and self._history is not None and not self._history_start:
+            self._begin_history()
         with self._changed:
             if self._state is not StoreState.STOPPED:
                 self._state = state
             self._changed.notify_all()
+
+    @property
+    def keeps_history(self) -> bool:
+        """Whether records must come with ``(partition, offset, timestamp)`` for history."""
+        return self._history is not None and bool(self._history_start)
+
+    def _load_history_state(self) -> None:
+        engine = self._require_engine()
+        if self._history is None:
+            if engine.history_start():
+                batch = engine.new_batch()
+                engine.clear_history(batch)
+                engine.write(batch)
+                logger.info(
+                    'store "%s": history is no longer configured; dropped the stored versions', self.name
+                )
+            return
+        self._history_start = engine.history_start()
+        self._history_floor = self._compute_floor() if self._history_start else None
+
+    def _begin_history(self) -> None:
+        engine = self._require_engine()
+        start = Position({p: self._position.get(p, 0) for p in self._position})
+        batch = engine.new_batch()
+        engine.put_history_start(batch, start)
+        with self._lock:
+            engine.write(batch)
+            self._history_start = start
+            self._history_floor = start
+        logger.info('store "%s" keeps history from position %s on', self.name, start)
+
+    def _compute_floor(self) -> Position:
+        assert self._history is not None
+        engine = self._require_engine()
+        return floor_from(self._history_start, self._position, engine.history_time_log(), self._history.spec)
+
+    def maintain_history(self) -> None:
+        """Move the history floor as retention passes and drop versions below it."""
+        if self._history is None or not self._history_start:
+            return
+        floor = self._compute_floor()
+        with self._lock:
+            # Readers check against the new floor before any version below it is dropped.
+            self._history_floor = floor if self._history_floor is None else self._history_floor.merged(floor)
+        engine = self._require_engine()
+        while self._history.prune(engine, floor) >= 10_000:
+            pass
 
     def stored_position(self) -> Position:
         return self._require_engine().stored_position()
@@ -236,8 +329,17 @@ class Store:
     def set_topic_identity(self, topic: str, topic_id: str | None) -> None:
         self._require_engine().set_topic_identity(topic, topic_id)
 
-    def apply(self, keys: list[bytes], values: list[bytes | None], offsets: dict[int, int]) -> None:
-        """Write records, tombstones and the partitions' next offsets in one atomic batch."""
+    def apply(
+        self,
+        keys: list[bytes],
+        values: list[bytes | None],
+        offsets: dict[int, int],
+        metas: list[tuple[int, int, int]] | None = None,
+    ) -> None:
+        """Write records, tombstones and the partitions' next offsets in one atomic batch.
+
+        ``metas`` (partition, offset, timestamp per record) is required while history is kept.
+        """
         engine = self._require_engine()
         batch = engine.new_batch()
         for key, value in zip(keys, values, strict=True):
@@ -247,6 +349,9 @@ class Store:
                 batch.put(key, value)
         if self._ready_indexes and keys:
             self._maintain_indexes(engine, batch, keys, values)
+        if self._history is not None and self._history_start and keys:
+            assert metas is not None, "records of a store that keeps history need their metadata"
+            self._history.record(engine, batch, keys, values, metas)
         engine.put_offsets(batch, offsets)
         with self._changed:
             engine.write(batch)
@@ -265,8 +370,19 @@ class Store:
             # Bulk chunks carry no index entries: the indexes are rebuilt once the bootstrap ends.
             for spec in self._ready_indexes.values():
                 engine.put_index_state(batch, spec.name, spec.field, "building")
+        reset_history = bool(self._history_start)
+        if reset_history:
+            # Bulk chunks carry no versions: history restarts when the store is READY again.
+            engine.clear_history(batch)
         with self._changed:
             self._ready_indexes = {}
+            if reset_history:
+                self._history_start = Position()
+                self._history_floor = None
+                logger.warning(
+                    'store "%s": bulk restore of a large gap; history restarts once the store is READY',
+                    self.name,
+                )
             if sst_path is not None:
                 engine.ingest([sst_path])
             engine.write(batch)
@@ -382,6 +498,8 @@ class Store:
             destroy(self.config.path / "bulk")
             self._engine = Engine(self.config.path / "db", self.config.tuning)
             self._position = Position()
+            self._history_start = Position()
+            self._history_floor = None
             self._cache.clear()
             self._generation += 1
             self._changed.notify_all()

@@ -1,0 +1,140 @@
+"""Reads as of an exact position, from snapshots of the table, its indexes and its history."""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import rocksdict
+
+from store.engine import SnapshotReader, prefix_upper_bound
+from store.exceptions import ScanLimitError, UnknownIndexError
+from store.history import change_key, choose_version, escape_prefix, scan_versions, unescape
+from store.indexes import IndexSpec
+from store.position import Position
+from store.protocol import MAX_SCAN_LIMIT, ScanPage
+
+# A scan page examines at most this many candidate keys per item asked, so a page over keys that
+# mostly did not exist at the position still returns promptly (with a cursor to go on).
+_CANDIDATES_PER_ITEM = 20
+
+
+def _iterate(snapshot: Any, start: bytes, upper: bytes | None) -> Iterator[tuple[bytes, bytes]]:
+    options = rocksdict.ReadOptions()
+    if upper is not None:
+        options.set_iterate_upper_bound(upper)
+    iterator = snapshot.iter(options)
+    iterator.seek(start)
+    while iterator.valid():
+        yield iterator.key(), iterator.value()
+        iterator.next()
+
+
+class AsOfReader:
+    """Implements ``ReadOnlyKeyValueStore`` as of ``as_of`` (which must be at or above the floor)."""
+
+    def __init__(
+        self,
+        latest: SnapshotReader,
+        history: Any,
+        changes: Any,
+        index_snapshot: Any,
+        indexes: Mapping[str, IndexSpec],
+        as_of: Position,
+    ) -> None:
+        self._latest = latest
+        self._history = history
+        self._changes = changes
+        self._index_snapshot = index_snapshot
+        self._indexes = indexes
+        self._as_of = as_of
+
+    def release(self) -> None:
+        self._latest.release()
+        self._history = self._changes = self._index_snapshot = None
+
+    def get(self, key: bytes) -> bytes | None:
+        return self.get_many((key,))[0]
+
+    def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        values: list[bytes | None] = []
+        unversioned: list[int] = []
+        for i, key in enumerate(keys):
+            found, value = choose_version(scan_versions(self._history, key), self._as_of)
+            values.append(value)
+            if not found:
+                unversioned.append(i)
+        if unversioned:
+            # Never written since history began: the current value is the value at the position.
+            current = self._latest.get_many([keys[i] for i in unversioned])
+            for i, value in zip(unversioned, current, strict=True):
+                values[i] = value
+        return values
+
+    def prefix_scan(self, prefix: bytes, *, after: bytes | None = None, limit: int = 1000) -> ScanPage:
+        if limit < 1:
+            raise ScanLimitError(f"scan limit must be at least 1, got {limit}")
+        limit = min(limit, MAX_SCAN_LIMIT)
+        start = prefix if after is None or after < prefix else after + b"\x00"
+        current_keys = (
+            key for key, _ in _iterate(self._latest_snapshot(), start, prefix_upper_bound(prefix))
+        )
+        escaped = escape_prefix(prefix)
+        history_start = escape_prefix(start) if start != prefix else escaped
+        historic_keys = (
+            unescape(key) for key, _ in _iterate(self._history, history_start, prefix_upper_bound(escaped))
+        )
+        items: list[tuple[bytes, bytes]] = []
+        examined = 0
+        previous: bytes | None = None
+        for key in heapq.merge(current_keys, historic_keys):
+            if key == previous or key < start:
+                continue
+            previous = key
+            value = self.get(key)
+            examined += 1
+            if value is not None:
+                if len(items) == limit:
+                    return ScanPage(items, items[-1][0])
+                items.append((key, value))
+            if examined >= limit * _CANDIDATES_PER_ITEM:
+                return ScanPage(items, key)
+        return ScanPage(items, None)
+
+    def index_scan(
+        self, index: str, value: bytes, *, after: bytes | None = None, limit: int = 1000
+    ) -> ScanPage:
+        spec = self._indexes.get(index)
+        if spec is None:
+            raise UnknownIndexError(index, sorted(self._indexes))
+        if limit < 1:
+            raise ScanLimitError(f"scan limit must be at least 1, got {limit}")
+        limit = min(limit, MAX_SCAN_LIMIT)
+        # Rows that have the value now, and rows changed since the position (they may have had it).
+        value_prefix = spec.value_prefix(value)
+        candidates = {
+            key[len(value_prefix) :]
+            for key, _ in _iterate(self._index_snapshot, value_prefix, prefix_upper_bound(value_prefix))
+        }
+        for partition, next_offset in self._as_of.items():
+            changed = _iterate(
+                self._changes, change_key(partition, next_offset), change_key(partition + 1, 0)
+            )
+            candidates.update(row_key for _, row_key in changed)
+        ordered = sorted(key for key in candidates if after is None or key > after)
+        items: list[tuple[bytes, bytes]] = []
+        for start in range(0, len(ordered), 1000):
+            keys = ordered[start : start + 1000]
+            for key, row in zip(keys, self.get_many(keys), strict=True):
+                if row is not None and spec.extract(row) == value:
+                    if len(items) == limit:
+                        return ScanPage(items, items[-1][0])
+                    items.append((key, row))
+        return ScanPage(items, None)
+
+    def position(self) -> Position:
+        return self._as_of
+
+    def _latest_snapshot(self) -> Any:
+        return self._latest.snapshot

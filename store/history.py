@@ -1,0 +1,251 @@
+"""History: reads pinned to an exact position (``as_of``), the same answer on every replica.
+
+A Kafka partition's offsets are the same on every node, so a position names one exact version of
+the table everywhere. A store that keeps history answers, for each key, the value of its last
+record *below* the position on its partition.
+
+History starts when a store first becomes READY (a compacted topic no longer holds every old
+version, so nothing older can be exact); the *floor* is the oldest position still answered
+exactly. Below it the answer is a clear ``HistoryExpiredError``, never a wrong value.
+
+Column families:
+
+``history``
+    one entry per version: ``escaped(key) | partition (4 B) | offset + 1 (8 B)`` →
+    ``1 | timestamp (8 B) | value`` or ``0 | timestamp`` for a tombstone. The first write of a key
+    after history started also records its previous value as a *base* version (offset field 0).
+    ``escaped`` doubles 0x00 bytes and ends with 0x00 0x01, so versions of one key are contiguous
+    and keys keep their byte order (prefix scans work on escaped keys).
+``changes``
+    ``partition (4 B) | offset (8 B)`` → key, one entry per record since history started: it drives
+    pruning (a version superseded below the floor is dropped) and ``as_of`` index lookups (rows
+    changed since a position).
+
+Pruning runs on the materializer thread between batches, a bounded amount at a time, so it never
+races a write of the same key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import rocksdict
+
+from store.position import Position
+
+_PARTITION = struct.Struct(">i")
+_OFFSET = struct.Struct(">q")
+_TIMESTAMP = struct.Struct(">q")
+_VERSION_SUFFIX = _PARTITION.size + _OFFSET.size
+_TERMINATOR = b"\x00\x01"
+PUT, TOMBSTONE = b"\x01", b"\x00"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class HistorySpec:
+    """How much history a store keeps: by age, by offsets behind the head, or both (the shorter wins)."""
+
+    retention_ms: int | None = None
+    retention_offsets: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.retention_ms is None and self.retention_offsets is None:
+            raise ValueError("history needs retention_ms, retention_offsets, or both")
+        for name in ("retention_ms", "retention_offsets"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"history.{name} must be at least 1, got {value}")
+
+
+def escape(key: bytes) -> bytes:
+    """Order-preserving, self-delimiting encoding of a row key."""
+    return key.replace(b"\x00", b"\x00\xff") + _TERMINATOR
+
+
+def escape_prefix(prefix: bytes) -> bytes:
+    """The escaped-key prefix shared by every key starting with ``prefix``."""
+    return prefix.replace(b"\x00", b"\x00\xff")
+
+
+def unescape(history_key: bytes) -> bytes:
+    """The row key of a ``history`` entry."""
+    # Escaped content never holds 0x00 followed by 0x01, so the first such pair ends the key.
+    return history_key[: history_key.index(_TERMINATOR)].replace(b"\x00\xff", b"\x00")
+
+
+def version_key(key: bytes, partition: int, offset: int) -> bytes:
+    """``offset`` is the record's offset, or -1 for the base version."""
+    return escape(key) + _PARTITION.pack(partition) + _OFFSET.pack(offset + 1)
+
+
+def parse_version_key(history_key: bytes) -> tuple[int, int]:
+    """``(partition, offset)`` of a version; offset -1 for a base version."""
+    suffix = history_key[-_VERSION_SUFFIX:]
+    return _PARTITION.unpack(suffix[: _PARTITION.size])[0], _OFFSET.unpack(suffix[_PARTITION.size :])[0] - 1
+
+
+def version_value(value: bytes | None, timestamp: int) -> bytes:
+    if value is None:
+        return TOMBSTONE + _TIMESTAMP.pack(timestamp)
+    return PUT + _TIMESTAMP.pack(timestamp) + value
+
+
+def parse_version_value(stored: bytes) -> tuple[bytes | None, int]:
+    timestamp = _TIMESTAMP.unpack(stored[1:9])[0]
+    return (stored[9:] if stored[:1] == PUT else None), timestamp
+
+
+def change_key(partition: int, offset: int) -> bytes:
+    return _PARTITION.pack(partition) + _OFFSET.pack(offset)
+
+
+def parse_change_key(key: bytes) -> tuple[int, int]:
+    return _PARTITION.unpack(key[: _PARTITION.size])[0], _OFFSET.unpack(key[_PARTITION.size :])[0]
+
+
+def key_upper_bound(escaped_key: bytes) -> bytes:
+    """The first history key after every version of this (escaped, terminated) key."""
+    return escaped_key[:-1] + b"\x02"
+
+
+def choose_version(
+    versions: Iterable[tuple[bytes, bytes]], as_of: Mapping[int, int]
+) -> tuple[bool, bytes | None]:
+    """From ``(history key, stored version)`` pairs of one key, the value as of a position.
+
+    Returns ``(found, value)``: ``found`` is False when no version is visible (the key was never
+    written since history started: its current value is the answer). Within a partition the
+    highest offset below the position wins; across partitions (a key moved when partitions were
+    added) the latest timestamp wins.
+    """
+    best: dict[int, tuple[int, bytes]] = {}
+    for history_key, stored in versions:
+        partition, offset = parse_version_key(history_key)
+        if offset >= as_of.get(partition, 0):
+            continue
+        current = best.get(partition)
+        if current is None or offset > current[0]:
+            best[partition] = (offset, stored)
+    if not best:
+        return False, None
+    chosen = max(best.values(), key=lambda entry: (parse_version_value(entry[1])[1], entry[0]))
+    return True, parse_version_value(chosen[1])[0]
+
+
+def floor_from(
+    start: Mapping[int, int],
+    position: Mapping[int, int],
+    time_log: Sequence[tuple[int, int, int]],
+    spec: HistorySpec,
+    now_ms: int | None = None,
+) -> Position:
+    """The oldest position answered exactly.
+
+    ``start``: where history began per partition. ``time_log``: ``(partition, next_offset,
+    timestamp_ms)`` of applied batches, ascending per partition.
+    """
+    floor = dict(start)
+    if spec.retention_offsets is not None:
+        for partition, next_offset in position.items():
+            floor[partition] = max(floor.get(partition, 0), next_offset - spec.retention_offsets)
+    if spec.retention_ms is not None:
+        cutoff = (now_ms if now_ms is not None else int(time.time() * 1000)) - spec.retention_ms
+        for partition, next_offset, timestamp in time_log:
+            if timestamp < cutoff:
+                floor[partition] = max(floor.get(partition, 0), next_offset)
+    return Position(floor)
+
+
+def scan_versions(snapshot: Any, key: bytes) -> list[tuple[bytes, bytes]]:
+    """Every stored version of one key in a ``history`` snapshot (or live column family)."""
+    escaped = escape(key)
+    options = rocksdict.ReadOptions()
+    options.set_iterate_upper_bound(key_upper_bound(escaped))
+    iterator = snapshot.iter(options)
+    iterator.seek(escaped)
+    versions: list[tuple[bytes, bytes]] = []
+    while iterator.valid():
+        versions.append((iterator.key(), iterator.value()))
+        iterator.next()
+    return versions
+
+
+class HistoryRecorder:
+    """Adds versions and change entries to a store's write batches, and prunes below the floor."""
+
+    def __init__(self, spec: HistorySpec) -> None:
+        self.spec = spec
+
+    def record(
+        self,
+        engine: Any,
+        batch: Any,
+        keys: Sequence[bytes],
+        values: Sequence[bytes | None],
+        metas: Sequence[tuple[int, int, int]],
+    ) -> None:
+        """Versions for ``(key, value)`` records with their ``(partition, offset, timestamp)``."""
+        live = engine.history
+        has_history: dict[bytes, bool] = {}
+        for key in dict.fromkeys(keys):
+            iterator = live.iter()
+            escaped = escape(key)
+            iterator.seek(escaped)
+            has_history[key] = iterator.valid() and iterator.key().startswith(escaped)
+        needing_base = [key for key, has in has_history.items() if not has]
+        previous = (
+            dict(zip(needing_base, engine.get_latest(needing_base), strict=True)) if needing_base else {}
+        )
+        last_in_batch: dict[int, tuple[int, int]] = {}
+        for key, value, (partition, offset, timestamp) in zip(keys, values, metas, strict=True):
+            if not has_history[key]:
+                engine.put_version(batch, version_key(key, partition, -1), version_value(previous[key], -1))
+                has_history[key] = True
+            engine.put_version(batch, version_key(key, partition, offset), version_value(value, timestamp))
+            engine.put_change(batch, change_key(partition, offset), key)
+            last_in_batch[partition] = (offset + 1, timestamp)
+        for partition, (next_offset, timestamp) in last_in_batch.items():
+            engine.put_history_time(batch, partition, next_offset, timestamp)
+
+    def prune(self, engine: Any, floor: Mapping[int, int], budget: int = 10_000) -> int:
+        """Drop versions superseded below ``floor`` (at most ``budget`` changes); returns how many."""
+        batch = engine.new_batch()
+        done = 0
+        for partition, floor_offset in floor.items():
+            options = rocksdict.ReadOptions()
+            options.set_iterate_upper_bound(change_key(partition, floor_offset))
+            iterator = engine.changes.iter(options)
+            iterator.seek(change_key(partition, 0))
+            while iterator.valid() and done < budget:
+                change, key = iterator.key(), iterator.value()
+                _partition, offset = parse_change_key(change)
+                engine.delete_versions(
+                    batch, version_key(key, partition, -1), version_key(key, partition, offset)
+                )
+                stored = engine.history.get(version_key(key, partition, offset))
+                if (
+                    stored is not None
+                    and stored[:1] == TOMBSTONE
+                    and self._only_version(engine, key, partition, offset)
+                ):
+                    # Absent at every position from the floor on: nothing to keep.
+                    engine.delete_version(batch, version_key(key, partition, offset))
+                engine.delete_change(batch, change)
+                done += 1
+                iterator.next()
+            if done < budget:
+                engine.delete_history_time_below(batch, partition, floor_offset)
+        engine.write(batch)
+        return done
+
+    @staticmethod
+    def _only_version(engine: Any, key: bytes, partition: int, offset: int) -> bool:
+        for history_key, _stored in scan_versions(engine.history, key):
+            other_partition, other_offset = parse_version_key(history_key)
+            if other_partition != partition or other_offset > offset:
+                return False
+        return True
