@@ -306,10 +306,15 @@ class Engine:
         return directory_size(self.path)
 
     def close(self) -> None:
+        """Close the database; column family objects are dropped too, as each keeps it open."""
         try:
             self._db.close()
         except Exception:  # closing twice is harmless
             logger.debug("closing %s failed", self.path, exc_info=True)
+        for name in ("_meta", "_meta_handle", "_index", "_index_handle", "history", "_history_handle"):
+            setattr(self, name, None)
+        for name in ("changes", "_changes_handle", "_db"):
+            setattr(self, name, None)
 
 
 def directory_size(path: Path) -> int:
@@ -332,14 +337,17 @@ class _ReleasedSnapshot:
     def __getitem__(self, key: bytes) -> bytes:
         raise StoreClosedError("this view has ended; take a new one with store.view()")
 
-    def iter(self, read_options: object) -> Any:
+    def iter(self, read_options: object = None) -> Any:
+        raise StoreClosedError("this view has ended; take a new one with store.view()")
+
+    def seek(self, key: bytes) -> None:
         raise StoreClosedError("this view has ended; take a new one with store.view()")
 
 
 class SnapshotReader:
     """Reads from one RocksDB snapshot; implements ``ReadOnlyKeyValueStore``."""
 
-    __slots__ = ("_index_snapshot", "_indexes", "_position", "_snapshot")
+    __slots__ = ("_index_iterator", "_index_snapshot", "_indexes", "_iterator", "_position", "_snapshot")
 
     def __init__(
         self,
@@ -352,6 +360,11 @@ class SnapshotReader:
         self._position = position
         self._index_snapshot = index_snapshot
         self._indexes = indexes or {}
+        # rocksdict's Snapshot.iter() drops the snapshot and iterates the live database; an
+        # iterator reads the version current when it is created, so scans use iterators made now,
+        # while the store lock holds writes back.
+        self._iterator: Any = snapshot.iter()
+        self._index_iterator: Any = index_snapshot.iter() if index_snapshot is not None else None
 
     @property
     def snapshot(self) -> Any:
@@ -361,6 +374,7 @@ class SnapshotReader:
         """Drop the snapshot so the database can close; later reads raise ``StoreClosedError``."""
         self._snapshot = _ReleasedSnapshot()
         self._index_snapshot = _ReleasedSnapshot()
+        self._iterator = self._index_iterator = _ReleasedSnapshot()
 
     def get(self, key: bytes) -> bytes | None:
         try:
@@ -385,18 +399,18 @@ class SnapshotReader:
         return values
 
     def prefix_scan(self, prefix: bytes, *, after: bytes | None = None, limit: int = 1000) -> ScanPage:
-        return ScanPage(*_scan(self._snapshot, prefix, after, limit, lambda key: key))
+        return ScanPage(*_scan(self._iterator, prefix, after, limit, lambda key: key))
 
     def index_scan(
         self, index: str, value: bytes, *, after: bytes | None = None, limit: int = 1000
     ) -> ScanPage:
         spec = self._indexes.get(index)
-        if spec is None or self._index_snapshot is None:
+        if spec is None or self._index_iterator is None:
             raise UnknownIndexError(index, sorted(self._indexes))
         value_prefix = spec.value_prefix(value)
         start_after = None if after is None else value_prefix + after
         entries, next_after = _scan(
-            self._index_snapshot, value_prefix, start_after, limit, lambda key: key[len(value_prefix) :]
+            self._index_iterator, value_prefix, start_after, limit, lambda key: key[len(value_prefix) :]
         )
         row_keys = [row_key for row_key, _ in entries]
         rows = self.get_many(row_keys)
@@ -409,17 +423,12 @@ class SnapshotReader:
 
 
 def _scan(
-    snapshot: Any, prefix: bytes, after: bytes | None, limit: int, key_of: Callable[[bytes], bytes]
+    iterator: Any, prefix: bytes, after: bytes | None, limit: int, key_of: Callable[[bytes], bytes]
 ) -> tuple[list[tuple[bytes, bytes]], bytes | None]:
     """One bounded, byte-ordered page of keys starting with ``prefix``, strictly after ``after``."""
     if limit < 1:
         raise ScanLimitError(f"scan limit must be at least 1, got {limit}")
     limit = min(limit, MAX_SCAN_LIMIT)
-    read_options = rocksdict.ReadOptions()
-    upper = prefix_upper_bound(prefix)
-    if upper is not None:
-        read_options.set_iterate_upper_bound(upper)
-    iterator = snapshot.iter(read_options)
     iterator.seek(prefix if after is None or after < prefix else after + b"\x00")
     items: list[tuple[bytes, bytes]] = []
     while iterator.valid():

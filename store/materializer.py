@@ -178,7 +178,7 @@ class Materializer:
                 self._session(backoff)
             except RebuildRequired as signal:
                 self._log.warning(
-                    'store "%s": %s; discarding the local copy and restoring from the earliest offset',
+                    'store "%s": %s; rebuilding from the earliest offsets',
                     self._config.name,
                     signal.reason,
                 )
@@ -216,7 +216,8 @@ class Materializer:
             starts, targets = self._sample(consumer, info, stored)
             self.progress.end_offsets = dict(targets)
             if self._target.state is not StoreState.READY:
-                self._target.set_state(StoreState.RESTORING)
+                if self._target.state is not StoreState.REBUILDING:
+                    self._target.set_state(StoreState.RESTORING)
                 self.progress.begin_restore(targets)
                 self._log.info(
                     'store "%s" restoring topic "%s" (%d partitions) from %s towards at least %s',

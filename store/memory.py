@@ -107,6 +107,10 @@ class InMemoryStore:
     def state(self) -> StoreState:
         return self._state
 
+    @property
+    def readable(self) -> bool:
+        return self._state is StoreState.READY
+
     def set_state(self, state: StoreState) -> None:
         with self._changed:
             self._state = state

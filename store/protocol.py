@@ -100,6 +100,7 @@ class StoreStatus:
     last_error: str | None  # the most recent transient problem (broker unreachable, ...), if any
     seconds_since_last_contact: float | None  # since the broker last answered a fetch
     indexes: dict[str, IndexStatus] = dataclasses.field(default_factory=dict)
+    stale: bool = False  # reads are answered from the last good copy while a rebuild runs
 
     @property
     def total_lag(self) -> int:
@@ -115,6 +116,11 @@ class ServableStore(Protocol):
 
     @property
     def state(self) -> StoreState: ...
+
+    @property
+    def readable(self) -> bool:
+        """Whether reads get answers now: READY, or REBUILDING while a last good copy is served."""
+        ...
 
     def view(self, as_of: Position | None = None) -> AbstractContextManager[ReadOnlyKeyValueStore]:
         """A consistent read view (a RocksDB snapshot and the position it reflects).

@@ -1,0 +1,398 @@
+"""One local copy of a store's table: a RocksDB database with its position, indexes and history.
+
+A store normally has one replica that the materializer writes and readers read. While a store
+rebuilds from scratch it has two: readers keep the last good copy until the new one is READY.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from store.asof import AsOfReader
+from store.config import StoreConfig
+from store.engine import Engine, SnapshotReader, destroy
+from store.exceptions import (
+    HistoryExpiredError,
+    HistoryNotKeptError,
+    IndexNotReadyError,
+    PositionNotReachedError,
+    StoreCorruptError,
+)
+from store.history import HistoryRecorder, floor_from
+from store.indexes import IndexSpec, index_changes
+from store.position import Position
+from store.protocol import MAX_SCAN_LIMIT, ScanPage
+
+logger = logging.getLogger(__name__)
+
+_MISS = object()
+
+
+class Replica:
+    """A RocksDB copy of the table and the state that goes with it.
+
+    Writes come from the materializer thread only. ``lock`` (the owning store's) guards what
+    readers look at together: a write and the position it reaches, snapshots and the position
+    they reflect, the hot-key cache.
+    """
+
+    def __init__(self, config: StoreConfig, path: Path, lock: threading.Condition) -> None:
+        self.config = config
+        self.path = path
+        self._changed = lock
+        self.engine = self._open(path)
+        self.position = self.engine.stored_position()
+        self.generation = 0
+        self._cache: dict[bytes, bytes | None] = {}
+        self._cache_capacity = config.tuning.read_cache_entries
+        self.indexes = {spec.name: spec for spec in config.indexes}
+        states = self.engine.index_states()
+        self.ready_indexes = {
+            name: spec for name, spec in self.indexes.items() if states.get(name) == (spec.field, "ready")
+        }
+        self.index_progress: dict[str, int] = {}  # rows indexed so far, per index being built
+        self.history = HistoryRecorder(config.history) if config.history else None
+        self.history_start = Position()
+        self.history_floor: Position | None = None
+        self._load_history_state()
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    def _open(self, path: Path) -> Engine:
+        try:
+            return Engine(path, self.config.tuning)
+        except StoreCorruptError as exc:
+            logger.warning('store "%s": %s', self.config.name, exc)
+            destroy(path)
+            return Engine(path, self.config.tuning)
+
+    def close(self, flush: bool = True) -> None:
+        if flush:
+            self.engine.flush()
+        self.engine.close()
+
+    # -- reads (called with the lock held) ----------------------------------------------------
+
+    def reader(self, as_of: Position | None) -> _CachedReader | AsOfReader:
+        engine = self.engine
+        latest = SnapshotReader(
+            engine.snapshot(),
+            self.position,
+            engine.index_snapshot() if self.indexes else None,
+            dict(self.ready_indexes),
+        )
+        if as_of is None:
+            return _CachedReader(self, latest, self.generation)
+        self._check_as_of(as_of)
+        return AsOfReader(
+            latest,
+            engine.history_snapshot(),
+            engine.changes_snapshot(),
+            engine.index_snapshot() if self.indexes else None,
+            dict(self.ready_indexes),
+            Position({p: as_of.get(p, 0) for p in self.position}),
+        )
+
+    def _check_as_of(self, as_of: Position) -> None:
+        if self.history is None:
+            raise HistoryNotKeptError(
+                f'store "{self.name}" keeps no history; configure its history retention to read as_of'
+            )
+        if not self.position.reaches(as_of):
+            raise PositionNotReachedError(f'store "{self.name}" is at {self.position}, not yet at {as_of}')
+        floor = self.history_floor
+        if floor is None or not Position({p: as_of.get(p, 0) for p in self.position}).reaches(floor):
+            raise HistoryExpiredError(self.name, as_of, floor if floor is not None else "no position yet")
+
+    def cache_lookup(self, generation: int, keys: Sequence[bytes]) -> list[object] | None:
+        with self._changed:
+            if generation != self.generation:
+                return None
+            get = self._cache.get
+            return [get(key, _MISS) for key in keys]
+
+    def cache_fill(self, generation: int, keys: Sequence[bytes], values: Sequence[bytes | None]) -> None:
+        with self._changed:
+            if generation != self.generation:
+                return
+            cache = self._cache
+            overflow = len(cache) + len(keys) - self._cache_capacity
+            if overflow > 0:
+                for old in list(itertools.islice(cache, overflow)):
+                    del cache[old]
+            cache.update(zip(keys, values, strict=True))
+
+    # -- writes (materializer thread) ---------------------------------------------------------
+
+    def apply(
+        self,
+        keys: list[bytes],
+        values: list[bytes | None],
+        offsets: dict[int, int],
+        metas: list[tuple[int, int, int]] | None = None,
+    ) -> None:
+        """Write records, tombstones and the partitions' next offsets in one atomic batch."""
+        engine = self.engine
+        batch = engine.new_batch()
+        for key, value in zip(keys, values, strict=True):
+            if value is None:
+                batch.delete(key)
+            else:
+                batch.put(key, value)
+        if self.ready_indexes and keys:
+            self._maintain_indexes(batch, keys, values)
+        if self.history is not None and self.history_start and keys:
+            assert metas is not None, "records of a store that keeps history need their metadata"
+            self.history.record(engine, batch, keys, values, metas)
+        engine.put_offsets(batch, offsets)
+        with self._changed:
+            engine.write(batch)
+            self._advance(offsets)
+            cache = self._cache
+            if cache:
+                for key in keys:
+                    cache.pop(key, None)
+
+    def ingest(self, sst_path: Path | None, offsets: dict[int, int]) -> None:
+        """Ingest a bootstrap chunk's SST file, then record the chunk's offsets."""
+        engine = self.engine
+        batch = engine.new_batch()
+        engine.put_offsets(batch, offsets)
+        for spec in self.ready_indexes.values():
+            # Bulk chunks carry no index entries: the indexes are rebuilt once the bootstrap ends.
+            engine.put_index_state(batch, spec.name, spec.field, "building")
+        reset_history = bool(self.history_start)
+        if reset_history:
+            # Bulk chunks carry no versions: history restarts when the store is READY again.
+            engine.clear_history(batch)
+        with self._changed:
+            self.ready_indexes = {}
+            if reset_history:
+                self.history_start = Position()
+                self.history_floor = None
+                logger.warning(
+                    'store "%s": bulk restore of a large gap; history restarts once the store is READY',
+                    self.name,
+                )
+            if sst_path is not None:
+                engine.ingest([sst_path])
+            engine.write(batch)
+            self._advance(offsets)
+            self._cache.clear()
+
+    def _advance(self, offsets: dict[int, int]) -> None:
+        merged = dict(self.position)
+        merged.update(offsets)
+        self.position = Position(merged)
+        self.generation += 1
+        self._changed.notify_all()
+
+    def checkpoint(self) -> None:
+        """Persist what has been applied so far (data and offsets together)."""
+        self.engine.flush()
+
+    # -- indexes ------------------------------------------------------------------------------
+
+    def _maintain_indexes(self, batch: Any, keys: list[bytes], values: list[bytes | None]) -> None:
+        """Add to ``batch`` the index entry changes of these records, in record order."""
+        engine = self.engine
+        unique = list(dict.fromkeys(keys))
+        current = dict(zip(unique, engine.get_latest(unique), strict=True))
+        specs = list(self.ready_indexes.values())
+        for key, value in zip(keys, values, strict=True):
+            deletes, puts = index_changes(specs, key, current[key], value)
+            for entry in deletes:
+                engine.delete_index_entry(batch, entry)
+            for entry in puts:
+                engine.put_index_entry(batch, entry)
+            current[key] = value
+
+    def build_indexes(self, stop: threading.Event) -> None:
+        """Build every configured index that is not ready; drop indexes no longer configured.
+
+        Runs on the materializer thread, so no record is applied meanwhile; reads go on.
+        """
+        engine = self.engine
+        states = engine.index_states()
+        batch = engine.new_batch()
+        for name, (field, _state) in states.items():
+            if name not in self.indexes:
+                engine.delete_index_range(batch, IndexSpec(name, field).prefix)
+                engine.put_index_state(batch, name, field, None)
+                logger.info('store "%s": dropped index "%s" (no longer configured)', self.name, name)
+        engine.write(batch)
+        ready = {
+            name: spec for name, spec in self.indexes.items() if states.get(name) == (spec.field, "ready")
+        }
+        with self._changed:
+            self.ready_indexes = dict(ready)
+        for spec in self.indexes.values():
+            if spec.name in ready or stop.is_set():
+                continue
+            self._build_index(spec, stop)
+
+    def _build_index(self, spec: IndexSpec, stop: threading.Event) -> None:
+        engine = self.engine
+        started = time.monotonic()
+        total = engine.approximate_num_keys()
+        logger.info(
+            'store "%s": building index "%s" on field "%s" (~%d rows)',
+            self.name,
+            spec.name,
+            spec.field,
+            total,
+        )
+        batch = engine.new_batch()
+        engine.delete_index_range(batch, spec.prefix)
+        engine.put_index_state(batch, spec.name, spec.field, "building")
+        engine.write(batch)
+        self.index_progress[spec.name] = 0
+        rows = 0
+        last_log = started
+        # No record is applied while the index is built (same thread): one snapshot sees all rows.
+        with self._changed:
+            reader = SnapshotReader(engine.snapshot(), self.position)
+        try:
+            after: bytes | None = None
+            while True:
+                if stop.is_set():
+                    return  # left "building": the next start builds it again
+                page = reader.prefix_scan(b"", after=after, limit=MAX_SCAN_LIMIT)
+                batch = engine.new_batch()
+                for key, value in page.items:
+                    indexed = spec.extract(value)
+                    if indexed is not None:
+                        engine.put_index_entry(batch, spec.entry_key(indexed, key))
+                rows += len(page.items)
+                if page.next_after is None:
+                    engine.put_index_state(batch, spec.name, spec.field, "ready")
+                with self._changed:
+                    engine.write(batch)
+                    if page.next_after is None:
+                        self.ready_indexes[spec.name] = spec
+                self.index_progress[spec.name] = rows
+                now = time.monotonic()
+                if now - last_log >= self.config.tuning.progress_log_interval_seconds:
+                    last_log = now
+                    logger.info('store "%s": index "%s" %d of ~%d rows', self.name, spec.name, rows, total)
+                if page.next_after is None:
+                    break
+                after = page.next_after
+        finally:
+            reader.release()
+        self.index_progress.pop(spec.name, None)
+        logger.info(
+            'store "%s": index "%s" ready (%d rows in %.1fs)',
+            self.name,
+            spec.name,
+            rows,
+            time.monotonic() - started,
+        )
+
+    # -- history ------------------------------------------------------------------------------
+
+    @property
+    def keeps_history(self) -> bool:
+        """Whether records must come with ``(partition, offset, timestamp)`` for history."""
+        return self.history is not None and bool(self.history_start)
+
+    def _load_history_state(self) -> None:
+        engine = self.engine
+        if self.history is None:
+            if engine.history_start():
+                batch = engine.new_batch()
+                engine.clear_history(batch)
+                engine.write(batch)
+                logger.info(
+                    'store "%s": history is no longer configured; dropped the stored versions', self.name
+                )
+            return
+        self.history_start = engine.history_start()
+        self.history_floor = self._compute_floor() if self.history_start else None
+
+    def begin_history(self) -> None:
+        """Start keeping history from the current position (called when the store is READY)."""
+        if self.history is None or self.history_start:
+            return
+        engine = self.engine
+        start = Position({p: self.position.get(p, 0) for p in self.position})
+        batch = engine.new_batch()
+        engine.put_history_start(batch, start)
+        with self._changed:
+            engine.write(batch)
+            self.history_start = start
+            self.history_floor = start
+        logger.info('store "%s" keeps history from position %s on', self.name, start)
+
+    def _compute_floor(self) -> Position:
+        assert self.history is not None
+        return floor_from(
+            self.history_start, self.position, self.engine.history_time_log(), self.history.spec
+        )
+
+    def maintain_history(self) -> None:
+        """Move the history floor as retention passes and drop versions below it."""
+        if self.history is None or not self.history_start:
+            return
+        floor = self._compute_floor()
+        with self._changed:
+            # Readers check against the new floor before any version below it is dropped.
+            self.history_floor = floor if self.history_floor is None else self.history_floor.merged(floor)
+        while self.history.prune(self.engine, floor) >= 10_000:
+            pass
+
+
+class _CachedReader:
+    """A snapshot reader that answers from the replica's hot-key cache when that is exact."""
+
+    __slots__ = ("_generation", "_reader", "_replica")
+
+    def __init__(self, replica: Replica, reader: SnapshotReader, generation: int) -> None:
+        self._replica = replica
+        self._reader = reader
+        self._generation = generation
+
+    def release(self) -> None:
+        self._reader.release()
+
+    def get(self, key: bytes) -> bytes | None:
+        return self.get_many((key,))[0]
+
+    def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        replica = self._replica
+        if replica._cache_capacity <= 0:
+            return self._reader.get_many(keys)
+        cached = replica.cache_lookup(self._generation, keys)
+        if cached is None:
+            return self._reader.get_many(keys)
+        missing = [i for i, value in enumerate(cached) if value is _MISS]
+        if missing:
+            missing_keys = [keys[i] for i in missing]
+            fetched = self._reader.get_many(missing_keys)
+            for i, value in zip(missing, fetched, strict=True):
+                cached[i] = value
+            replica.cache_fill(self._generation, missing_keys, fetched)
+        return cached  # type: ignore[return-value]  # every _MISS was replaced above
+
+    def prefix_scan(self, prefix: bytes, *, after: bytes | None = None, limit: int = 1000) -> ScanPage:
+        return self._reader.prefix_scan(prefix, after=after, limit=limit)
+
+    def index_scan(
+        self, index: str, value: bytes, *, after: bytes | None = None, limit: int = 1000
+    ) -> ScanPage:
+        """Rows whose indexed field equals ``value``, byte-ordered by row key, bounded like scans."""
+        replica = self._replica
+        if index in replica.indexes and index not in replica.ready_indexes:
+            raise IndexNotReadyError(index)
+        return self._reader.index_scan(index, value, after=after, limit=limit)
+
+    def position(self) -> Position:
+        return self._reader.position()
