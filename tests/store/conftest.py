@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from confluent_kafka import Producer
@@ -13,29 +12,7 @@ from confluent_kafka import Producer
 from service.local_broker import LocalBroker
 from store import EngineTuning, Store, StoreConfig, StoreError
 from tests.support.kafka import make_producer
-
-# Small, quick settings: steady-state WriteBatch path unless a test asks for bulk loading.
-FAST = EngineTuning(
-    bulk_load_min_records=0,
-    metadata_check_interval_seconds=0.5,
-    retry_backoff_initial_seconds=0.05,
-    retry_backoff_max_seconds=0.5,
-    progress_log_interval_seconds=0.5,
-)
-
-
-def bulk_tuning(min_records: int = 500, chunk_records: int = 2_000, **more: Any) -> EngineTuning:
-    """Tuning that forces the SST bulk path on bootstrap, cutting it into many chunks."""
-    fields: dict[str, Any] = {
-        "bulk_load_min_records": min_records,
-        "bulk_load_chunk_records": chunk_records,
-        "poll_max_records": 500,
-        "metadata_check_interval_seconds": 0.5,
-        "retry_backoff_initial_seconds": 0.05,
-        "retry_backoff_max_seconds": 0.5,
-        **more,
-    }
-    return EngineTuning(**fields)
+from tests.support.stores import FAST
 
 
 @pytest.fixture

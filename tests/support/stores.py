@@ -4,11 +4,35 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
-from store import MAX_SCAN_LIMIT, Position, ReadOnlyKeyValueStore, ServableStore
+from store import MAX_SCAN_LIMIT, EngineTuning, Position, ReadOnlyKeyValueStore, ServableStore
 from tests.support.kafka import Record
+
+# Small, quick settings: steady-state WriteBatch path unless a test asks for bulk loading.
+FAST = EngineTuning(
+    bulk_load_min_records=0,
+    metadata_check_interval_seconds=0.5,
+    retry_backoff_initial_seconds=0.05,
+    retry_backoff_max_seconds=0.5,
+    progress_log_interval_seconds=0.5,
+)
+
+
+def bulk_tuning(min_records: int = 500, chunk_records: int = 2_000, **more: Any) -> EngineTuning:
+    """Tuning that forces the SST bulk path on bootstrap, cutting it into many chunks."""
+    fields: dict[str, Any] = {
+        "bulk_load_min_records": min_records,
+        "bulk_load_chunk_records": chunk_records,
+        "poll_max_records": 500,
+        "metadata_check_interval_seconds": 0.5,
+        "retry_backoff_initial_seconds": 0.05,
+        "retry_backoff_max_seconds": 0.5,
+        **more,
+    }
+    return EngineTuning(**fields)
 
 
 def read_table(view: ReadOnlyKeyValueStore, prefix: bytes = b"") -> dict[bytes, bytes]:
