@@ -135,14 +135,14 @@ def _stage_count(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     """Run the demo as ``args`` (from ``statestore demo``) asks; returns the exit status."""
     console = Console(_stage_count(args))
-    _quiet_libraries(getattr(args, "log_level", "INFO"))
-    started = time.monotonic()
-    status = EXIT_OK
     try:
         _check_arguments(args)
     except DemoError as exc:
         console.error(str(exc))
         return EXIT_USAGE
+    _quiet_libraries(getattr(args, "log_level", "INFO"))
+    started = time.monotonic()
+    status = EXIT_OK
     stack, spark_stack = contextlib.ExitStack(), contextlib.ExitStack()
     try:
         _run_all(console, args, stack, spark_stack)

@@ -1,0 +1,244 @@
+"""``statestore demo``: the whole product end to end, the seed step on the real broker, and its failures."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+
+from service.cli import build_parser
+from service.demo import run
+from service.demo.console import table
+from service.demo.dataset import build_dataset
+from service.local_broker import LocalBroker
+from tests.support.kafka import Record, latest_per_key
+
+REPO = Path(__file__).resolve().parents[2]
+DEMO_PURCHASES = 20_000
+
+
+def demo_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "service.cli", "demo", *args]
+
+
+def run_demo(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        demo_command(*args),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
+
+
+def read_topic(bootstrap_servers: str, topic: str) -> dict[int, list[Record]]:
+    """Every record of ``topic`` per partition, in offset order, read up to the end (partition EOF)."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap_servers,
+            "group.id": "test-demo",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "fetch.queue.backoff.ms": 10,
+        }
+    )
+    try:
+        partitions = sorted(consumer.list_topics(timeout=10).topics[topic].partitions)
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        records: dict[int, list[Record]] = {p: [] for p in partitions}
+        open_partitions = set(partitions)
+        deadline = time.monotonic() + 60
+        while open_partitions and time.monotonic() < deadline:
+            for message in consumer.consume(10_000, timeout=0.5):
+                error = message.error()
+                if error is None:
+                    records[message.partition()].append((message.key(), message.value()))
+                elif error.code() == KafkaError._PARTITION_EOF:
+                    open_partitions.discard(message.partition())
+        assert not open_partitions, f"topic {topic} was not read to its end"
+        return records
+    finally:
+        consumer.close()
+
+
+def expected_match_counts(purchases: int) -> tuple[int, int]:
+    dataset = build_dataset(purchases)
+    live_products, customers = dataset.live_products(), set(dataset.customers)
+    rows = list(dataset.purchases())
+    return (
+        sum(1 for p in rows if p["product_id"] in live_products),
+        sum(1 for p in rows if p["customer_id"] in customers),
+    )
+
+
+def test_the_whole_demo_enriches_purchases_and_sees_a_price_update(tmp_path: Path) -> None:
+    state_dir = tmp_path / "state"
+    done = run_demo("--purchases", str(DEMO_PURCHASES), "--state-dir", str(state_dir))
+    output = done.stdout
+    assert done.returncode == 0, f"stdout:\n{output}\nstderr:\n{done.stderr}"
+    assert "Traceback" not in done.stderr
+
+    for stage in range(1, 7):
+        assert f"[{stage}/6] " in output
+    assert f"rows enriched: {DEMO_PURCHASES:,} in " in output
+    products_matched, customers_matched = expected_match_counts(DEMO_PURCHASES)
+    assert 0 < products_matched < DEMO_PURCHASES
+    assert 0 < customers_matched < DEMO_PURCHASES
+    assert (
+        f"match rate products: {100 * products_matched / DEMO_PURCHASES:.2f} % ({products_matched:,} matched"
+        in output
+    )
+    customers_rate = 100 * customers_matched / DEMO_PURCHASES
+    assert f"match rate customers: {customers_rate:.2f} % ({customers_matched:,} matched" in output
+    assert re.search(r"pinned position products: \d+:\d+", output)
+
+    update = re.search(
+        r"unit price ([\d,.]+) -> ([\d,.]+) \(written to products at partition (\d+), offset (\d+)\)", output
+    )
+    assert update, output
+    old_price, new_price = update.group(1), update.group(2)
+    assert old_price != new_price
+    assert f"it now serves unit price {new_price}" in output
+    assert f"price update seen: the next lookup sees unit price {new_price} (was {old_price})" in output
+    # The lookup after the update shows the new price in its rows.
+    after = output.split("next lookup join", 1)[1]
+    assert re.search(rf"\s{re.escape(new_price)}\s", after)
+
+    assert "stopping Spark" in output
+    assert "stopping the service" in output
+    assert "stopping the embedded broker" in output
+    # The service kept its stores in the given state dir.
+    assert (state_dir / "products").is_dir()
+    assert (state_dir / "customers").is_dir()
+
+
+def test_seed_step_loads_the_dataset_into_an_existing_broker(broker: LocalBroker) -> None:
+    purchases = 500
+    done = run_demo(
+        "--step", "seed", "--bootstrap-servers", broker.bootstrap_servers, "--purchases", str(purchases)
+    )
+    assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+    assert "[2/2] creating topics" in done.stdout
+    dataset = build_dataset(purchases)
+
+    products = latest_per_key(
+        r for records in read_topic(broker.bootstrap_servers, "products").values() for r in records
+    )
+    assert {k.decode(): json.loads(v) for k, v in products.items()} == {
+        k: v for k, v in dataset.products.items() if k in dataset.live_products()
+    }
+    customers = latest_per_key(
+        r for records in read_topic(broker.bootstrap_servers, "customers").values() for r in records
+    )
+    assert {k.decode(): json.loads(v) for k, v in customers.items()} == dataset.customers
+
+    purchase_records = [
+        r for records in read_topic(broker.bootstrap_servers, "purchases").values() for r in records
+    ]
+    assert sorted((k.decode(), json.loads(v)) for k, v in purchase_records if k and v) == sorted(
+        (p["purchase_id"], p) for p in dataset.purchases()
+    )
+    assert len(purchase_records) == purchases
+
+
+@pytest.fixture
+def interrupted_demo() -> Iterator[subprocess.Popen[str]]:
+    process = subprocess.Popen(
+        demo_command("--purchases", "2000"),
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    yield process
+    if process.poll() is None:
+        process.kill()
+        process.wait()
+
+
+def test_ctrl_c_shuts_down_cleanly_with_status_130(interrupted_demo: subprocess.Popen[str]) -> None:
+    assert interrupted_demo.stdout is not None
+    seen: list[str] = []
+    for line in interrupted_demo.stdout:
+        seen.append(line)
+        if line.startswith("[3/6]"):  # broker up, data loaded, the service starting
+            break
+    else:
+        pytest.fail("the demo ended before starting its service:\n" + "".join(seen))
+    interrupted_demo.send_signal(signal.SIGINT)
+    rest, errors = interrupted_demo.communicate(timeout=180)
+    output = "".join(seen) + rest
+    assert interrupted_demo.returncode == 130, f"stdout:\n{output}\nstderr:\n{errors}"
+    assert "interrupted: shutting down" in output
+    assert "stopping the embedded broker" in output
+    assert "Traceback" not in errors
+
+
+def test_missing_java_is_reported_with_how_to_install_it(tmp_path: Path) -> None:
+    done = run_demo("--purchases", "10", env={"JAVA_HOME": str(tmp_path / "no-jdk")}, timeout=120)
+    assert done.returncode == 1
+    assert "needs a Java runtime" in done.stdout
+    assert "openjdk-17" in done.stdout
+    assert "[1/6]" not in done.stdout  # nothing was started
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--step", "seed"], "--step seed needs --bootstrap-servers"),
+        (["--step", "join"], "--step join needs --service-url"),
+        (["--service-url", "http://127.0.0.1:1"], "--service-url also needs --bootstrap-servers"),
+        (["--purchases", "0"], "--purchases must be at least 1"),
+    ],
+)
+def test_inconsistent_arguments_are_usage_errors(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(build_parser().parse_args(["demo", *argv])) == 2
+    assert message in capsys.readouterr().out
+
+
+def test_dataset_is_deterministic_and_realistic() -> None:
+    first, again = build_dataset(3000), build_dataset(3000)
+    assert first == again
+    assert list(first.purchases()) == list(again.purchases())
+    assert len(first.products) == 2000
+    assert len(first.customers) == 5000
+    assert set(first.discontinued) < set(first.products)
+    purchases = list(first.purchases())
+    assert len({p["purchase_id"] for p in purchases}) == 3000
+    unknown = [p for p in purchases if p["product_id"] not in first.products]
+    discontinued = [p for p in purchases if p["product_id"] in first.discontinued]
+    assert 0 < len(unknown) < 60
+    assert 0 < len(discontinued) < 150
+    # Popularity is skewed: the best seller sells far more than an average product.
+    counts: dict[str, int] = {}
+    for p in purchases:
+        counts[p["product_id"]] = counts.get(p["product_id"], 0) + 1
+    assert max(counts.values()) > 10 * len(purchases) / len(first.products)
+    assert all(v["unit_price"] > 0 and v["category"] and v["name"] for v in first.products.values())
+
+
+def test_table_aligns_numbers_right_and_shows_nulls() -> None:
+    lines = table(["id", "price"], [["a", 1.5], ["bbb", None], ["c", 1234.0]])
+    assert lines == [
+        "id      price",
+        "---  --------",
+        "a        1.50",
+        "bbb         -",
+        "c    1,234.00",
+    ]
