@@ -25,7 +25,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from service.exceptions import ConfigError
-from store import MAX_SCAN_LIMIT, StoreConfig
+from store import MAX_SCAN_LIMIT, HistorySpec, IndexSpec, StoreConfig
 
 ENV_PREFIX = "STATESTORE_"
 
@@ -73,20 +73,27 @@ class HttpSettings(BaseModel):
 
 
 class IndexSettings(BaseModel):
-    """A secondary index over a JSON field (accepted and kept; served by a later version)."""
+    """A secondary index named ``name`` over the dotted ``field`` path of a JSON store's values."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="forbid")
 
     name: str
     field: str
 
+    def spec(self) -> IndexSpec:
+        return IndexSpec(name=self.name, field=self.field)
+
 
 class HistorySettings(BaseModel):
-    """Keeping older versions of values (accepted and kept; served by a later version)."""
+    """Older versions of values kept for reads as of a position: by age, by offsets, or both."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="forbid")
 
-    retention_ms: int = Field(ge=0)
+    retention_ms: int | None = Field(default=None, ge=1)
+    retention_offsets: int | None = Field(default=None, ge=1)
+
+    def spec(self) -> HistorySpec:
+        return HistorySpec(retention_ms=self.retention_ms, retention_offsets=self.retention_offsets)
 
 
 class StoreSettings(BaseModel):
@@ -109,6 +116,20 @@ class StoreSettings(BaseModel):
                 " digits, '.', '_' or '-', starting with a letter or digit"
             )
         return name
+
+    @model_validator(mode="after")
+    def _engine_accepts(self) -> StoreSettings:
+        # The engine's own checks (index names and fields, history retention), surfaced as settings errors.
+        for index in self.indexes:
+            index.spec()
+        if self.history is not None:
+            self.history.spec()
+        names = [index.name for index in self.indexes]
+        if len(set(names)) != len(names):
+            raise ValueError(f"index names must be unique within store {self.name!r}")
+        if self.indexes and self.value_format != "json":
+            raise ValueError(f"store {self.name!r} has indexes, which need value_format: json")
+        return self
 
 
 class LimitSettings(BaseModel):
@@ -264,6 +285,13 @@ def store_configs(settings: Settings) -> list[StoreConfig]:
     """One ``store.StoreConfig`` per configured store, sharing the Kafka settings and state dir."""
     kafka = settings.librdkafka_config()
     return [
-        StoreConfig(name=s.name, topic=s.topic, kafka=kafka, state_dir=settings.state_dir)
+        StoreConfig(
+            name=s.name,
+            topic=s.topic,
+            kafka=kafka,
+            state_dir=settings.state_dir,
+            indexes=tuple(index.spec() for index in s.indexes),
+            history=s.history.spec() if s.history else None,
+        )
         for s in settings.stores
     ]

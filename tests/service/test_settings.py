@@ -9,6 +9,7 @@ import pytest
 
 from service.exceptions import ConfigError
 from service.settings import load_settings, store_configs
+from store import HistorySpec, IndexSpec
 
 YAML = """
 kafka:
@@ -119,6 +120,9 @@ def test_store_configs_for_the_engine(config_file: Path) -> None:
     assert [(c.name, c.topic) for c in configs] == [("products", "products-v1"), ("customers", "customers")]
     assert configs[0].path == Path("/var/lib/statestore/products")
     assert configs[0].kafka["bootstrap.servers"] == "10.0.0.1:9092"
+    assert configs[0].indexes == (IndexSpec(name="by_category", field="category"),)
+    assert configs[0].history == HistorySpec(retention_ms=86_400_000)
+    assert (configs[1].indexes, configs[1].history) == ((), None)
 
 
 @pytest.mark.parametrize(
@@ -132,6 +136,13 @@ def test_store_configs_for_the_engine(config_file: Path) -> None:
         ("stores: [products]", "stores: [nope]", "unknown stores"),
         ('sha256: "2bb8', 'sha256: "zz', "sha256"),
         ("mode: tokens", "mode: maybe", "mode"),
+        ("field: category", "field: a..b", "dotted path"),
+        ("retention_ms: 86400000", "retention_ms: 0", "retention_ms"),
+        (
+            "  - name: customers\n    topic: customers",
+            "  - name: customers\n    topic: customers\n    indexes: [{name: i, field: f}]",
+            "value_format: json",
+        ),
         ("http:", "htttp:", "htttp"),
     ],
 )
