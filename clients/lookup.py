@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -20,8 +19,8 @@ from clients.wire import ValueFormat
 
 log = logging.getLogger("clients.lookup")
 
-DEFAULT_CACHE_BYTES = 64 * 1024 * 1024
-"""Bytes of keys and values one task keeps, so repeated keys across batches are asked once."""
+DEFAULT_CACHE_BYTES = 256 * 1024 * 1024
+"""Bytes of keys and decoded values one task keeps, so keys repeated across batches are asked once."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -55,51 +54,51 @@ class LookupResult:
     mismatched: int  # rows whose stored value does not fit the value type (they hold null)
 
 
-class ValueCache:
-    """Stored values (or ``None`` for absent keys) of one task, bounded in bytes; cleared when full."""
+class KnownValues:
+    """The decoded values of every key one task has looked up, as Arrow arrays, bounded in bytes.
 
-    def __init__(self, max_bytes: int) -> None:
+    Keys repeat across the batches of a task (a dimension is much smaller than the facts), so each
+    key is fetched and decoded once per task; once the arrays pass ``max_bytes`` they start over.
+    """
+
+    def __init__(self, value_type: pa.DataType, max_bytes: int) -> None:
+        self.value_type = value_type
         self.max_bytes = max_bytes
-        self._values: dict[bytes, bytes | None] = {}
-        self._bytes = 0
+        self.reset()
+
+    def reset(self) -> None:
+        self.keys: pa.Array = pa.array([], pa.binary())
+        self.values: pa.Array = pa.array([], self.value_type)
+        self.found: pa.Array = pa.array([], pa.bool_())
+        self.misfit: pa.Array = pa.array([], pa.bool_())
 
     def __len__(self) -> int:
-        return len(self._values)
+        return len(self.keys)
 
-    def split(self, keys: Sequence[bytes]) -> tuple[list[bytes | None], list[int]]:
-        """Cached values for ``keys`` (``None`` where missing), and the indexes not cached."""
-        values: list[bytes | None] = []
-        missing: list[int] = []
-        cache = self._values
-        for i, key in enumerate(keys):
-            if key in cache:
-                values.append(cache[key])
-            else:
-                values.append(None)
-                missing.append(i)
-        return values, missing
+    @property
+    def full(self) -> bool:
+        return int(self.keys.nbytes + self.values.nbytes) > self.max_bytes
 
-    def put_many(self, keys: Sequence[bytes], values: Sequence[bytes | None]) -> None:
-        if self.max_bytes <= 0:
-            return
-        added = sum(len(k) + (len(v) if v is not None else 0) + 64 for k, v in zip(keys, values, strict=True))
-        if self._bytes + added > self.max_bytes:
-            self._values.clear()
-            self._bytes = 0
-            if added > self.max_bytes:
-                return
-        self._values.update(zip(keys, values, strict=True))
-        self._bytes += added
+    def index(self, keys: pa.Array) -> pa.Array:
+        """For every key its place among the known keys, null when unknown (or a null key)."""
+        return pc.index_in(keys, value_set=self.keys)
+
+    def add(self, keys: pa.Array, values: pa.Array, found: pa.Array, misfit: pa.Array) -> None:
+        self.keys = pa.concat_arrays([self.keys, keys])
+        self.values = pa.concat_arrays([self.values, values])
+        self.found = pa.concat_arrays([self.found, found])
+        self.misfit = pa.concat_arrays([self.misfit, misfit])
 
 
 class Lookup:
-    """Looks up Arrow key columns for one task: one client (one connection pool), one cache."""
+    """Looks up Arrow key columns for one task: one client (one connection pool), known values kept."""
 
     def __init__(self, spec: LookupSpec, client: StatestoreClient | None = None) -> None:
         self.spec = spec
         self._own_client = client is None
         self.client = client or StatestoreClient(spec.options)
-        self.cache = ValueCache(spec.cache_bytes)
+        self.known = KnownValues(spec.output_type, spec.cache_bytes)
+        self.keys_fetched = 0
 
     def close(self) -> None:
         if self._own_client:
@@ -111,32 +110,28 @@ class Lookup:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def stored_values(self, unique_keys: pa.Array) -> pa.Array:
-        """Stored bytes (null when absent) for distinct non-null keys, from the cache or the service."""
-        keys: list[bytes] = unique_keys.to_pylist()
-        values, missing = self.cache.split(keys)
-        if missing:
-            wanted = (
-                unique_keys if len(missing) == len(keys) else unique_keys.take(pa.array(missing, pa.int64()))
-            )
-            fetched = self.client.get_arrow(
-                self.spec.store, wanted, min_position=self.spec.position
-            ).to_pylist()
-            for i, value in zip(missing, fetched, strict=True):
-                values[i] = value
-            self.cache.put_many([keys[i] for i in missing], fetched)
-        return pa.array(values, type=pa.binary())
+    def _learn(self, keys: pa.Array) -> None:
+        """Fetch and decode distinct keys not known yet."""
+        stored = self.client.get_arrow(self.spec.store, keys, min_position=self.spec.position)
+        self.keys_fetched += len(keys)
+        values, misfit = decode(stored, self.spec.value_format, self.spec.value_type)
+        self.known.add(keys, values, pc.is_valid(stored), misfit)
 
     def lookup(self, keys: pa.Array) -> LookupResult:
         """Values for a key column (see :func:`key_bytes_array`; nulls never match), row for row."""
         keys = key_bytes_array(keys)
-        unique = pc.unique(keys).drop_null()
-        stored = self.stored_values(unique) if len(unique) else pa.array([], pa.binary())
-        decoded, bad = decode(stored, self.spec.value_format, self.spec.value_type)
-        rows = pc.index_in(keys, value_set=unique)
-        values = decoded.take(rows)
-        found = pc.fill_null(pc.is_valid(stored.take(rows)), False)
-        mismatched = pc.sum(pc.fill_null(bad.take(rows), False)).as_py() or 0
+        if self.known.full:
+            self.known.reset()
+        rows = self.known.index(keys)
+        unknown = pc.and_(pc.is_null(rows), pc.is_valid(keys))
+        if pc.any(unknown).as_py():
+            before = len(self.known)
+            missing = pc.unique(keys.filter(unknown))
+            self._learn(missing)
+            rows = pc.coalesce(rows, pc.add(pc.index_in(keys, value_set=missing), before))
+        values = self.known.values.take(rows)
+        found = pc.fill_null(self.known.found.take(rows), False)
+        mismatched = pc.sum(pc.fill_null(self.known.misfit.take(rows), False)).as_py() or 0
         return LookupResult(values, found, mismatched)
 
 

@@ -197,6 +197,31 @@ def _count_misfits(counter: Accumulator[int], store: str, count: int) -> None:
         log.warning("%d value(s) of store %r do not fit value_schema; they are null", count, store)
 
 
+GROUP_ROWS = 65_536
+"""Rows looked up together: Spark's Arrow batches (10,000 rows by default) are regrouped to this many."""
+
+
+def _grouped(batches: Iterator[pa.RecordBatch], rows: int = GROUP_ROWS) -> Iterator[pa.RecordBatch]:
+    """Consecutive batches combined into ones of at least ``rows`` rows (fewer requests, fewer passes)."""
+    group: list[pa.RecordBatch] = []
+    count = 0
+    for batch in batches:
+        group.append(batch)
+        count += batch.num_rows
+        if count >= rows:
+            yield from _combined(group)
+            group, count = [], 0
+    if group:
+        yield from _combined(group)
+
+
+def _combined(group: list[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    if len(group) == 1:
+        yield group[0]
+    else:
+        yield from pa.Table.from_batches(group).combine_chunks().to_batches()
+
+
 def _join_batches(
     spec: LookupSpec, key_index: int, names: list[str], how: str, counter: Accumulator[int]
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
@@ -204,11 +229,10 @@ def _join_batches(
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         with Lookup(spec) as lookup:
-            for batch in batches:
+            for batch in _grouped(batches):
                 result = lookup.lookup(batch.column(key_index))
                 _count_misfits(counter, spec.store, result.mismatched)
-                keep = [i for i in range(batch.num_columns) if i != key_index]
-                columns = [batch.column(i) for i in keep]
+                columns = [batch.column(i) for i in range(batch.num_columns) if i != key_index]
                 if spec.value_type is not None:
                     columns.extend(result.values.flatten())
                 else:
@@ -302,12 +326,24 @@ class LookupUDF:
         self.return_type = plan.value_type
         spec, counter = plan.spec, plan.info.mismatch_counter
 
+        def answer(lookup: Lookup, group: list[pa.Array]) -> Iterator[pa.Array]:
+            result = lookup.lookup(pa.concat_arrays([key_bytes_array(keys) for keys in group]))
+            _count_misfits(counter, spec.store, result.mismatched)
+            offset = 0
+            for keys in group:  # one answer per input batch, of its length
+                yield result.values.slice(offset, len(keys))
+                offset += len(keys)
+
         def run(batches: Iterator[pa.Array]) -> Iterator[pa.Array]:
             with Lookup(spec) as lookup:
+                group: list[pa.Array] = []
                 for keys in batches:
-                    result = lookup.lookup(key_bytes_array(keys))
-                    _count_misfits(counter, spec.store, result.mismatched)
-                    yield result.values
+                    group.append(keys)
+                    if sum(len(k) for k in group) >= GROUP_ROWS:
+                        yield from answer(lookup, group)
+                        group = []
+                if group:
+                    yield from answer(lookup, group)
 
         # pyspark's overloads do not admit struct return types for iterator UDFs, which work.
         task: Any = run

@@ -6,7 +6,7 @@ import httpx
 import pyarrow as pa
 
 from clients import StatestoreClient
-from clients.lookup import Lookup, LookupSpec, ValueCache, decode, decode_json, key_bytes_array
+from clients.lookup import KnownValues, Lookup, LookupSpec, decode, decode_json, key_bytes_array
 from clients.options import ClientOptions
 from store import InMemoryStore
 from tests.clients.conftest import ServeStores
@@ -72,16 +72,16 @@ def test_keys_become_bytes_by_type() -> None:
     assert key_bytes_array(pa.array([b"\x00"], pa.large_binary())).type == pa.binary()
 
 
-def test_cache_is_bounded_and_clears_when_full() -> None:
-    cache = ValueCache(max_bytes=400)  # each entry counts its bytes plus 64
-    cache.put_many([b"a", b"b"], [b"1", None])
-    assert cache.split([b"a", b"b", b"c"]) == ([b"1", None, None], [2])
-    cache.put_many([b"c" * 100, b"d" * 100], [b"x", b"y"])  # would pass the bound: starts over
-    assert len(cache) == 2
-    assert cache.split([b"a"])[1] == [0]
-    too_big = ValueCache(max_bytes=100)
-    too_big.put_many([b"k" * 50], [b"v" * 50])
-    assert len(too_big) == 0
+def test_known_values_start_over_when_full() -> None:
+    known = KnownValues(pa.binary(), max_bytes=100)
+    keys = pa.array([b"a", b"b"], pa.binary())
+    known.add(keys, pa.array([b"1", None], pa.binary()), pa.array([True, False]), pa.array([False, False]))
+    assert known.index(pa.array([b"b", b"c", None], pa.binary())).to_pylist() == [1, None, None]
+    assert not known.full
+    known.add(pa.array([b"k" * 100]), pa.array([b"v"]), pa.array([True]), pa.array([False]))
+    assert known.full
+    known.reset()
+    assert len(known) == 0
 
 
 def test_lookup_dedupes_caches_and_never_matches_null_keys(serve_stores: ServeStores) -> None:
@@ -101,7 +101,8 @@ def test_lookup_dedupes_caches_and_never_matches_null_keys(serve_stores: ServeSt
         assert (transport.requests, transport.keys) == (2, 5)  # 5 distinct non-null keys, batches of 3
         again = lookup.lookup(pa.array(["p4", "zz", "p5"]))
         assert [v["name"] if v else None for v in again.values.to_pylist()] == ["n4", None, "n5"]
-        assert (transport.requests, transport.keys) == (3, 6)  # only p5 was not cached
+        assert (transport.requests, transport.keys) == (3, 6)  # only p5 was not known
+        assert lookup.keys_fetched == 6
         empty = lookup.lookup(pa.array([None, None], pa.string()))
         assert empty.values.to_pylist() == [None, None]
         assert transport.requests == 3
