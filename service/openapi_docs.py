@@ -94,6 +94,8 @@ STORE_INFO_SCHEMA: dict[str, Any] = {
         "size_on_disk_bytes": {"type": "integer"},
         "last_error": {"type": ["string", "null"]},
         "seconds_since_last_contact": {"type": ["number", "null"]},
+        "stale": {"type": "boolean"},
+        "indexes": {"type": "object", "additionalProperties": {"type": "object"}},
     },
 }
 

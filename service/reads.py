@@ -138,9 +138,8 @@ class Reader:
         self, served: ServedStore, read: Callable[[ReadOnlyKeyValueStore], T], minimum: Position | None
     ) -> tuple[T, Position] | Position:
         """The read and its position, or only the position when it is below ``minimum``."""
-        state = self._registry.state_of(served)
-        if state is not StoreState.READY:
-            raise not_ready(served, state, self._limits.retry_after_seconds)
+        if not self._registry.readable(served):
+            raise not_ready(served, self._registry.state_of(served), self._limits.retry_after_seconds)
         try:
             with served.store.view() as view:
                 position = view.position()

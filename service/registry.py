@@ -69,6 +69,15 @@ class StoreRegistry:
         except Exception:  # a store that is still being constructed may not know its state yet
             return StoreState.CREATED
 
+    def readable(self, served: ServedStore) -> bool:
+        """Whether reads of the store get answers now (READY, or rebuilding from a last good copy)."""
+        if self.start_error(served.name) is not None:
+            return False
+        try:
+            return served.store.readable
+        except Exception:  # a store that is still being constructed cannot be read
+            return False
+
     def status_of(self, served: ServedStore) -> StoreStatus | None:
         """The store's status, or ``None`` while it cannot give one (not started yet)."""
         try:

@@ -74,6 +74,11 @@ def store_info(registry: StoreRegistry, served: ServedStore) -> dict[str, Any]:
         size_on_disk_bytes=status.size_on_disk_bytes,
         last_error=registry.start_error(served.name) or status.last_error,
         seconds_since_last_contact=status.seconds_since_last_contact,
+        stale=status.stale,
+        indexes={
+            name: {"field": index.field, "state": index.state, "rows_indexed": index.rows_indexed}
+            for name, index in status.indexes.items()
+        },
     )
     return info
 

@@ -54,6 +54,8 @@ def test_list_stores_describes_each_store(service: Service) -> None:
     assert products["total_lag"] == 0
     assert products["restore"] is None
     assert products["approximate_num_keys"] == 4
+    assert products["stale"] is False
+    assert products["indexes"] == {}
     assert stores["notes"]["topic"] == "notes-topic"
 
 
