@@ -4,7 +4,6 @@ per key, through the steady-state WriteBatch path and the bulk SST path, across 
 from __future__ import annotations
 
 import dataclasses
-import random
 import time
 from collections.abc import Callable
 
@@ -14,27 +13,14 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from service.local_broker import LocalBroker
 from store import EngineTuning, Position, Store, StoreState
 from tests.support.kafka import Record, latest_per_key, make_producer
-from tests.support.stores import FAST, bulk_tuning, produce_tracked, table_of
-
-
-def mixed_records(count: int, keys: int, seed: int, tombstone_every: int = 7) -> list[Record]:
-    """Updates and tombstones over ``keys`` keys, in a random but reproducible order."""
-    rng = random.Random(seed)
-    records: list[Record] = []
-    for i in range(count):
-        key = b"key-%05d" % rng.randrange(keys)
-        value = None if rng.randrange(tombstone_every) == 0 else b"%d:%s" % (i, key)
-        records.append((key, value))
-    return records
-
-
-def assert_equals_model(store: Store, model: dict[bytes, bytes], end: Position) -> None:
-    """The store is READY, at exactly ``end``, and holds exactly ``model`` (nothing else)."""
-    assert store.state is StoreState.READY
-    table, position = table_of(store)
-    assert position == end
-    assert table.keys() == model.keys()
-    assert table == model
+from tests.support.stores import (
+    FAST,
+    assert_equals_model,
+    bulk_tuning,
+    mixed_records,
+    produce_tracked,
+    table_of,
+)
 
 
 def test_steady_state_path_equals_the_last_record_per_key(

@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
 import time
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
-from store import MAX_SCAN_LIMIT, EngineTuning, Position, ReadOnlyKeyValueStore, ServableStore
+from store import MAX_SCAN_LIMIT, EngineTuning, Position, ReadOnlyKeyValueStore, ServableStore, StoreState
 from tests.support.kafka import Record
+
+REPO = Path(__file__).resolve().parents[2]
 
 # Small, quick settings: steady-state WriteBatch path unless a test asks for bulk loading.
 FAST = EngineTuning(
@@ -33,6 +44,26 @@ def bulk_tuning(min_records: int = 500, chunk_records: int = 2_000, **more: Any)
         **more,
     }
     return EngineTuning(**fields)
+
+
+def mixed_records(count: int, keys: int, seed: int, tombstone_every: int = 7) -> list[Record]:
+    """Updates and tombstones over ``keys`` keys, in a random but reproducible order."""
+    rng = random.Random(seed)
+    records: list[Record] = []
+    for i in range(count):
+        key = b"key-%05d" % rng.randrange(keys)
+        value = None if rng.randrange(tombstone_every) == 0 else b"%d:%s" % (i, key)
+        records.append((key, value))
+    return records
+
+
+def assert_equals_model(store: ServableStore, model: dict[bytes, bytes], end: Position) -> None:
+    """The store is READY, at exactly ``end``, and holds exactly ``model`` (nothing else)."""
+    assert store.state is StoreState.READY
+    table, position = table_of(store)
+    assert position == end
+    assert table.keys() == model.keys()
+    assert table == model
 
 
 def read_table(view: ReadOnlyKeyValueStore, prefix: bytes = b"") -> dict[bytes, bytes]:
@@ -92,3 +123,69 @@ def wait_until(condition: Callable[[], bool], timeout: float, what: str, interva
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
         time.sleep(interval)
+
+
+class StoreProcess:
+    """A store running in a child process (``tests.store.store_process``), in its own process group.
+
+    Its status lines are collected on a thread; :meth:`wait_for` waits for a line matching a
+    condition, :meth:`kill` ends the whole group with SIGKILL (as a crashed container would).
+    """
+
+    def __init__(self, settings: dict[str, Any]) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "tests.store.store_process", json.dumps(settings)],
+            cwd=REPO,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            start_new_session=True,
+        )
+        self.lines: list[dict[str, Any]] = []
+        self._changed = threading.Condition()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for raw in self.process.stdout:
+            with self._changed:
+                self.lines.append(json.loads(raw))
+                self._changed.notify_all()
+        with self._changed:
+            self._changed.notify_all()
+
+    def wait_for(self, condition: Callable[[dict[str, Any]], bool], timeout: float) -> dict[str, Any]:
+        """The first status line (from now on, or already seen) that satisfies ``condition``."""
+        deadline = time.monotonic() + timeout
+        seen = 0
+        with self._changed:
+            while True:
+                for line in self.lines[seen:]:
+                    if condition(line):
+                        return line
+                seen = len(self.lines)
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or (self.process.poll() is not None and not self._reader.is_alive()):
+                    last = self.lines[-1] if self.lines else None
+                    raise AssertionError(
+                        f"the store process (exit code {self.process.poll()}) never reported the"
+                        f" awaited status in {timeout} s; last: {last}"
+                    )
+                self._changed.wait(min(remaining, 0.5))
+
+    def kill(self) -> None:
+        """SIGKILL the child and everything it started (its SST worker included)."""
+        # A group outlives its leader while members live, so its id is never reused meanwhile.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=30)
+        self._reader.join(timeout=30)
+
+    def stop(self) -> int:
+        """Ask the child to stop the store cleanly; its exit code."""
+        if self.process.stdin is not None and not self.process.stdin.closed:
+            self.process.stdin.close()
+        try:
+            return self.process.wait(timeout=60)
+        finally:
+            self.kill()
