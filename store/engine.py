@@ -282,8 +282,15 @@ class Engine:
         self._db.ingest_external_file([str(p) for p in sst_paths], options)
 
     def flush(self) -> None:
-        """Persist the memtables of both column families together."""
-        self._db.flush(True)
+        """Persist the memtables of every column family, the offsets last.
+
+        rocksdict flushes one column family per call (flushing the table alone left the offsets
+        in memory, so a crash re-read the whole topic). In this order a crash between the calls
+        leaves only data, indexes and history ahead of the offsets, which replaying the records
+        from the offsets makes right again.
+        """
+        for family in (self._index, self.history, self.changes, self._db, self._meta):
+            family.flush(True)
 
     # -- reads ------------------------------------------------------------------------------
 
