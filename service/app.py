@@ -13,6 +13,7 @@ from fastapi import FastAPI
 from starlette.responses import Response
 
 from service import openapi_docs as docs
+from service.guard import RequestGuard
 from service.metrics import CONTENT_TYPE, Metrics, MetricsMiddleware
 from service.problems import install_problem_handlers
 from service.registry import StoreRegistry
@@ -92,6 +93,8 @@ def create_app(settings: Settings, stores: Mapping[str, ServableStore] | None = 
     app.state.settings = settings
     app.state.metrics = metrics
     install_problem_handlers(app)
+    # Added last, the metrics middleware is outermost: it also counts what the guard refuses.
+    app.add_middleware(RequestGuard, limits=settings.limits)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     add_store_routes(app, settings, registry)
 

@@ -119,7 +119,10 @@ STORE_LIST_RESPONSES = ok_json(
     positioned=False,
 )
 
-STORE_INFO_RESPONSES = {**ok_json(STORE_INFO_SCHEMA, "the store's status"), **problems(401, 403, 404)}
+STORE_INFO_RESPONSES = {
+    **ok_json(STORE_INFO_SCHEMA, "the store's status"),
+    **problems(401, 403, 404, 429, 503),
+}
 
 GET_KEY_RESPONSES: dict[int | str, Any] = {
     200: {
@@ -131,7 +134,7 @@ GET_KEY_RESPONSES: dict[int | str, Any] = {
             "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
         },
     },
-    **problems(400, 401, 403, 404, 413, 422, 503),
+    **problems(400, 401, 403, 404, 413, 422, 429, 503),
 }
 
 BATCH_REQUEST_BODY: dict[str, Any] = {
@@ -172,7 +175,7 @@ BATCH_RESPONSES: dict[int | str, Any] = {
             ARROW_MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}},
         },
     },
-    **problems(400, 401, 403, 404, 413, 415, 422, 503),
+    **problems(400, 401, 403, 404, 413, 415, 422, 429, 503),
 }
 
 SCAN_RESPONSES: dict[int | str, Any] = {
@@ -195,7 +198,7 @@ SCAN_RESPONSES: dict[int | str, Any] = {
         },
         "one page of keys starting with the prefix, byte-ordered",
     ),
-    **problems(400, 401, 403, 404, 413, 422, 503),
+    **problems(400, 401, 403, 404, 413, 422, 429, 503),
 }
 
 HEALTH_RESPONSES = ok_json(

@@ -25,8 +25,8 @@ PROBLEM_MEDIA_TYPE = "application/problem+json"
 TYPE_PREFIX = "urn:statestore:problem:"
 
 
-def problem_response(problem: ProblemError, instance: str) -> Response:
-    """The problem+json answer for ``problem`` about the request path ``instance``."""
+def problem_body(problem: ProblemError, instance: str) -> tuple[bytes, dict[str, str]]:
+    """The problem+json body for ``problem`` about the request path ``instance``, and its headers."""
     body: dict[str, Any] = {
         "type": TYPE_PREFIX + problem.slug,
         "title": problem.title,
@@ -35,9 +35,19 @@ def problem_response(problem: ProblemError, instance: str) -> Response:
         "instance": instance,
     }
     body.update(problem.extras)
-    return Response(
-        orjson.dumps(body), status_code=problem.status, media_type=PROBLEM_MEDIA_TYPE, headers=problem.headers
-    )
+    encoded = orjson.dumps(body)
+    headers = {
+        "content-type": PROBLEM_MEDIA_TYPE,
+        "content-length": str(len(encoded)),
+        **problem.headers,
+    }
+    return encoded, headers
+
+
+def problem_response(problem: ProblemError, instance: str) -> Response:
+    """The problem+json answer for ``problem`` about the request path ``instance``."""
+    body, headers = problem_body(problem, instance)
+    return Response(body, status_code=problem.status, headers=headers)
 
 
 def _validation_errors(errors: Any) -> list[dict[str, Any]]:

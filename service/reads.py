@@ -16,6 +16,7 @@ from starlette.datastructures import QueryParams
 from starlette.requests import Request
 
 from service.exceptions import ProblemError
+from service.guard import remaining_seconds, request_timeout
 from service.registry import ServedStore, StoreRegistry
 from service.settings import Settings
 from store import InvalidPositionError, Position, ReadOnlyKeyValueStore, StoreClosedError, StoreState
@@ -150,23 +151,33 @@ class Reader:
             raise not_ready(served, StoreState.STOPPED, self._limits.retry_after_seconds) from exc
 
     async def read(
-        self, served: ServedStore, query: QueryParams, read: Callable[[ReadOnlyKeyValueStore], T]
+        self, served: ServedStore, request: Request, read: Callable[[ReadOnlyKeyValueStore], T]
     ) -> tuple[T, Position]:
         """``read(view)`` and the view's position, once the store has reached ``min_position``."""
+        query = request.query_params
         minimum = self._minimum(query)
         timeout = self._timeout(query) if minimum is not None else 0.0
         answer = self._once(served, read, minimum)
         if isinstance(answer, tuple):
             return answer
         assert minimum is not None
+        budget = remaining_seconds(request.scope)
+        cut_by_deadline = budget is not None and budget < timeout
         reached = await anyio.to_thread.run_sync(
-            served.store.wait_for_position, minimum, timeout, limiter=self._waiters
+            served.store.wait_for_position,
+            minimum,
+            min(timeout, budget) if budget is not None else timeout,
+            limiter=self._waiters,
+            # A request cancelled (timeout, disconnect) must not wait for the thread's own timeout.
+            abandon_on_cancel=True,
         )
         if reached:
             answer = self._once(served, read, minimum)
             if isinstance(answer, tuple):
                 return answer
         position = answer
+        if cut_by_deadline:
+            raise request_timeout(self._limits)
         raise ProblemError(
             503,
             "position-not-reached",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -21,6 +22,7 @@ from service.codec import (
     values_document,
 )
 from service.exceptions import ProblemError
+from service.guard import remaining_seconds, request_timeout
 from service.reads import Access, Reader, find_store, int_param
 from service.registry import ServedStore, StoreRegistry
 from service.settings import Settings
@@ -113,7 +115,7 @@ def add_store_routes(app: FastAPI, settings: Settings, registry: StoreRegistry) 
             raise _too_large(
                 "key-too-large", "Key too large", f"the key has {len(key)} bytes", limits.max_key_bytes
             )
-        value, position = await reader.read(served, query, lambda view: view.get(key))
+        value, position = await reader.read(served, request, lambda view: view.get(key))
         if value is None:
             raise ProblemError(
                 404,
@@ -128,7 +130,7 @@ def add_store_routes(app: FastAPI, settings: Settings, registry: StoreRegistry) 
     @app.get(
         "/v1/stores",
         response_class=Response,
-        responses=docs.STORE_LIST_RESPONSES | docs.problems(401),
+        responses=docs.STORE_LIST_RESPONSES | docs.problems(401, 429, 503),
         summary="List the stores",
     )
     async def list_stores(request: Request) -> Response:
@@ -168,22 +170,24 @@ def add_store_routes(app: FastAPI, settings: Settings, registry: StoreRegistry) 
                 "Unsupported media type",
                 f"send the keys as {JSON} or {docs.ARROW_MEDIA_TYPE}, not {media_type or '(none)'}",
             )
-        body = await _read_body(request, limits.max_body_bytes)
+        try:
+            with anyio.fail_after(remaining_seconds(request.scope)):
+                body = await _read_body(request, limits.max_body_bytes)
+        except TimeoutError as exc:
+            raise request_timeout(limits) from exc
         if media_type == JSON:
             keys = _json_keys(body, request.query_params.get("key_encoding"), limits.max_batch_keys)
             _check_batch(
                 len(keys), max(map(len, keys), default=0), limits.max_batch_keys, limits.max_key_bytes
             )
-            values, position = await reader.read(
-                served, request.query_params, lambda view: view.get_many(keys)
-            )
+            values, position = await reader.read(served, request, lambda view: view.get_many(keys))
             answer = values_document(values, served.value_format, str(position))
             return Response(answer, media_type=JSON, headers={POSITION: str(position)})
         key_column = _arrow_keys(body)
         longest = pc.max(pc.binary_length(key_column)).as_py() or 0
         _check_batch(len(key_column), longest, limits.max_batch_keys, limits.max_key_bytes)
         keys = key_column.to_pylist()
-        values, position = await reader.read(served, request.query_params, lambda view: view.get_many(keys))
+        values, position = await reader.read(served, request, lambda view: view.get_many(keys))
         table = pa.table({"key": key_column, "value": pa.array(values, type=pa.binary())})
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, table.schema) as writer:
@@ -225,7 +229,7 @@ def add_store_routes(app: FastAPI, settings: Settings, registry: StoreRegistry) 
         def read(view: ReadOnlyKeyValueStore) -> ScanPage:
             return view.prefix_scan(prefix, after=after, limit=limit)
 
-        page, position = await reader.read(served, query, read)
+        page, position = await reader.read(served, request, read)
         fmt = served.value_format
         answer = {
             "items": [{"key": encode_key(k, encoding), "value": json_value(v, fmt)} for k, v in page.items],

@@ -144,6 +144,10 @@ class LimitSettings(BaseModel):
     min_position_timeout_seconds: float = Field(default=5.0, ge=0)
     # Requests waiting for a min_position at once; each holds a worker thread while it waits.
     max_position_waiters: int = Field(default=64, ge=1)
+    # Store requests served at once; more get 429 too-many-requests.
+    max_concurrent_requests: int = Field(default=1024, ge=1)
+    # A store request running longer (e.g. waiting for min_position) gets 503 request-timeout.
+    request_timeout_ms: int = Field(default=30_000, ge=1)
     # Seconds a client is told to wait (Retry-After) when a store is not ready or behind.
     retry_after_seconds: int = Field(default=1, ge=1)
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 
+import httpx
 import pytest
 
 from store import InMemoryStore
@@ -89,3 +91,45 @@ def test_malformed_timeout(behind: tuple[Service, InMemoryStore]) -> None:
         "/v1/stores/products/keys/p1", params={"min_position": "0:1", "timeout_ms": "x"}
     )
     assert_problem(response, 422, "invalid-parameter")
+
+
+def test_request_timeout_cuts_a_long_wait(make_service: Callable[..., Service]) -> None:
+    service = make_service(limits={"request_timeout_ms": 200, "min_position_timeout_seconds": 30})
+    response = service.client.get("/v1/stores/products/keys/p1", params={"min_position": "0:100"})
+    body = assert_problem(response, 503, "request-timeout")
+    assert body["instance"] == "/v1/stores/products/keys/p1"
+    assert response.headers["Retry-After"] == "1"
+    assert service.client.get("/v1/stores/products/keys/p1").status_code == 200
+
+
+def test_too_many_requests_in_flight(make_service: Callable[..., Service]) -> None:
+    service = make_service(limits={"max_concurrent_requests": 1})
+    waiting: list[int] = []
+
+    def wait_long() -> None:
+        with httpx.Client(base_url=service.url, timeout=30) as other:
+            answer = other.get(
+                "/v1/stores/products/keys/p1", params={"min_position": "0:100", "timeout_ms": 3000}
+            )
+            waiting.append(answer.status_code)
+
+    waiter = threading.Thread(target=wait_long)
+    waiter.start()
+    try:
+        deadline = time.monotonic() + 10
+        refused = None
+        while time.monotonic() < deadline and waiter.is_alive():
+            response = service.client.get("/v1/stores/products/keys/p1")
+            if response.status_code == 429:
+                refused = response
+                break
+            time.sleep(0.01)
+        assert refused is not None, "no request was refused while another was in flight"
+        assert_problem(refused, 429, "too-many-requests")
+        assert refused.headers["Retry-After"] == "1"
+        # Probes are never refused.
+        assert service.client.get("/healthz").status_code == 200
+    finally:
+        waiter.join()
+    assert waiting == [503]
+    assert service.client.get("/v1/stores/products/keys/p1").status_code == 200
