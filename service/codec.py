@@ -6,9 +6,10 @@ import base64
 import binascii
 import re
 from typing import Any, Literal
-from urllib.parse import unquote_to_bytes
+from urllib.parse import parse_qsl, unquote_to_bytes
 
 import orjson
+from starlette.requests import Request
 
 from service.exceptions import ProblemError
 
@@ -78,6 +79,18 @@ def decode_path_key(raw_segment: bytes, encoding: KeyEncoding) -> bytes:
             " send raw bytes with key_encoding=base64"
         ) from exc
     return decoded
+
+
+def strict_query(request: Request) -> dict[str, str]:
+    """The query parameters, refusing percent-encoded bytes that are not UTF-8 (last value wins)."""
+    raw = request.scope.get("query_string", b"")
+    try:
+        return dict(parse_qsl(raw.decode("latin-1"), keep_blank_values=True, errors="strict"))
+    except UnicodeDecodeError as exc:
+        raise bad_key_encoding(
+            "a query parameter is not valid UTF-8 once percent-decoded;"
+            " send raw bytes with key_encoding=base64"
+        ) from exc
 
 
 def encode_key(key: bytes, encoding: KeyEncoding) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
 import anyio
 import orjson
@@ -19,6 +20,7 @@ from service.codec import (
     encode_key,
     json_value,
     key_encoding,
+    strict_query,
     values_document,
 )
 from service.exceptions import ProblemError
@@ -109,7 +111,9 @@ def add_store_routes(app: FastAPI, settings: Settings, registry: StoreRegistry) 
         query = request.query_params
         encoding = key_encoding(query.get("key_encoding"))
         # The raw path keeps bytes that are not UTF-8 and slashes that were percent-encoded.
-        raw_segment = request.scope.get("raw_path", b"").split(b"/", 5)[5]
+        raw_path = request.scope.get("raw_path")
+        parts = raw_path.split(b"/", 5) if isinstance(raw_path, bytes) else []
+        raw_segment = parts[5] if len(parts) == 6 else quote(request.path_params["key"]).encode()
         key = decode_path_key(raw_segment, encoding)
         if len(key) > limits.max_key_bytes:
             raise _too_large(
@@ -217,8 +221,10 @@ def add_store_routes(app: FastAPI, settings: Settings, registry: StoreRegistry) 
                 f"limit {limit} is above the maximum",
                 limits.max_scan_limit,
             )
-        prefix = decode_key_text(query.get("prefix", ""), encoding)
-        after_text = query.get("after")
+        # Read from the raw query string: the parsed one replaces bytes that are not UTF-8.
+        strict = strict_query(request)
+        prefix = decode_key_text(strict.get("prefix", ""), encoding)
+        after_text = strict.get("after")
         after = None if after_text is None else decode_key_text(after_text, encoding)
         for name, key in (("prefix", prefix), ("after", after or b"")):
             if len(key) > limits.max_key_bytes:

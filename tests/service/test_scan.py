@@ -94,3 +94,10 @@ def test_scan_prefix_too_large(scanned: Service) -> None:
 def test_scan_bad_base64_prefix(scanned: Service) -> None:
     response = scanned.client.get(URL, params={"prefix": "%%", "key_encoding": "base64"})
     assert_problem(response, 400, "bad-key-encoding")
+
+
+def test_scan_prefix_that_is_not_utf8_asks_for_base64(scanned: Service) -> None:
+    response = scanned.client.get(URL + "?prefix=p%FF")
+    assert_problem(response, 400, "bad-key-encoding")
+    by_base64 = scanned.client.get(URL, params={"prefix": "cP8=", "key_encoding": "base64"})
+    assert [item["key"] for item in by_base64.json()["items"]] == ["cP8="]
