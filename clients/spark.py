@@ -22,11 +22,11 @@ import logging
 import threading
 import uuid
 import warnings
-from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
 import pyarrow as pa
 from pyspark import Accumulator, SparkContext
+from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, functions
 from pyspark.sql.pandas.functions import ArrowUDFType, arrow_udf
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -34,10 +34,11 @@ from pyspark.sql.types import BinaryType, DataType, StringType, StructField, Str
 
 from clients.client import StatestoreClient
 from clients.exceptions import SchemaMismatchError, StatestoreClientError
-from clients.lookup import DEFAULT_CACHE_BYTES, Lookup, LookupSpec, decode_json, key_bytes_array
+from clients.lookup import DEFAULT_CACHE_BYTES, LookupSpec, decode_json
 from clients.options import DEFAULT_BATCH_SIZE, ClientOptions, Verify
 from clients.position import Position, PositionLike
 from clients.retry import RetryPolicy
+from clients.spark_tasks import JoinStep, join_task, udf_task
 
 log = logging.getLogger("clients.spark")
 
@@ -191,58 +192,6 @@ def _plan(
     return _Plan(spec, value_type, planned)
 
 
-def _count_misfits(counter: Accumulator[int], store: str, count: int) -> None:
-    if count:
-        counter.add(count)
-        log.warning("%d value(s) of store %r do not fit value_schema; they are null", count, store)
-
-
-GROUP_ROWS = 65_536
-"""Rows looked up together: Spark's Arrow batches (10,000 rows by default) are regrouped to this many."""
-
-
-def _grouped(batches: Iterator[pa.RecordBatch], rows: int = GROUP_ROWS) -> Iterator[pa.RecordBatch]:
-    """Consecutive batches combined into ones of at least ``rows`` rows (fewer requests, fewer passes)."""
-    group: list[pa.RecordBatch] = []
-    count = 0
-    for batch in batches:
-        group.append(batch)
-        count += batch.num_rows
-        if count >= rows:
-            yield from _combined(group)
-            group, count = [], 0
-    if group:
-        yield from _combined(group)
-
-
-def _combined(group: list[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    if len(group) == 1:
-        yield group[0]
-    else:
-        yield from pa.Table.from_batches(group).combine_chunks().to_batches()
-
-
-def _join_batches(
-    spec: LookupSpec, key_index: int, names: list[str], how: str, counter: Accumulator[int]
-) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The task function of ``mapInArrow``: one client per task, lookups appended per Arrow batch."""
-
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        with Lookup(spec) as lookup:
-            for batch in _grouped(batches):
-                result = lookup.lookup(batch.column(key_index))
-                _count_misfits(counter, spec.store, result.mismatched)
-                columns = [batch.column(i) for i in range(batch.num_columns) if i != key_index]
-                if spec.value_type is not None:
-                    columns.extend(result.values.flatten())
-                else:
-                    columns.append(result.values)
-                out = pa.RecordBatch.from_arrays(columns, names=names)
-                yield out.filter(result.found) if how == "inner" else out
-
-    return run
-
-
 def _key_column(df: DataFrame, on: str | Column) -> Column:
     """The join key as Spark hands it to Arrow: binary and string kept, other types as their text."""
     column = functions.col(on) if isinstance(on, str) else on
@@ -309,10 +258,34 @@ def lookup_join(
             f"lookup columns {clashes} already exist in the DataFrame; pass prefix= (e.g. prefix='{store}_')"
         )
     key_name = f"__statestore_key_{plan.info.lookup_id[:12]}"
-    keyed = df.withColumn(key_name, _key_column(df, on))
+    step_how = how
+    chain: _Chain | None = getattr(df, _CHAIN_ATTRIBUTE, None)
+    if chain is not None:
+        try:
+            keyed = chain.keyed.withColumn(key_name, _key_column(chain.keyed, on))
+        except AnalysisException:  # the key needs a column an earlier lookup adds: a pass of its own
+            chain = None
+    if chain is None:
+        chain = _Chain(df, df, ())
+        keyed = df.withColumn(key_name, _key_column(df, on))
+    steps = (*chain.steps, JoinStep(plan.spec, len(keyed.columns) - 1, step_how, plan.info.mismatch_counter))
     schema = StructType(list(df.schema.fields) + added)
-    function = _join_batches(plan.spec, len(df.columns), schema.fieldNames(), how, plan.info.mismatch_counter)
-    return keyed.mapInArrow(function, schema)
+    result = keyed.mapInArrow(join_task(steps, len(chain.base.columns), schema.fieldNames()), schema)
+    # A lookup_join of this result joins the same pass instead of adding one.
+    setattr(result, _CHAIN_ATTRIBUTE, _Chain(chain.base, keyed, steps))
+    return result
+
+
+@dataclasses.dataclass(frozen=True)
+class _Chain:
+    """Lookups fused into one task function: the DataFrame before them, with every step's key column."""
+
+    base: DataFrame
+    keyed: DataFrame
+    steps: tuple[JoinStep, ...]
+
+
+_CHAIN_ATTRIBUTE = "_statestore_lookup_chain"
 
 
 class LookupUDF:
@@ -324,27 +297,7 @@ class LookupUDF:
     def __init__(self, plan: _Plan) -> None:
         self.info = plan.info
         self.return_type = plan.value_type
-        spec, counter = plan.spec, plan.info.mismatch_counter
-
-        def answer(lookup: Lookup, group: list[pa.Array]) -> Iterator[pa.Array]:
-            result = lookup.lookup(pa.concat_arrays([key_bytes_array(keys) for keys in group]))
-            _count_misfits(counter, spec.store, result.mismatched)
-            offset = 0
-            for keys in group:  # one answer per input batch, of its length
-                yield result.values.slice(offset, len(keys))
-                offset += len(keys)
-
-        def run(batches: Iterator[pa.Array]) -> Iterator[pa.Array]:
-            with Lookup(spec) as lookup:
-                group: list[pa.Array] = []
-                for keys in batches:
-                    group.append(keys)
-                    if sum(len(k) for k in group) >= GROUP_ROWS:
-                        yield from answer(lookup, group)
-                        group = []
-                if group:
-                    yield from answer(lookup, group)
-
+        run = udf_task(plan.spec, plan.info.mismatch_counter)
         # pyspark's overloads do not admit struct return types for iterator UDFs, which work.
         task: Any = run
         return_type: Any = plan.value_type

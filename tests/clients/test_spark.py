@@ -136,7 +136,7 @@ def test_invoice_example_matches_a_pandas_merge_without_any_shuffle(
     purchases = purchases_frame()
     result = invoices(spark, service, purchases, "left")
     plan = result._jdf.queryExecution().executedPlan().toString()
-    assert plan.count("MapInArrow") == 2
+    assert plan.count("MapInArrow") == 1  # chained lookups share one pass
     assert plan.count("Exchange") == 1  # the input's own repartition(2), nothing more
     got = result.toPandas().sort_values("purchase_id").reset_index(drop=True)
     expected = expected_invoices(purchases, "left")
@@ -154,17 +154,31 @@ def test_no_exchange_is_added_by_two_chained_lookups(spark: SparkSession, servic
     df = spark.range(100).select(
         F.format_string("p%03d", "id").alias("product_id"), F.lit("c01").alias("customer_id")
     )
-    plain_plan = df._jdf.queryExecution().executedPlan().toString()
-    chained = lookup_join(
+    assert df._jdf.queryExecution().executedPlan().toString().count("Exchange") == 0
+    products = lookup_join(
         df, store="products", on="product_id", url=service, value_schema=PRODUCT_SCHEMA, prefix="p_"
     )
-    chained = lookup_join(
-        chained, store="customers", on="customer_id", url=service, value_schema=CUSTOMER_SCHEMA, prefix="c_"
+    fused = lookup_join(
+        products, store="customers", on="customer_id", url=service, value_schema=CUSTOMER_SCHEMA, prefix="c_"
     )
-    plan = chained._jdf.queryExecution().executedPlan().toString()
-    assert plan.count("MapInArrow") == 2
-    assert plan.count("Exchange") == plain_plan.count("Exchange") == 0
-    assert chained.count() == 100
+    # The second key comes from the first lookup's output, so the lookups run one after the other.
+    dependent = lookup_join(
+        products,
+        store="customers",
+        on=F.col("p_category"),
+        url=service,
+        value_schema=CUSTOMER_SCHEMA,
+        prefix="c_",
+    )
+    for chained, passes in ((fused, 1), (dependent, 2)):
+        plan = chained._jdf.queryExecution().executedPlan().toString()
+        assert plan.count("MapInArrow") == passes
+        assert plan.count("Exchange") == 0
+    fused_rows = {r.product_id: (r.p_name, r.c_name) for r in fused.collect()}
+    assert fused_rows["p001"] == ("product 1", "customer 1")
+    assert fused_rows["p099"] == ("product 99", "customer 1")
+    assert len(fused_rows) == 100
+    assert {r.c_name for r in dependent.collect()} == {None}
 
 
 def test_inner_join_drops_absent_tombstoned_and_null_keys(spark: SparkSession, service: str) -> None:

@@ -1,0 +1,132 @@
+"""What Spark tasks run for lookup joins: Arrow batches in, batches with looked-up columns out.
+
+Executor-side code, pyarrow only (the driver side is :mod:`clients.spark`). Chained lookups on the
+same DataFrame run as steps of one task function, so the rows cross into Python once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from typing import Protocol
+
+import pyarrow as pa
+
+from clients.client import StatestoreClient
+from clients.lookup import Lookup, LookupSpec, key_bytes_array
+from clients.options import ClientOptions
+
+log = logging.getLogger("clients.spark")
+
+GROUP_ROWS = 65_536
+"""Rows looked up together: Spark's Arrow batches (10,000 rows by default) are regrouped to this many."""
+
+
+class Counter(Protocol):
+    """Where tasks count values that did not fit the schema (a Spark accumulator)."""
+
+    def add(self, term: int) -> None: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class JoinStep:
+    """One lookup of a (possibly chained) join: its spec, key column, join kind and misfit counter."""
+
+    spec: LookupSpec
+    key_index: int  # of the key column in the task's input batches
+    how: str  # "left" or "inner"
+    counter: Counter
+
+
+def count_misfits(counter: Counter, store: str, count: int) -> None:
+    if count:
+        counter.add(count)
+        log.warning("%d value(s) of store %r do not fit value_schema; they are null", count, store)
+
+
+def grouped(batches: Iterator[pa.RecordBatch], rows: int = GROUP_ROWS) -> Iterator[pa.RecordBatch]:
+    """Consecutive batches combined into ones of at least ``rows`` rows (fewer requests, fewer passes)."""
+    group: list[pa.RecordBatch] = []
+    count = 0
+    for batch in batches:
+        group.append(batch)
+        count += batch.num_rows
+        if count >= rows:
+            yield from _combined(group)
+            group, count = [], 0
+    if group:
+        yield from _combined(group)
+
+
+def _combined(group: list[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    if len(group) == 1:
+        yield group[0]
+    else:
+        yield from pa.Table.from_batches(group).combine_chunks().to_batches()
+
+
+def _open_lookups(stack: contextlib.ExitStack, specs: Sequence[LookupSpec]) -> list[Lookup]:
+    """One lookup per step, sharing one client (one connection pool) per service."""
+    clients: dict[ClientOptions, StatestoreClient] = {}
+    lookups = []
+    for spec in specs:
+        if spec.options not in clients:
+            clients[spec.options] = stack.enter_context(StatestoreClient(spec.options))
+        lookups.append(Lookup(spec, clients[spec.options]))
+    return lookups
+
+
+def join_task(
+    steps: Sequence[JoinStep], kept: int, names: list[str]
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The ``mapInArrow`` function: keep the first ``kept`` columns, append every step's values.
+
+    An inner step drops the rows its key did not find before the next step looks anything up.
+    """
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        with contextlib.ExitStack() as stack:
+            lookups = _open_lookups(stack, [step.spec for step in steps])
+            for batch in grouped(batches):
+                columns = [batch.column(i) for i in range(kept)]
+                keys = [batch.column(step.key_index) for step in steps]
+                for number, (step, lookup) in enumerate(zip(steps, lookups, strict=True)):
+                    result = lookup.lookup(keys[number])
+                    count_misfits(step.counter, step.spec.store, result.mismatched)
+                    if step.spec.value_type is not None:
+                        columns.extend(result.values.flatten())
+                    else:
+                        columns.append(result.values)
+                    if step.how == "inner":
+                        columns = [column.filter(result.found) for column in columns]
+                        keys = [key.filter(result.found) for key in keys]
+                yield pa.RecordBatch.from_arrays(columns, names=names)
+
+    return run
+
+
+def udf_task(spec: LookupSpec, counter: Counter) -> Callable[[Iterator[pa.Array]], Iterator[pa.Array]]:
+    """The iterator UDF function: one answer per input batch, looked up in groups of batches."""
+
+    def answer(lookup: Lookup, group: list[pa.Array]) -> Iterator[pa.Array]:
+        result = lookup.lookup(pa.concat_arrays([key_bytes_array(keys) for keys in group]))
+        count_misfits(counter, spec.store, result.mismatched)
+        offset = 0
+        for keys in group:
+            yield result.values.slice(offset, len(keys))
+            offset += len(keys)
+
+    def run(batches: Iterator[pa.Array]) -> Iterator[pa.Array]:
+        with Lookup(spec) as lookup:
+            group: list[pa.Array] = []
+            for keys in batches:
+                group.append(keys)
+                if sum(len(k) for k in group) >= GROUP_ROWS:
+                    yield from answer(lookup, group)
+                    group = []
+            if group:
+                yield from answer(lookup, group)
+
+    return run
