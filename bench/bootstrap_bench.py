@@ -12,6 +12,7 @@ least 2x ktables' replay rate.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import statistics
@@ -21,13 +22,18 @@ import tempfile
 import time
 from pathlib import Path
 
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from ktables import KafkaTable
+
+from service.local_broker import LocalBroker
+from store import Store, StoreConfig
+
 TOPIC = "bootstrap-bench"
 PARTITIONS = 3
 
 
 def _produce(bootstrap: str, records: int) -> None:
-    from confluent_kafka import Producer
-    from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for future in admin.create_topics(
@@ -58,7 +64,6 @@ def _produce(bootstrap: str, records: int) -> None:
 
 
 def _child_bare(bootstrap: str, records: int) -> float:
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
     consumer = Consumer(
         {
@@ -86,7 +91,6 @@ def _child_bare(bootstrap: str, records: int) -> float:
 
 
 def _child_store(bootstrap: str, records: int) -> float:
-    from store import Store, StoreConfig
 
     with tempfile.TemporaryDirectory() as state_dir:
         store = Store(StoreConfig("bench", TOPIC, {"bootstrap.servers": bootstrap}, Path(state_dir)))
@@ -103,9 +107,6 @@ def _child_store(bootstrap: str, records: int) -> float:
 
 
 def _child_ktables(bootstrap: str, records: int) -> float:
-    import asyncio
-
-    from ktables import KafkaTable
 
     async def run() -> float:
         table = KafkaTable(
@@ -165,8 +166,6 @@ def main(argv: list[str] | None = None) -> int:
         seconds = CHILDREN[args.child](args.bootstrap, args.records)
         print(json.dumps({"seconds": seconds}))
         return 0
-
-    from service.local_broker import LocalBroker
 
     contenders = args.contenders.split(",")
     with LocalBroker() as broker:
