@@ -59,6 +59,8 @@ def _quiet_libraries(level: str) -> None:
         return
     for name in _CHATTY_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
+    # The demo's own service is open on loopback only, and the demo says so itself.
+    logging.getLogger("service.app").setLevel(logging.ERROR)
 
 
 @contextlib.contextmanager

@@ -85,7 +85,11 @@ def invoices(purchases: DataFrame, url: str, min_position: str | None = None) ->
 
 
 def run_join(purchases: DataFrame, url: str) -> JoinSummary:
-    """Enrich every purchase once (cached), then summarize and sample the invoices."""
+    """Enrich every purchase once, then summarize and sample the invoices.
+
+    The invoices are cached by the first action, so the sample shows rows of the same run (and
+    a ``limit`` never cuts a Python worker's output short, which Spark reports as a broken pipe).
+    """
     from pyspark.sql import functions as F  # noqa: PLC0415
 
     from clients.spark import lookups  # noqa: PLC0415

@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import sys
 import tempfile
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from service.demo.errors import DemoError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+logger = logging.getLogger(__name__)
 
 JAVA_HELP = (
     "Spark needs a Java runtime (17 or newer) and none was found: install one, e.g. "
@@ -31,9 +35,9 @@ appender.stderr.name = stderr
 appender.stderr.target = SYSTEM_ERR
 appender.stderr.layout.type = PatternLayout
 appender.stderr.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
-# Same level for the shell logger, so Spark does not announce a "default log level" of its own.
-logger.repl.name = org.apache.spark.repl.Main
-logger.repl.level = error
+# Spark announces a "default log level" unless the logger of PySpark's gateway has its own level.
+logger.gateway.name = org.apache.spark.api.python.PythonGatewayServer
+logger.gateway.level = error
 """
 
 
@@ -83,6 +87,18 @@ def _build_session(log_config: Path) -> SparkSession:
     return session
 
 
+def _import_lookup_client(batches: Iterator[Any]) -> Iterator[Any]:
+    import clients.spark  # noqa: F401, PLC0415
+
+    yield from batches
+
+
+def _warm_up(session: SparkSession) -> None:
+    """Start the Python workers and import the lookup client in them, so the join pays neither."""
+    frame = session.range(0, 2, numPartitions=2)
+    frame.mapInArrow(_import_lookup_client, frame.schema).count()
+
+
 class BackgroundSpark:
     """A SparkSession started on a thread (it takes seconds), waited for when first needed.
 
@@ -95,13 +111,22 @@ class BackgroundSpark:
         self._log_config.write_text(_LOG4J2, encoding="utf-8")
         self._session: SparkSession | None = None
         self._error: BaseException | None = None
+        self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._start, name="statestore-demo-spark", daemon=True)
 
     def _start(self) -> None:
         try:
-            self._session = _build_session(self._log_config)
+            session = _build_session(self._log_config)
         except BaseException as exc:  # re-raised on the main thread by session()
             self._error = exc
+            return
+        self._session = session
+        if self._stopping.is_set():
+            return
+        try:
+            _warm_up(session)
+        except Exception:  # the join itself reports any real problem
+            logger.debug("warming up Spark's Python workers failed", exc_info=True)
 
     def __enter__(self) -> BackgroundSpark:
         self._thread.start()
@@ -120,6 +145,7 @@ class BackgroundSpark:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        self._stopping.set()
         self._thread.join(timeout=120)
         session, self._session = self._session, None
         try:

@@ -85,7 +85,7 @@ def own_service(console: Console, bootstrap_servers: str, state_dir: Path | None
             state_dir.mkdir(parents=True, exist_ok=True)
         console.stage(f"starting the service (state in {state_dir}) and restoring the stores ...")
         url = stack.enter_context(running_service(bootstrap_servers, state_dir))
-        console.detail(f"service listening on {url}")
+        console.detail(f"service listening on {url} (no auth: reachable from this machine only)")
         stack.callback(console.detail, "stopping the service")
         yield url
 
