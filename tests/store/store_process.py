@@ -32,7 +32,12 @@ def main(raw: str) -> int:
         print(json.dumps({"error": "locked", "message": str(exc)}), flush=True)
         return 3
     stdin_closed = threading.Event()
-    threading.Thread(target=lambda: (sys.stdin.read(), stdin_closed.set()), daemon=True).start()
+
+    def watch_stdin() -> None:
+        sys.stdin.read()
+        stdin_closed.set()
+
+    threading.Thread(target=watch_stdin, daemon=True).start()
     while not stdin_closed.is_set():
         status = store.status()
         line = {

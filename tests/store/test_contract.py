@@ -298,8 +298,9 @@ def test_wait_for_position_wakes_up_when_a_write_reaches_it(backend: Backend) ->
 
 def test_a_stopped_store_refuses_new_views(backend: Backend) -> None:
     backend.write([(b"k", b"v")])
-    assert backend.store.state is StoreState.READY
+    states = [backend.store.state]
     backend.stop()
-    assert backend.store.state is StoreState.STOPPED
+    states.append(backend.store.state)
+    assert states == [StoreState.READY, StoreState.STOPPED]
     with pytest.raises(StoreClosedError), backend.store.view():
         pass

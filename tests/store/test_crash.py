@@ -4,6 +4,7 @@ steady state) while a producer keeps writing restarts into exactly the topic's l
 from __future__ import annotations
 
 import dataclasses
+import functools
 import random
 import shutil
 import threading
@@ -177,16 +178,7 @@ def test_kill_9_anywhere_then_restart_equals_the_model(
             child = StoreProcess(settings)
             try:
                 if kill.during_bootstrap:
-                    line = child.wait_for(
-                        lambda s, k=kill: (
-                            s["state"] == "READY"
-                            or (
-                                s["state"] in ("RESTORING", "REBUILDING")
-                                and (s["restore_applied"] or 0) >= k.applied
-                            )
-                        ),
-                        120,
-                    )
+                    line = child.wait_for(functools.partial(reached, applied=kill.applied), 120)
                     killed_during_bootstrap += line["state"] != "READY"
                     time.sleep(rng.uniform(0, 0.02))
                 else:

@@ -101,11 +101,13 @@ def produce_tracked(
         assert offset is not None
         ends[p] = max(ends.get(p, 0), offset + 1)
 
-    extra: dict[str, int] = {} if partition is None else {"partition": partition}
     for key, value in records:
         while True:
             try:
-                producer.produce(topic, key=key, value=value, on_delivery=delivered, **extra)
+                if partition is None:
+                    producer.produce(topic, key=key, value=value, on_delivery=delivered)
+                else:
+                    producer.produce(topic, key=key, value=value, partition=partition, on_delivery=delivered)
                 break
             except BufferError:
                 producer.poll(0.05)
