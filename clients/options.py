@@ -55,7 +55,8 @@ class ClientOptions:
         return {
             "base_url": self.url.rstrip("/"),
             "headers": headers,
-            "verify": ssl_verify(self.verify),
+            # Plain HTTP has nothing to verify; skipping it spares loading the CA bundle per client.
+            "verify": ssl_verify(self.verify) if self.url.startswith("https://") else False,
             "timeout": httpx.Timeout(self.timeout),
             "limits": httpx.Limits(
                 max_connections=self.max_connections, max_keepalive_connections=self.max_connections
