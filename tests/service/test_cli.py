@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from service.cli import build_parser, main
+from service.local_broker import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -87,3 +91,68 @@ def test_console_script_help() -> None:
     assert done.returncode == 0
     assert "serve" in done.stdout
     assert "demo" in done.stdout
+
+
+def test_serve_over_tls_with_overrides(tmp_path: Path) -> None:
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    config = tmp_path / "statestore.yaml"
+    config.write_text(
+        f"state_dir: {tmp_path / 'state'}\n"
+        f"http: {{host: 0.0.0.0, port: 1, tls: {{certfile: {cert}, keyfile: {key}}}}}\n"
+    )
+    port = free_port()
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "service.cli",
+            "serve",
+            "--config",
+            str(config),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        answer = None
+        with httpx.Client(verify=False, timeout=5) as client:
+            while answer is None and time.monotonic() < deadline and process.poll() is None:
+                try:
+                    answer = client.get(f"https://127.0.0.1:{port}/readyz")
+                except httpx.TransportError:
+                    time.sleep(0.1)
+        assert answer is not None, "the service never answered over TLS"
+        assert answer.status_code == 200
+        assert answer.json() == {"status": "ready", "stores": {}}
+    finally:
+        process.send_signal(signal.SIGTERM)
+        output, _ = process.communicate(timeout=30)
+    assert f"listening on 127.0.0.1:{port} (TLS)" in output
