@@ -6,8 +6,6 @@ import heapq
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-import rocksdict
-
 from store.engine import SnapshotReader, prefix_upper_bound
 from store.exceptions import ScanLimitError, UnknownIndexError
 from store.history import change_key, choose_version, escape_prefix, scan_versions, unescape
@@ -20,39 +18,47 @@ from store.protocol import MAX_SCAN_LIMIT, ScanPage
 _CANDIDATES_PER_ITEM = 20
 
 
-def _iterate(snapshot: Any, start: bytes, upper: bytes | None) -> Iterator[tuple[bytes, bytes]]:
-    options = rocksdict.ReadOptions()
-    if upper is not None:
-        options.set_iterate_upper_bound(upper)
-    iterator = snapshot.iter(options)
+def _iterate(iterator: Any, start: bytes, upper: bytes | None) -> Iterator[tuple[bytes, bytes]]:
+    """Entries in ``[start, upper)`` through an iterator pinned when the view was taken."""
     iterator.seek(start)
     while iterator.valid():
-        yield iterator.key(), iterator.value()
+        key = iterator.key()
+        if upper is not None and key >= upper:
+            return
+        yield key, iterator.value()
         iterator.next()
 
 
 class AsOfReader:
-    """Implements ``ReadOnlyKeyValueStore`` as of ``as_of`` (which must be at or above the floor)."""
+    """Implements ``ReadOnlyKeyValueStore`` as of ``as_of`` (which must be at or above the floor).
+
+    ``history`` (point lookups), ``history_scan`` (prefix scans), ``changes`` and ``index`` are
+    iterators created when the view was taken (with the store lock held), so every read sees the
+    same version of every column family. One view's reads must not run on two threads at once:
+    they share the iterators.
+    """
 
     def __init__(
         self,
         latest: SnapshotReader,
         history: Any,
+        history_scan: Any,
         changes: Any,
-        index_snapshot: Any,
+        index: Any,
         indexes: Mapping[str, IndexSpec],
         as_of: Position,
     ) -> None:
         self._latest = latest
         self._history = history
+        self._history_scan = history_scan
         self._changes = changes
-        self._index_snapshot = index_snapshot
+        self._index = index
         self._indexes = indexes
         self._as_of = as_of
 
     def release(self) -> None:
         self._latest.release()
-        self._history = self._changes = self._index_snapshot = None
+        self._history = self._history_scan = self._changes = self._index = None
 
     def get(self, key: bytes) -> bytes | None:
         return self.get_many((key,))[0]
@@ -77,13 +83,12 @@ class AsOfReader:
             raise ScanLimitError(f"scan limit must be at least 1, got {limit}")
         limit = min(limit, MAX_SCAN_LIMIT)
         start = prefix if after is None or after < prefix else after + b"\x00"
-        current_keys = (
-            key for key, _ in _iterate(self._latest_snapshot(), start, prefix_upper_bound(prefix))
-        )
+        current_keys = (key for key, _ in _iterate(self._latest.iterator, start, prefix_upper_bound(prefix)))
         escaped = escape_prefix(prefix)
         history_start = escape_prefix(start) if start != prefix else escaped
         historic_keys = (
-            unescape(key) for key, _ in _iterate(self._history, history_start, prefix_upper_bound(escaped))
+            unescape(key)
+            for key, _ in _iterate(self._history_scan, history_start, prefix_upper_bound(escaped))
         )
         items: list[tuple[bytes, bytes]] = []
         examined = 0
@@ -115,7 +120,7 @@ class AsOfReader:
         value_prefix = spec.value_prefix(value)
         candidates = {
             key[len(value_prefix) :]
-            for key, _ in _iterate(self._index_snapshot, value_prefix, prefix_upper_bound(value_prefix))
+            for key, _ in _iterate(self._index, value_prefix, prefix_upper_bound(value_prefix))
         }
         for partition, next_offset in self._as_of.items():
             changed = _iterate(
@@ -135,6 +140,3 @@ class AsOfReader:
 
     def position(self) -> Position:
         return self._as_of
-
-    def _latest_snapshot(self) -> Any:
-        return self._latest.snapshot

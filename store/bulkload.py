@@ -89,7 +89,8 @@ class BulkLoader:
     def submit(self, keys: list[bytes], values: list[bytes | None], offsets: dict[int, int]) -> None:
         while len(self._pending) >= self._max_in_flight:
             self._ingest_oldest()
-        path = self._directory / f"chunk-{next(self._numbers):08d}.sst"
+        # Unique per process: a worker orphaned by a crashed store may still be finishing a file.
+        path = self._directory / f"chunk-{os.getpid()}-{next(self._numbers):08d}.sst"
         self._outbox.put(pickle.dumps((str(path), keys, values), protocol=pickle.HIGHEST_PROTOCOL))
         self._pending.append((dict(offsets), len(keys)))
 

@@ -377,6 +377,11 @@ class SnapshotReader:
     def snapshot(self) -> Any:
         return self._snapshot
 
+    @property
+    def iterator(self) -> Any:
+        """The table iterator pinned when this view was taken (re-seek it; never share threads)."""
+        return self._iterator
+
     def release(self) -> None:
         """Drop the snapshot so the database can close; later reads raise ``StoreClosedError``."""
         self._snapshot = _ReleasedSnapshot()

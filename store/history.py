@@ -160,16 +160,16 @@ def floor_from(
     return Position(floor)
 
 
-def scan_versions(snapshot: Any, key: bytes) -> list[tuple[bytes, bytes]]:
-    """Every stored version of one key in a ``history`` snapshot (or live column family)."""
+def scan_versions(iterator: Any, key: bytes) -> list[tuple[bytes, bytes]]:
+    """Every stored version of one key, read through a ``history`` iterator (re-seeked)."""
     escaped = escape(key)
-    options = rocksdict.ReadOptions()
-    options.set_iterate_upper_bound(key_upper_bound(escaped))
-    iterator = snapshot.iter(options)
     iterator.seek(escaped)
     versions: list[tuple[bytes, bytes]] = []
     while iterator.valid():
-        versions.append((iterator.key(), iterator.value()))
+        history_key = iterator.key()
+        if not history_key.startswith(escaped):
+            break
+        versions.append((history_key, iterator.value()))
         iterator.next()
     return versions
 
@@ -244,7 +244,7 @@ class HistoryRecorder:
 
     @staticmethod
     def _only_version(engine: Any, key: bytes, partition: int, offset: int) -> bool:
-        for history_key, _stored in scan_versions(engine.history, key):
+        for history_key, _stored in scan_versions(engine.history.iter(), key):
             other_partition, other_offset = parse_version_key(history_key)
             if other_partition != partition or other_offset > offset:
                 return False

@@ -94,9 +94,10 @@ class Replica:
         self._check_as_of(as_of)
         return AsOfReader(
             latest,
-            engine.history_snapshot(),
-            engine.changes_snapshot(),
-            engine.index_snapshot() if self.indexes else None,
+            engine.history_snapshot().iter(),
+            engine.history_snapshot().iter(),
+            engine.changes_snapshot().iter(),
+            engine.index_snapshot().iter() if self.indexes else None,
             dict(self.ready_indexes),
             Position({p: as_of.get(p, 0) for p in self.position}),
         )

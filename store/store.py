@@ -85,6 +85,7 @@ class Store:
         self._directory_lock.acquire()
         try:
             self._finish_interrupted_rebuild()
+            destroy(self.config.path / "bulk")  # files of a bulk load a crash interrupted
             replica = Replica(self.config, self._db_path, self._changed)
         except BaseException:
             self._directory_lock.release()
