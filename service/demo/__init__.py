@@ -54,7 +54,14 @@ def _check_arguments(args: argparse.Namespace) -> None:
         )
 
 
+def _not_py4j_interrupt(record: logging.LogRecord) -> bool:
+    # py4j logs Ctrl-C during a call to the JVM with a traceback on the root logger; the demo
+    # reports the interrupt itself.
+    return record.msg != "KeyboardInterrupt while sending command."
+
+
 def _quiet_libraries(level: str) -> None:
+    logging.getLogger().addFilter(_not_py4j_interrupt)
     if logging.getLevelName(level) <= logging.DEBUG:
         return
     for name in _CHATTY_LOGGERS:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import signal
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,6 +31,24 @@ PRICE_RISE = 1.10
 
 
 @contextlib.contextmanager
+def _sigint_blocked() -> Iterator[None]:
+    """Block SIGINT while starting a child process, which inherits the blocked signal.
+
+    Ctrl-C at a terminal signals the whole foreground process group: the broker must not die
+    before the service that reads it has stopped, so only the demo sees the Ctrl-C and stops the
+    broker last (with SIGTERM). A Ctrl-C pressed meanwhile is delivered when the block ends.
+    """
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+@contextlib.contextmanager
 def embedded_broker(console: Console, log_path: Path) -> Iterator[str]:
     """Start the embedded Tansu broker for the demo's lifetime; yields its bootstrap servers."""
     from service.local_broker import LocalBroker, LocalBrokerError  # noqa: PLC0415
@@ -36,7 +56,8 @@ def embedded_broker(console: Console, log_path: Path) -> Iterator[str]:
     broker = LocalBroker(log_path=log_path)
     console.stage(f"starting the embedded broker on {broker.bootstrap_servers} ...")
     try:
-        broker.start()
+        with _sigint_blocked():
+            broker.start()
     except LocalBrokerError as exc:
         raise DemoError(f"{exc} (broker log: {log_path})") from exc
     try:
