@@ -11,6 +11,7 @@ import anyio
 import orjson
 from fastapi import FastAPI
 from starlette.responses import Response
+from starlette.routing import Route
 
 from service import openapi_docs as docs
 from service.guard import RequestGuard
@@ -119,4 +120,5 @@ def create_app(settings: Settings, stores: Mapping[str, ServableStore] | None = 
         # Scraping asks every store for its status, which may touch the disk.
         return Response(await anyio.to_thread.run_sync(metrics.render), media_type=CONTENT_TYPE)
 
+    metrics.templates.update({route.endpoint: route.path for route in app.routes if isinstance(route, Route)})
     return app

@@ -93,6 +93,8 @@ class Metrics:
         )
         self.registry.register(StoreCollector(stores))
         self._children: dict[tuple[str, str, str], tuple[Any, Any]] = {}
+        # Route templates by endpoint, for routes that do not record themselves in the scope.
+        self.templates: dict[object, str] = {}
 
     def observe(self, method: str, route: str, status: str, seconds: float) -> None:
         """Count one answered request and its duration."""
@@ -135,5 +137,9 @@ class MetricsMiddleware:
             await self.app(scope, receive, send_recording_status)
         finally:
             route = scope.get("route")
-            template = getattr(route, "path", None) or "unmatched"
+            template = (
+                getattr(route, "path", None)
+                or self.metrics.templates.get(scope.get("endpoint"))
+                or "unmatched"
+            )
             self.metrics.observe(scope["method"], template, str(status), time.perf_counter() - started)
