@@ -228,6 +228,9 @@ def lookup_join(
     absent and null keys); ``"inner"`` drops them. Values that do not fit ``value_schema`` become
     null and are counted (:func:`lookups`). Raises on the driver, before any job runs, when the
     service is unreachable, the store unknown or the schema unusable.
+
+    ``lookup_join`` of a ``lookup_join`` result (directly, no transformation between) runs both
+    lookups in the same pass over the rows, unless the second key needs a column the first adds.
     """
     if how not in ("left", "inner"):
         raise ValueError(f'how must be "left" or "inner", got {how!r}')
@@ -258,7 +261,6 @@ def lookup_join(
             f"lookup columns {clashes} already exist in the DataFrame; pass prefix= (e.g. prefix='{store}_')"
         )
     key_name = f"__statestore_key_{plan.info.lookup_id[:12]}"
-    step_how = how
     chain: _Chain | None = getattr(df, _CHAIN_ATTRIBUTE, None)
     if chain is not None:
         try:
@@ -268,7 +270,7 @@ def lookup_join(
     if chain is None:
         chain = _Chain(df, df, ())
         keyed = df.withColumn(key_name, _key_column(df, on))
-    steps = (*chain.steps, JoinStep(plan.spec, len(keyed.columns) - 1, step_how, plan.info.mismatch_counter))
+    steps = (*chain.steps, JoinStep(plan.spec, len(keyed.columns) - 1, how, plan.info.mismatch_counter))
     schema = StructType(list(df.schema.fields) + added)
     result = keyed.mapInArrow(join_task(steps, len(chain.base.columns), schema.fieldNames()), schema)
     # A lookup_join of this result joins the same pass instead of adding one.

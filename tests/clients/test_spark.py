@@ -183,12 +183,13 @@ def test_no_exchange_is_added_by_two_chained_lookups(spark: SparkSession, servic
 
 def test_inner_join_drops_absent_tombstoned_and_null_keys(spark: SparkSession, service: str) -> None:
     purchases = purchases_frame(1500)
-    got = (
-        invoices(spark, service, purchases, "inner")
-        .toPandas()
-        .sort_values("purchase_id")
-        .reset_index(drop=True)
-    )
+    # Several Arrow batches per task, so they are regrouped before the lookups.
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "200")
+    try:
+        got = invoices(spark, service, purchases, "inner").toPandas()
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    got = got.sort_values("purchase_id").reset_index(drop=True)
     expected = expected_invoices(purchases, "inner")
     assert 0 < len(expected) < len(purchases)
     assert as_rows(got) == as_rows(expected)
@@ -204,7 +205,13 @@ def test_binary_keys_give_binary_values_and_the_udf_matches_the_join(
 
     products = lookup_udf(store="products", url=service, value_schema=PRODUCT_SCHEMA)
     ids = spark.createDataFrame([(f"p{i:03d}",) for i in range(170, 210)] + [(None,)], "product_id string")
-    rows = ids.withColumn("product", products(F.col("product_id"))).collect()
+    # Tiny Arrow batches: answers must still line up with rows when batches are looked up in groups.
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "7")
+    try:
+        rows = ids.withColumn("product", products(F.col("product_id"))).collect()
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    assert len(rows) == 41
     for row in rows:
         live = (
             row.product_id is not None
