@@ -62,7 +62,11 @@ class LookupInfo:
 
     @property
     def mismatched_values(self) -> int:
-        """Rows whose value did not fit ``value_schema`` (null instead); complete after an action."""
+        """Rows whose value did not fit ``value_schema`` (null instead), counted after an action.
+
+        Like every Spark accumulator it counts each time the rows are computed: a second action on
+        an uncached DataFrame counts its rows again.
+        """
         return int(self.mismatch_counter.value)
 
 

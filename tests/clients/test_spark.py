@@ -239,6 +239,12 @@ def test_values_not_fitting_the_schema_become_null_and_are_counted(spark: SparkS
         df, store="products", on="product_id", url=service, how="inner", value_schema=PRODUCT_SCHEMA
     )
     assert sorted(r.product_id for r in inner.collect()) == ["bad1", "bad1", "bad2", "p001"]
+    # Without a schema a JSON store gives its documents as text, which nothing can misfit.
+    as_text = lookup_join(df, store="products", on="product_id", url=service)
+    text = {r.product_id: r.value for r in as_text.collect()}
+    assert json.loads(text["p001"]) == PRODUCTS["p001"]
+    assert json.loads(text["bad2"]) == [1, 2, 3]
+    assert text["zzz"] is None
 
 
 def test_the_driver_fails_fast_on_unusable_lookups(spark: SparkSession, service: str) -> None:
