@@ -248,3 +248,26 @@ def test_serves_probes_while_a_store_cannot_become_ready(real_service: Callable[
     assert answer.json()["type"] == "urn:statestore:problem:store-not-ready"
     assert int(answer.headers["Retry-After"]) >= 1
     assert client.get("/v1/stores/products").json()["state"] in {"CREATED", "RESTORING", "FAILED"}
+
+
+def test_a_store_that_cannot_start_is_failed_and_named(
+    make_topic: Callable[..., str], real_service: Callable[[str], httpx.Client]
+) -> None:
+    topic = make_topic(partitions=1)
+    first = real_service(topic)
+    wait_ready(first)
+    # A second service on the same state directory cannot lock the store's directory.
+    second = real_service(topic)
+    deadline = time.monotonic() + 30
+    info = second.get("/v1/stores/products").json()
+    while info["state"] != "FAILED" and time.monotonic() < deadline:
+        time.sleep(0.05)
+        info = second.get("/v1/stores/products").json()
+    assert info["state"] == "FAILED"
+    assert "products" in info["last_error"]
+    assert second.get("/readyz").status_code == 503
+    answer = second.get("/v1/stores/products/keys/x")
+    assert answer.json()["type"] == "urn:statestore:problem:store-not-ready"
+    assert answer.json()["state"] == "FAILED"
+    # The first service is unaffected.
+    assert first.get("/readyz").status_code == 200
