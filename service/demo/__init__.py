@@ -5,7 +5,7 @@
 3. start the service (or use ``--service-url``) and show the stores restoring;
 4. enrich purchases into invoices with a Spark lookup join, print a sample and a summary;
 5. raise a product's price in its topic and show the next lookup sees it;
-6. shut everything down, also on Ctrl-C (exit status 130).
+6. shut everything down, also on Ctrl-C (exit status 130) or SIGTERM (143).
 
 ``--step seed`` only does 2 against ``--bootstrap-servers``; ``--step join`` only does 4 and 5
 against ``--service-url`` (5 only when a broker is given too).
@@ -71,16 +71,35 @@ def _quiet_libraries(level: str) -> None:
 
 
 @contextlib.contextmanager
+def _terminate_like_interrupt(received: list[int]) -> Iterator[None]:
+    """SIGTERM (``kill``, ``docker stop``) shuts down as cleanly as Ctrl-C; records the signal."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        received.append(signum)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
 def _ignoring_interrupts() -> Iterator[None]:
     """Let shutdown finish: a second Ctrl-C must not leave a broker or a JVM behind."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    previous = {signum: signal.signal(signum, signal.SIG_IGN) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def _run_all(
@@ -153,11 +172,13 @@ def run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     status = EXIT_OK
     stack, spark_stack = contextlib.ExitStack(), contextlib.ExitStack()
+    received: list[int] = []
     try:
-        _run_all(console, args, stack, spark_stack)
+        with _terminate_like_interrupt(received):
+            _run_all(console, args, stack, spark_stack)
     except KeyboardInterrupt:
-        status = EXIT_INTERRUPTED
-        console.error("interrupted: shutting down ...")
+        status = 128 + received[0] if received else EXIT_INTERRUPTED
+        console.error(f"{'terminated' if received else 'interrupted'}: shutting down ...")
     except DemoError as exc:
         status = EXIT_FAILED
         console.error(str(exc))

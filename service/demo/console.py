@@ -20,13 +20,20 @@ class Console:
         self.interactive = self.stream.isatty()
         self._stage = 0
         self._progress_open = False
+        self._closed = False
 
     def _write(self, text: str) -> None:
-        if self._progress_open:
-            self.stream.write("\n")
-            self._progress_open = False
-        self.stream.write(text + "\n")
-        self.stream.flush()
+        if self._closed:
+            return
+        try:
+            if self._progress_open:
+                self.stream.write("\n")
+                self._progress_open = False
+            self.stream.write(text + "\n")
+            self.stream.flush()
+        except BrokenPipeError:
+            # The reader went away (e.g. `| head`): the demo still runs and shuts down cleanly.
+            self._closed = True
 
     def stage(self, text: str) -> None:
         """``[n/total] text``: the start of the next stage."""
@@ -43,7 +50,7 @@ class Console:
 
     def progress(self, text: str, *, final: bool = False) -> None:
         """A status line that replaces the previous one on a terminal."""
-        if self.interactive:
+        if self.interactive and not self._closed:
             self.stream.write(f"\r      {text}\033[K")
             self._progress_open = True
             if final:

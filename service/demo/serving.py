@@ -64,14 +64,13 @@ def running_service(bootstrap_servers: str, state_dir: Path) -> Iterator[str]:
 
     thread = threading.Thread(target=serve, name="statestore-demo-service", daemon=True)
     thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            server.should_exit = True
-            reason = f": {failure[0]}" if failure else ""
-            raise DemoError(f"the service did not start on {HOST}:{port}{reason}")
-        time.sleep(0.01)
     try:
+        deadline = time.monotonic() + 30
+        while not server.started:
+            if not thread.is_alive() or time.monotonic() > deadline:
+                reason = f": {failure[0]}" if failure else ""
+                raise DemoError(f"the service did not start on {HOST}:{port}{reason}")
+            time.sleep(0.01)
         yield f"http://{HOST}:{port}"
     finally:
         # Stops the stores too (the app's lifespan owns them).
