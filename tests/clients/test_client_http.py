@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import time
 
 import pyarrow as pa
 import pytest
@@ -181,12 +180,10 @@ def test_bearer_tokens_unauthorized_and_forbidden(
 def test_unreachable_service_raises_after_the_deadline() -> None:
     url = f"http://127.0.0.1:{free_port()}"
     with StatestoreClient(url, retry=FAST_RETRY, deadline=0.5) as client:
-        started = time.monotonic()
         with pytest.raises(e.DeadlineExceededError) as caught:
             client.stores()
         assert isinstance(caught.value.last_error, e.TransportError)
         assert isinstance(caught.value.__cause__, e.TransportError)
-        assert time.monotonic() - started < 5
     with StatestoreClient(url, retry=RetryPolicy(max_attempts=2)) as client, pytest.raises(e.TransportError):
         client.stores()
 

@@ -250,12 +250,10 @@ def test_values_not_fitting_the_schema_become_null_and_are_counted(spark: SparkS
 def test_the_driver_fails_fast_on_unusable_lookups(spark: SparkSession, service: str) -> None:
     df = spark.createDataFrame([("p001",)], "product_id string")
     down = f"http://127.0.0.1:{free_port()}"
-    started = time.monotonic()
     with pytest.raises(e.DeadlineExceededError, match="failed") as unreachable:
         lookup_join(df, store="products", on="product_id", url=down, planning_deadline=1.0)
     assert isinstance(unreachable.value.last_error, e.TransportError)
     assert any("checked on the driver" in note for note in unreachable.value.__notes__)
-    assert time.monotonic() - started < 10
     with pytest.raises(e.UnknownStoreError):
         lookup_join(df, store="nope", on="product_id", url=service)
     with pytest.raises(e.SchemaMismatchError, match="bytes values"):
