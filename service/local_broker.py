@@ -57,7 +57,9 @@ class LocalBroker:
     empty (memory storage).
     """
 
-    def __init__(self, port: int | None = None, host: str = "127.0.0.1", log_path: Path | None = None) -> None:
+    def __init__(
+        self, port: int | None = None, host: str = "127.0.0.1", log_path: Path | None = None
+    ) -> None:
         self.host = host
         self.port = port or free_port(host)
         self._log_path = log_path
@@ -76,17 +78,17 @@ class LocalBroker:
         if self.running:
             return
         url = f"tcp://{self.host}:{self.port}"
-        log = open(self._log_path, "ab") if self._log_path else subprocess.DEVNULL  # noqa: SIM115
-        try:
+        command = [str(tansu_binary()), "broker", "--listener-url", url, "--advertised-listener-url", url]
+        with contextlib.ExitStack() as stack:
+            log = stack.enter_context(open(self._log_path, "ab")) if self._log_path else subprocess.DEVNULL
+            # Its own session: a terminal's Ctrl-C reaches the owner, which stops the broker last.
             self._process = subprocess.Popen(
-                [str(tansu_binary()), "broker", "--listener-url", url, "--advertised-listener-url", url],
+                command,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
+                start_new_session=True,
             )
-        finally:
-            if log is not subprocess.DEVNULL:
-                log.close()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
@@ -98,19 +100,19 @@ class LocalBroker:
                 return
             time.sleep(0.05)
         self.stop()
-        raise LocalBrokerError(f"the embedded broker did not listen on {self.bootstrap_servers} in {timeout}s")
+        raise LocalBrokerError(
+            f"the embedded broker did not listen on {self.bootstrap_servers} in {timeout}s"
+        )
 
     def stop(self) -> None:
         """Stop the broker (all its data is gone)."""
         process, self._process = self._process, None
         if process is None or process.poll() is not None:
             return
-        process.terminate()
-        try:
-            process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=5)
+        # It keeps nothing on disk, so there is nothing to shut down gracefully; SIGTERM can
+        # wait seconds on connected clients.
+        process.kill()
+        process.wait(timeout=10)
         # Wait until the port is released so a restart on it succeeds.
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline:
