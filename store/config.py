@@ -50,7 +50,7 @@ class StoreConfig:
 
     name: str
     topic: str
-    kafka: Mapping[str, str]
+    kafka: Mapping[str, str] = dataclasses.field(repr=False)  # may hold credentials
     state_dir: Path
     tuning: EngineTuning = dataclasses.field(default_factory=EngineTuning)
     indexes: tuple[IndexSpec, ...] = ()
