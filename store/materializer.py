@@ -133,13 +133,55 @@ class Progress:
 class _Chunk:
     """Records polled but not yet written: keys, values (None: tombstone), next offsets."""
 
-    __slots__ = ("keys", "metas", "offsets", "values")
+    __slots__ = ("keys", "metas", "null_keys", "offsets", "values")
 
     def __init__(self) -> None:
         self.keys: list[bytes] = []
         self.values: list[bytes | None] = []
         self.offsets: dict[int, int] = {}
         self.metas: list[tuple[int, int, int]] = []  # (partition, offset, timestamp), history only
+        self.null_keys = 0  # records skipped by the last poll because their key was null
+
+
+def _collect(messages: list[Any], chunk: _Chunk, with_metas: bool, partitions: int) -> list[Any]:
+    """Append one poll's records to ``chunk``; return the error events (end of partition, ...).
+
+    This is the hottest loop of a bootstrap: one comprehension per field runs several times
+    faster than one Python loop over the messages doing everything.
+    """
+    events = [message for message in messages if message.error() is not None]
+    records = [message for message in messages if message.error() is None] if events else messages
+    if not records:
+        return events
+    keys = [message.key() for message in records]
+    values = [message.value() for message in records]
+    metas = (
+        [(message.partition(), message.offset(), message.timestamp()[1]) for message in records]
+        if with_metas
+        else None
+    )
+    # The last record of each partition carries its next offset; scan back until all are seen.
+    offsets: dict[int, int] = {}
+    for message in reversed(records):
+        partition = message.partition()
+        if partition not in offsets:
+            offsets[partition] = message.offset() + 1
+            if len(offsets) == partitions:
+                break
+    for partition, next_offset in offsets.items():
+        if next_offset > chunk.offsets.get(partition, -1):
+            chunk.offsets[partition] = next_offset
+    if None in keys:
+        kept = [i for i, key in enumerate(keys) if key is not None]
+        chunk.null_keys = len(keys) - len(kept)
+        keys = [keys[i] for i in kept]
+        values = [values[i] for i in kept]
+        metas = [metas[i] for i in kept] if metas is not None else None
+    chunk.keys.extend(keys)
+    chunk.values.extend(values)
+    if metas is not None:
+        chunk.metas.extend(metas)
+    return events
 
 
 class Materializer:
@@ -317,24 +359,12 @@ class Materializer:
                 messages = consumer.consume(tuning.poll_max_records, tuning.poll_timeout_seconds)
                 if loader is None:
                     chunk = _Chunk()
-                keys, values, offsets = chunk.keys, chunk.values, chunk.offsets
-                nulls = 0
                 with_metas = loader is None and target.keeps_history
-                for message in messages:
-                    error = message.error()
-                    if error is not None:
-                        self._on_fetch_error(error, message, caught_up)
-                        continue
-                    # A fetched record always has a partition and an offset.
-                    offsets[message.partition()] = message.offset() + 1  # type: ignore[index,operator]
-                    key = message.key()
-                    if key is None:
-                        nulls += 1
-                        continue
-                    keys.append(key)
-                    values.append(message.value())
-                    if with_metas:
-                        chunk.metas.append((message.partition(), message.offset(), message.timestamp()[1]))  # type: ignore[arg-type]
+                for message in _collect(messages, chunk, with_metas, partitions):
+                    self._on_fetch_error(message.error(), message, caught_up)
+                keys, values, offsets = chunk.keys, chunk.values, chunk.offsets
+                nulls = chunk.null_keys
+                chunk.null_keys = 0
                 if messages:
                     progress.last_contact = time.monotonic()
                 if nulls:
