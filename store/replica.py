@@ -354,12 +354,14 @@ class Replica:
 class _CachedReader:
     """A snapshot reader that answers from the replica's hot-key cache when that is exact."""
 
-    __slots__ = ("_generation", "_reader", "_replica")
+    __slots__ = ("_generation", "_reader", "_ready_indexes", "_replica")
 
     def __init__(self, replica: Replica, reader: SnapshotReader, generation: int) -> None:
         self._replica = replica
         self._reader = reader
         self._generation = generation
+        # The indexes ready when the view was taken: the ones its index snapshot can answer.
+        self._ready_indexes = frozenset(replica.ready_indexes)
 
     def release(self) -> None:
         self._reader.release()
@@ -390,8 +392,7 @@ class _CachedReader:
         self, index: str, value: bytes, *, after: bytes | None = None, limit: int = 1000
     ) -> ScanPage:
         """Rows whose indexed field equals ``value``, byte-ordered by row key, bounded like scans."""
-        replica = self._replica
-        if index in replica.indexes and index not in replica.ready_indexes:
+        if index in self._replica.indexes and index not in self._ready_indexes:
             raise IndexNotReadyError(index)
         return self._reader.index_scan(index, value, after=after, limit=limit)
 
