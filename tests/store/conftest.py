@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import Producer
 
 from service.local_broker import LocalBroker
-from store import EngineTuning, Store, StoreConfig, StoreError
+from store import EngineTuning, HistorySpec, IndexSpec, Store, StoreConfig, StoreError
 from tests.support.kafka import make_producer
 from tests.support.stores import FAST
 
@@ -19,7 +19,8 @@ from tests.support.stores import FAST
 def make_store(broker: LocalBroker, state_dir: Path) -> Iterator[Callable[..., Store]]:
     """Factory: a started real ``Store`` over ``topic``; every store is stopped at teardown.
 
-    Defaults: the session broker, the test's state dir, store name ``s``, ``FAST`` tuning.
+    Defaults: the session broker, the test's state dir, store name ``s``, ``FAST`` tuning, no
+    indexes, no history.
     """
     stores: list[Store] = []
 
@@ -32,6 +33,8 @@ def make_store(broker: LocalBroker, state_dir: Path) -> Iterator[Callable[..., S
         directory: Path | None = None,
         kafka: dict[str, str] | None = None,
         start: bool = True,
+        indexes: tuple[IndexSpec, ...] = (),
+        history: HistorySpec | None = None,
     ) -> Store:
         config = StoreConfig(
             name=name,
@@ -39,6 +42,8 @@ def make_store(broker: LocalBroker, state_dir: Path) -> Iterator[Callable[..., S
             kafka={"bootstrap.servers": bootstrap_servers or broker.bootstrap_servers, **(kafka or {})},
             state_dir=directory or state_dir,
             tuning=tuning,
+            indexes=indexes,
+            history=history,
         )
         store = Store(config)
         stores.append(store)

@@ -1,7 +1,8 @@
 """A store in its own process, for the lock and crash tests: ``python -m tests.store.store_process CONFIG``.
 
 CONFIG is JSON: ``bootstrap_servers``, ``topic``, ``state_dir``, ``name`` and optional ``tuning``
-(``EngineTuning`` fields). The process opens the store and writes one JSON status line to stdout
+(``EngineTuning`` fields), ``indexes`` (``[name, field]`` pairs) and ``history`` (``HistorySpec``
+fields). The process opens the store and writes one JSON status line to stdout
 every few milliseconds until it is killed or its stdin closes; then it stops the store cleanly.
 """
 
@@ -12,11 +13,12 @@ import sys
 import threading
 import time
 
-from store import EngineTuning, Store, StoreConfig, StoreLockedError
+from store import EngineTuning, HistorySpec, IndexSpec, Store, StoreConfig, StoreLockedError
 
 
 def main(raw: str) -> int:
     settings = json.loads(raw)
+    history = settings.get("history")
     store = Store(
         StoreConfig(
             name=settings["name"],
@@ -24,6 +26,8 @@ def main(raw: str) -> int:
             kafka={"bootstrap.servers": settings["bootstrap_servers"]},
             state_dir=settings["state_dir"],
             tuning=EngineTuning(**settings.get("tuning", {})),
+            indexes=tuple(IndexSpec(name, field) for name, field in settings.get("indexes", [])),
+            history=HistorySpec(**history) if history is not None else None,
         )
     )
     try:

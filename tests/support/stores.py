@@ -1,8 +1,9 @@
-"""Test helpers for stores: reading a whole table, producing with known end offsets, waiting."""
+"""Test helpers for stores: reading a whole table or index, producing with known end offsets, waiting."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import random
@@ -11,7 +12,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +79,26 @@ def read_table(view: ReadOnlyKeyValueStore, prefix: bytes = b"") -> dict[bytes, 
         after = page.next_after
 
 
+def read_index(
+    view: ReadOnlyKeyValueStore, index: str, value: bytes, page: int = MAX_SCAN_LIMIT
+) -> dict[bytes, bytes]:
+    """Every row ``index_scan`` finds for one indexed value, paging ``page`` rows at a time.
+
+    Fails when the pages are not strictly byte-ordered by row key.
+    """
+    rows: dict[bytes, bytes] = {}
+    after: bytes | None = None
+    while True:
+        result = view.index_scan(index, value, after=after, limit=page)
+        keys = [key for key, _ in result.items]
+        assert keys == sorted(set(keys)), f"index page out of order: {keys}"
+        assert after is None or not keys or keys[0] > after, f"index page repeats rows before {after!r}"
+        rows.update(result.items)
+        if result.next_after is None:
+            return rows
+        after = result.next_after
+
+
 def table_of(store: ServableStore) -> tuple[dict[bytes, bytes], Position]:
     """The whole table of ``store`` and the position it reflects, from one view."""
     with store.view() as view:
@@ -116,6 +137,80 @@ def produce_tracked(
     assert remaining == 0, f"{remaining} records were not delivered"
     assert not errors, f"delivery failed: {errors[:3]}"
     return Position(ends)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Delivered:
+    """One record as the broker stored it."""
+
+    partition: int
+    offset: int
+    key: bytes
+    value: bytes | None
+
+
+def produce_logged(
+    producer: Producer,
+    topic: str,
+    records: Iterable[Record],
+    *,
+    partitions: Callable[[bytes], int] | None = None,
+) -> list[Delivered]:
+    """Produce keyed ``records`` (to ``partitions(key)`` when given, else by key hash), flush, and
+    return every record with the partition and offset the delivery reports gave it."""
+    delivered: list[Delivered] = []
+    errors: list[KafkaError] = []
+
+    def report(error: KafkaError | None, message: Message) -> None:
+        if error is not None:
+            errors.append(error)
+            return
+        partition, offset, key = message.partition(), message.offset(), message.key()
+        assert partition is not None
+        assert offset is not None
+        assert key is not None
+        delivered.append(Delivered(partition, offset, key, message.value()))
+
+    for key, value in records:
+        assert key is not None, "produce_logged writes keyed records only"
+        while True:
+            try:
+                if partitions is None:
+                    producer.produce(topic, key=key, value=value, on_delivery=report)
+                else:
+                    producer.produce(
+                        topic, key=key, value=value, partition=partitions(key), on_delivery=report
+                    )
+                break
+            except BufferError:
+                producer.poll(0.05)
+        producer.poll(0)
+    remaining = producer.flush(30)
+    assert remaining == 0, f"{remaining} records were not delivered"
+    assert not errors, f"delivery failed: {errors[:3]}"
+    return sorted(delivered, key=lambda record: (record.partition, record.offset))
+
+
+def end_of(delivered: Iterable[Delivered]) -> Position:
+    """The next offset of every partition the records were written to."""
+    ends: dict[int, int] = {}
+    for record in delivered:
+        ends[record.partition] = max(ends.get(record.partition, 0), record.offset + 1)
+    return Position(ends)
+
+
+def model_as_of(delivered: Iterable[Delivered], as_of: Mapping[int, int]) -> dict[bytes, bytes]:
+    """Each key's value as of a position: its last record below the position on its partition
+    (valid while every key is written to one partition)."""
+    model: dict[bytes, bytes] = {}
+    for record in sorted(delivered, key=lambda record: (record.partition, record.offset)):
+        if record.offset >= as_of.get(record.partition, 0):
+            continue
+        if record.value is None:
+            model.pop(record.key, None)
+        else:
+            model[record.key] = record.value
+    return model
 
 
 def wait_until(condition: Callable[[], bool], timeout: float, what: str, interval: float = 0.02) -> None:
