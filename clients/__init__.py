@@ -10,14 +10,20 @@ Needs only httpx and pyarrow (``pip install 'statestore[client]'``)::
         products = client.pinned("products")         # every read demands today's position
         for key, value in products.scan("p"):
             ...
+        client.index_get_many("positions", "by_ticker", ["AAPL", "MSFT"])  # {value: [(key, row), ...]}
+        tickers = client.consistent("tickers")       # every read exactly as of today's position
+        tickers.get("AAPL")                          # the same answer on every replica, every retry
 """
 
-from clients.aio import AsyncPinnedStore, AsyncStatestoreClient
-from clients.client import PinnedStore, StatestoreClient
+from clients.aio import AsyncStatestoreClient
+from clients.client import StatestoreClient
 from clients.exceptions import (
     BadRequestError,
     DeadlineExceededError,
     ForbiddenError,
+    HistoryExpiredError,
+    HistoryNotKeptError,
+    IndexNotReadyError,
     PayloadTooLargeError,
     PositionNotReachedError,
     ProblemError,
@@ -27,20 +33,27 @@ from clients.exceptions import (
     TooManyRequestsError,
     TransportError,
     UnauthorizedError,
+    UnknownIndexError,
     UnknownStoreError,
 )
 from clients.options import ClientOptions
 from clients.position import Position
 from clients.retry import RetryPolicy
+from clients.views import AsyncConsistentStore, AsyncPinnedStore, ConsistentStore, PinnedStore
 from clients.wire import StoreInfo
 
 __all__ = [
+    "AsyncConsistentStore",
     "AsyncPinnedStore",
     "AsyncStatestoreClient",
     "BadRequestError",
     "ClientOptions",
+    "ConsistentStore",
     "DeadlineExceededError",
     "ForbiddenError",
+    "HistoryExpiredError",
+    "HistoryNotKeptError",
+    "IndexNotReadyError",
     "PayloadTooLargeError",
     "PinnedStore",
     "Position",
@@ -55,5 +68,6 @@ __all__ = [
     "TooManyRequestsError",
     "TransportError",
     "UnauthorizedError",
+    "UnknownIndexError",
     "UnknownStoreError",
 ]

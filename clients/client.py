@@ -10,11 +10,13 @@ from typing import Any
 import httpx
 import pyarrow as pa
 
-from clients import wire
+from clients import indexes, wire
 from clients.exceptions import DeadlineExceededError, KeyNotFoundError, StatestoreClientError, TransportError
+from clients.indexes import IndexValue
 from clients.options import DEFAULT_BATCH_SIZE, ClientOptions, Verify, log
 from clients.position import Position, PositionLike
 from clients.retry import Deadline, RetryPolicy, is_retryable, next_delay
+from clients.views import ConsistentStore, PinnedStore
 from clients.wire import Call, Key, StoreInfo, ValueFormat
 
 
@@ -152,15 +154,23 @@ class StatestoreClient:
         key: Key,
         *,
         min_position: PositionLike | None = None,
+        as_of: PositionLike | None = None,
         raw: bool = False,
         deadline: float | None = None,
     ) -> Any:
-        """The value of ``key`` (decoded per the value format, or bytes if ``raw``), ``None`` if absent."""
+        """The value of ``key`` (decoded per the value format, or bytes if ``raw``), ``None`` if absent.
+
+        ``as_of=`` reads the value exactly as of that position (the store must keep history);
+        ``min_position=`` only demands a table at least that new. They exclude each other.
+        """
         if key in ("", b""):
-            return self.get_many(store, [key], min_position=min_position, raw=raw, deadline=deadline)[0]
+            found = self.get_many(
+                store, [key], min_position=min_position, as_of=as_of, raw=raw, deadline=deadline
+            )
+            return found[0]
         limit = deadline or self.options.deadline
         try:
-            response = self._send(wire.get_call(store, key, min_position), limit)
+            response = self._send(wire.get_call(store, key, min_position, as_of), limit)
         except KeyNotFoundError:
             return None
         return wire.decode_get(response, raw)
@@ -171,6 +181,7 @@ class StatestoreClient:
         keys: Sequence[Key],
         *,
         min_position: PositionLike | None = None,
+        as_of: PositionLike | None = None,
         raw: bool = False,
         deadline: float | None = None,
     ) -> list[Any]:
@@ -181,7 +192,11 @@ class StatestoreClient:
         unique, index = wire.dedupe([wire.key_bytes(k) for k in keys])
         value_format = None if raw else self.value_format(store)
         found = self.get_arrow(
-            store, pa.array(unique, type=pa.binary()), min_position=min_position, deadline=deadline
+            store,
+            pa.array(unique, type=pa.binary()),
+            min_position=min_position,
+            as_of=as_of,
+            deadline=deadline,
         ).to_pylist()
         if value_format is not None:
             found = [None if v is None else wire.decode_value(v, value_format) for v in found]
@@ -193,12 +208,14 @@ class StatestoreClient:
         keys: pa.Array,
         *,
         min_position: PositionLike | None = None,
+        as_of: PositionLike | None = None,
         deadline: float | None = None,
     ) -> pa.Array:
         """Stored values (``binary``, null when absent) for an Arrow array of keys, row for row.
 
         The building block of the Spark join: no dedupe, no decoding, one request per ``batch_size``.
         """
+        wire.read_params(min_position, as_of=as_of)  # refuse both before anything is sent
         limit = Deadline(deadline or self.options.deadline)
         parts: list[pa.Array] = []
         size = self.options.batch_size
@@ -207,7 +224,7 @@ class StatestoreClient:
             remaining = limit.remaining()
             if remaining <= 0:
                 raise DeadlineExceededError(f"batch get on store {store!r} ran past its deadline")
-            response = self._send(wire.batch_get_call(store, chunk, min_position), remaining)
+            response = self._send(wire.batch_get_call(store, chunk, min_position, as_of), remaining)
             parts.append(wire.decode_values(response.content, len(chunk)))
         if not parts:
             return pa.array([], type=pa.binary())
@@ -220,21 +237,25 @@ class StatestoreClient:
         *,
         page_size: int = 1000,
         min_position: PositionLike | None = None,
+        as_of: PositionLike | None = None,
         deadline: float | None = None,
     ) -> Iterator[tuple[Key, Any]]:
         """``(key, value)`` pairs whose key starts with ``prefix``, byte-ordered, across pages.
 
-        Later pages demand at least the position of the first, so the scan never goes back in time.
+        Later pages demand at least the position of the first, so the scan never goes back in time;
+        with ``as_of=`` every page reads exactly that position, so the whole scan is one version.
         Keys are ``str`` for a text prefix and ``bytes`` for a bytes prefix.
         """
+        wire.read_params(min_position, as_of=as_of)
         value_format = self.value_format(store)
         floor = Position.of(min_position) if min_position is not None else None
         after: str | None = None
         while True:
-            response = self._send(wire.scan_call(store, prefix, after, page_size, floor), deadline)
+            call = wire.scan_call(store, prefix, after, page_size, floor, as_of)
+            response = self._send(call, deadline)
             page = wire.json_body(response)
             seen = wire.position_of(response)
-            if seen is not None:
+            if seen is not None and as_of is None:
                 floor = seen if floor is None else floor.merged(seen)
             for item in page.get("items", []):
                 yield (
@@ -245,32 +266,136 @@ class StatestoreClient:
             if after is None:
                 return
 
+    def _index_pages(
+        self,
+        store: str,
+        index: str,
+        value: str,
+        after: bytes | None,
+        page_size: int,
+        floor: Position | None,
+        as_of: PositionLike | None,
+        deadline: float | None,
+    ) -> Iterator[tuple[bytes, Any]]:
+        """Raw ``(row key, JSON value)`` items of one indexed value after ``after``, across pages."""
+        while True:
+            call = indexes.index_call(store, index, value, after, page_size, floor, as_of)
+            response = self._send(call, deadline)
+            items, after = indexes.decode_index_page(wire.json_body(response))
+            seen = wire.position_of(response)
+            if seen is not None and as_of is None:
+                floor = seen if floor is None else floor.merged(seen)
+            yield from items
+            if after is None:
+                return
+
+    def index_lookup(
+        self,
+        store: str,
+        index: str,
+        value: IndexValue,
+        *,
+        as_of: PositionLike | None = None,
+        min_position: PositionLike | None = None,
+        page_size: int = 1000,
+        binary_keys: bool = False,
+        deadline: float | None = None,
+    ) -> Iterator[tuple[Key, Any]]:
+        """Every ``(row key, value)`` whose indexed field equals ``value``, by row key, across pages.
+
+        ``client.index_lookup("positions", "by_ticker", "AAPL")``. Pages read like :meth:`scan`:
+        never back in time, or all exactly ``as_of``. Row keys are UTF-8 text unless ``binary_keys``.
+        """
+        wire.read_params(min_position, as_of=as_of)
+        floor = Position.of(min_position) if min_position is not None else None
+        text = indexes.index_text(value)
+        for key, row in self._index_pages(store, index, text, None, page_size, floor, as_of, deadline):
+            yield indexes.row_key(key, binary_keys), row
+
+    def index_arrow(
+        self,
+        store: str,
+        index: str,
+        values: pa.Array,
+        *,
+        as_of: PositionLike | None = None,
+        min_position: PositionLike | None = None,
+        limit_per_value: int = indexes.DEFAULT_LIMIT_PER_VALUE,
+        deadline: float | None = None,
+    ) -> pa.Table:
+        """The rows of many distinct indexed values: a table ``value: string, key: binary, row: binary``.
+
+        Each value's rows are together, in request order and row-key order; a value without rows has
+        one row with null ``key`` and ``row``. Values go in Arrow batches of ``batch_size``; a value
+        with more than ``limit_per_value`` rows is paged on with GET (exactly ``as_of``, or at least
+        the batch's position). The building block of the Spark index join.
+        """
+        wire.read_params(min_position, as_of=as_of)
+        limit = Deadline(deadline or self.options.deadline)
+        parts: list[pa.Table] = []
+        size = self.options.batch_size
+        for start in range(0, len(values), size):
+            chunk = values.slice(start, size)
+            if limit.remaining() <= 0:
+                raise DeadlineExceededError(f"index lookup on store {store!r} ran past its deadline")
+            call = indexes.index_batch_call(store, index, chunk, limit_per_value, min_position, as_of)
+            response = self._send(call, limit.remaining())
+            table = indexes.decode_index_batch(response.content, chunk)
+            floor = None if as_of is not None else wire.position_of(response)
+            more = {
+                value: list(
+                    self._index_pages(
+                        store, index, value, cursor, limit_per_value, floor, as_of, limit.remaining()
+                    )
+                )
+                for value, cursor in indexes.continued_values(table)
+            }
+            parts.append(indexes.with_more_pages(table, more))
+        if not parts:
+            return indexes.INDEX_ANSWER.empty_table().drop_columns(["next_after"])
+        return pa.concat_tables(parts)
+
+    def index_get_many(
+        self,
+        store: str,
+        index: str,
+        values: Sequence[IndexValue],
+        *,
+        as_of: PositionLike | None = None,
+        min_position: PositionLike | None = None,
+        limit_per_value: int = indexes.DEFAULT_LIMIT_PER_VALUE,
+        binary_keys: bool = False,
+        deadline: float | None = None,
+    ) -> dict[IndexValue, list[tuple[Key, Any]]]:
+        """For every value, its ``(row key, value)`` rows in row-key order (``[]`` when none match).
+
+        ``client.index_get_many("positions", "by_ticker", ["AAPL", "MSFT"])``; values are asked once.
+        """
+        texts = [indexes.index_text(v) for v in values]
+        unique = list(dict.fromkeys(texts))
+        table = self.index_arrow(
+            store,
+            index,
+            pa.array(unique, pa.string()),
+            as_of=as_of,
+            min_position=min_position,
+            limit_per_value=limit_per_value,
+            deadline=deadline,
+        )
+        return indexes.grouped_rows(table, values, texts, binary_keys)
+
+    def consistent(self, store: str, position: PositionLike | None = None) -> ConsistentStore:
+        """A view of ``store`` whose reads are all exactly as of ``position`` (default: its position now).
+
+        Every read of it gives the same answer, on any replica, as long as the store keeps history
+        back to ``position`` (else ``HistoryExpiredError``).
+        """
+        return ConsistentStore(
+            self, store, Position.of(position) if position is not None else self.position(store)
+        )
+
     def pinned(self, store: str, position: PositionLike | None = None) -> PinnedStore:
         """A view of ``store`` whose reads all demand ``position`` (default: the store's position now)."""
         return PinnedStore(
             self, store, Position.of(position) if position is not None else self.position(store)
         )
-
-
-class PinnedStore:
-    """Reads of one store that never see a table version older than ``position``."""
-
-    def __init__(self, client: StatestoreClient, store: str, position: Position) -> None:
-        self.client = client
-        self.store = store
-        self.position = position
-
-    def __repr__(self) -> str:
-        return f"PinnedStore({self.store!r}, position={str(self.position)!r})"
-
-    def get(self, key: Key, *, raw: bool = False) -> Any:
-        return self.client.get(self.store, key, min_position=self.position, raw=raw)
-
-    def get_many(self, keys: Sequence[Key], *, raw: bool = False) -> list[Any]:
-        return self.client.get_many(self.store, keys, min_position=self.position, raw=raw)
-
-    def get_arrow(self, keys: pa.Array) -> pa.Array:
-        return self.client.get_arrow(self.store, keys, min_position=self.position)
-
-    def scan(self, prefix: Key = "", *, page_size: int = 1000) -> Iterator[tuple[Key, Any]]:
-        return self.client.scan(self.store, prefix, page_size=page_size, min_position=self.position)

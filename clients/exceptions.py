@@ -10,12 +10,14 @@ Hierarchy::
     ├── SchemaMismatchError (also ValueError)   a Spark value schema that cannot apply to the store
     └── ProblemError                            the service answered an RFC 9457 problem
         ├── UnknownStoreError                   404 unknown-store
+        ├── UnknownIndexError                   404 unknown-index
         ├── KeyNotFoundError                    404 key-not-found (``get`` turns it into ``None``)
         ├── RouteNotFoundError                  404 route-not-found
         ├── MethodNotAllowedError               405 method-not-allowed
         ├── BadRequestError
         │   ├── BadKeyEncodingError             400 bad-key-encoding
         │   ├── InvalidPositionError            400 invalid-position
+        │   ├── HistoryNotKeptError             400 history-not-kept
         │   ├── MalformedRequestError           400 malformed-request
         │   ├── InvalidParameterError           422 invalid-parameter
         │   └── UnsupportedMediaTypeError       415 unsupported-media-type
@@ -26,10 +28,12 @@ Hierarchy::
         │   └── BodyTooLargeError               413 body-too-large
         ├── UnauthorizedError                   401 unauthorized
         ├── ForbiddenError                      403 forbidden
+        ├── HistoryExpiredError                 410 history-expired (``floor``: the oldest position answered)
         ├── TooManyRequestsError                429 too-many-requests (retried)
         └── ServiceUnavailableError             503 (retried)
             ├── StoreNotReadyError              503 store-not-ready
             ├── PositionNotReachedError         503 position-not-reached
+            ├── IndexNotReadyError              503 index-not-ready
             └── RequestTimeoutError             503 request-timeout
 
 A key that is absent is not an error: ``get`` answers ``None``. Errors are mapped on the problem
@@ -40,6 +44,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+
+from clients.position import Position
 
 PROBLEM_TYPE_PREFIX = "urn:statestore:problem:"
 
@@ -99,6 +105,12 @@ class UnknownStoreError(ProblemError):
     slug = "unknown-store"
 
 
+class UnknownIndexError(ProblemError):
+    """The store declares no index of that name; ``client.store(name).raw["indexes"]`` lists them."""
+
+    slug = "unknown-index"
+
+
 class KeyNotFoundError(ProblemError):
     """The key is absent; ``get`` answers ``None`` instead of raising this."""
 
@@ -127,6 +139,12 @@ class BadKeyEncodingError(BadRequestError):
 
 class InvalidPositionError(BadRequestError):
     slug = "invalid-position"
+
+
+class HistoryNotKeptError(BadRequestError):
+    """An ``as_of`` read of a store that keeps no history: configure ``history`` on the store."""
+
+    slug = "history-not-kept"
 
 
 class MalformedRequestError(BadRequestError):
@@ -178,6 +196,24 @@ class ForbiddenError(ProblemError):
     slug = "forbidden"
 
 
+class HistoryExpiredError(ProblemError):
+    """The ``as_of`` position is older than the history the store keeps; ``floor`` is the oldest it answers.
+
+    Reads at that position can no longer be reproduced exactly: pin a newer position (at least ``floor``).
+    """
+
+    slug = "history-expired"
+
+    @property
+    def floor(self) -> Position | None:
+        """The oldest position the store still answers exactly, if the service said (and said it well)."""
+        value = self.problem.get("floor")
+        try:
+            return Position.parse(value) if isinstance(value, str) else None
+        except ValueError:
+            return None
+
+
 class TooManyRequestsError(ProblemError):
     """The service's concurrency limit was reached; the client retries these until its deadline."""
 
@@ -198,6 +234,12 @@ class PositionNotReachedError(ServiceUnavailableError):
 
 class RequestTimeoutError(ServiceUnavailableError):
     slug = "request-timeout"
+
+
+class IndexNotReadyError(ServiceUnavailableError):
+    """The index is still being built; the client retries until its deadline like other 503s."""
+
+    slug = "index-not-ready"
 
 
 def _leaf_classes(root: type[ProblemError]) -> list[type[ProblemError]]:
@@ -221,6 +263,7 @@ _BY_STATUS: dict[int, type[ProblemError]] = {
     413: PayloadTooLargeError,
     415: UnsupportedMediaTypeError,
     422: BadRequestError,
+    410: HistoryExpiredError,
     429: TooManyRequestsError,
     503: ServiceUnavailableError,
 }

@@ -76,26 +76,40 @@ class Call:
     content: bytes | None = None
 
 
-def read_params(min_position: PositionLike | None, timeout_ms: int | None = None) -> dict[str, str]:
-    """The query parameters every read accepts."""
+def position_text(position: PositionLike) -> str:
+    """A position as the query parameter carries it; text goes verbatim (the service judges its syntax)."""
+    return position.strip() if isinstance(position, str) else str(Position.of(position))
+
+
+def read_params(
+    min_position: PositionLike | None, timeout_ms: int | None = None, as_of: PositionLike | None = None
+) -> dict[str, str]:
+    """The query parameters every read accepts: ``min_position`` or ``as_of`` (not both)."""
+    if min_position is not None and as_of is not None:
+        raise ValueError(
+            "pass min_position= or as_of=, not both: an as_of read answers exactly that position"
+        )
     params: dict[str, str] = {}
     if min_position is not None:
-        # Text goes verbatim: the service is the judge of its syntax (400 invalid-position).
-        position = min_position.strip() if isinstance(min_position, str) else str(Position.of(min_position))
+        position = position_text(min_position)
         if position:
             params["min_position"] = position
+    if as_of is not None:
+        # An empty as_of is a position too (the empty table), unlike an empty floor.
+        params["as_of"] = position_text(as_of)
     if timeout_ms is not None:
         params["timeout_ms"] = str(timeout_ms)
     return params
 
 
 def with_wait_budget(params: Mapping[str, str], remaining_seconds: float) -> dict[str, str]:
-    """``params`` plus a ``timeout_ms`` for a ``min_position`` wait that ends before the caller's deadline.
+    """``params`` plus a ``timeout_ms`` for a position wait (``min_position``, ``as_of``) that ends before
+    the caller's deadline.
 
     The service then answers 503 ``position-not-reached`` in time for the client to retry or report
     it, instead of the client's own timeout cutting the request off.
     """
-    if "min_position" not in params or "timeout_ms" in params:
+    if ("min_position" not in params and "as_of" not in params) or "timeout_ms" in params:
         return dict(params)
     return {**params, "timeout_ms": str(max(1, int(remaining_seconds * 1000 * 0.8)))}
 
@@ -127,9 +141,13 @@ def path_key(key: Key) -> tuple[str, dict[str, str]]:
     return base64.urlsafe_b64encode(raw).decode("ascii"), {"key_encoding": "base64"}
 
 
-def get_call(store: str, key: Key, min_position: PositionLike | None) -> Call:
+def get_call(
+    store: str, key: Key, min_position: PositionLike | None, as_of: PositionLike | None = None
+) -> Call:
     segment, params = path_key(key)
-    return Call("GET", f"{store_path(store)}/keys/{segment}", {**params, **read_params(min_position)})
+    return Call(
+        "GET", f"{store_path(store)}/keys/{segment}", {**params, **read_params(min_position, as_of=as_of)}
+    )
 
 
 def dedupe(keys: Sequence[bytes]) -> tuple[list[bytes], list[int]]:
@@ -156,11 +174,16 @@ def encode_keys(keys: Sequence[bytes] | pa.Array) -> bytes:
     return bytes(sink.getvalue().to_pybytes())
 
 
-def batch_get_call(store: str, keys: Sequence[bytes] | pa.Array, min_position: PositionLike | None) -> Call:
+def batch_get_call(
+    store: str,
+    keys: Sequence[bytes] | pa.Array,
+    min_position: PositionLike | None,
+    as_of: PositionLike | None = None,
+) -> Call:
     return Call(
         "POST",
         f"{store_path(store)}/keys:batchGet",
-        read_params(min_position),
+        read_params(min_position, as_of=as_of),
         {"Content-Type": ARROW_STREAM, "Accept": ARROW_STREAM},
         encode_keys(keys),
     )
@@ -185,13 +208,18 @@ def decode_values(body: bytes, expected_rows: int) -> pa.BinaryArray:
 
 
 def scan_call(
-    store: str, prefix: Key, after: str | None, limit: int, min_position: PositionLike | None
+    store: str,
+    prefix: Key,
+    after: str | None,
+    limit: int,
+    min_position: PositionLike | None,
+    as_of: PositionLike | None = None,
 ) -> Call:
     """One page of a prefix scan; ``after`` is the service's ``next_after`` cursor, passed back verbatim.
 
     A text prefix scans with UTF-8 keys (answers carry text keys); a bytes prefix uses base64.
     """
-    params = read_params(min_position)
+    params = read_params(min_position, as_of=as_of)
     params["limit"] = str(limit)
     if isinstance(prefix, str):
         params["prefix"] = prefix

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from clients import exceptions as e
+from clients.position import Position
+from clients.retry import is_retryable
 
 SLUGS = {
     "unknown-store": (404, e.UnknownStoreError),
@@ -26,6 +28,10 @@ SLUGS = {
     "forbidden": (403, e.ForbiddenError),
     "too-many-requests": (429, e.TooManyRequestsError),
     "request-timeout": (503, e.RequestTimeoutError),
+    "unknown-index": (404, e.UnknownIndexError),
+    "index-not-ready": (503, e.IndexNotReadyError),
+    "history-not-kept": (400, e.HistoryNotKeptError),
+    "history-expired": (410, e.HistoryExpiredError),
 }
 
 
@@ -73,3 +79,17 @@ def test_unknown_types_fall_back_on_the_status_family() -> None:
     odd = e.problem_error({"type": "urn:other", "detail": "teapot"}, 418)
     assert type(odd) is e.UnexpectedResponseError
     assert "418" in str(odd)
+
+
+def test_index_and_history_problems_retry_or_not_and_expiry_carries_its_floor() -> None:
+    assert is_retryable(e.problem_error({"type": e.PROBLEM_TYPE_PREFIX + "index-not-ready"}, 503))
+    assert not is_retryable(e.problem_error({"type": e.PROBLEM_TYPE_PREFIX + "unknown-index"}, 404))
+    assert not is_retryable(e.problem_error({"type": e.PROBLEM_TYPE_PREFIX + "history-not-kept"}, 400))
+    expired = e.problem_error(
+        {"type": e.PROBLEM_TYPE_PREFIX + "history-expired", "as_of": "0:3", "floor": "0:40,1:12"}, 410
+    )
+    assert isinstance(expired, e.HistoryExpiredError)
+    assert not is_retryable(expired)
+    assert expired.floor == Position({0: 40, 1: 12})
+    assert e.problem_error({"type": e.PROBLEM_TYPE_PREFIX + "history-expired"}, 410).floor is None  # type: ignore[attr-defined]
+    assert type(e.problem_error({"type": "urn:other"}, 410)) is e.HistoryExpiredError

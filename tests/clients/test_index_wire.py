@@ -1,0 +1,120 @@
+"""Index lookups and ``as_of`` reads on the wire: requests built, answers checked (pure logic)."""
+
+from __future__ import annotations
+
+import base64
+
+import pyarrow as pa
+import pytest
+
+from clients import indexes, wire
+from clients.exceptions import UnexpectedResponseError, ValueDecodeError
+
+
+def arrow_stream(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def answer(rows: list[tuple[str, bytes | None, bytes | None, bytes | None]]) -> pa.Table:
+    columns = list(zip(*rows, strict=True)) if rows else [[], [], [], []]
+    return pa.table([pa.array(c, f.type) for c, f in zip(columns, indexes.INDEX_ANSWER, strict=True)],
+                    schema=indexes.INDEX_ANSWER)  # fmt: skip
+
+
+def test_as_of_goes_as_a_parameter_excludes_min_position_and_gets_a_wait_budget() -> None:
+    call = wire.get_call("tickers", "AAPL", None, {1: 5, 0: 7})
+    assert call.params == {"as_of": "0:7,1:5"}
+    assert wire.batch_get_call("tickers", [b"a"], None, "0:3").params == {"as_of": "0:3"}
+    scan = wire.scan_call("tickers", "A", None, 10, None, "0:3")
+    assert scan.params == {"as_of": "0:3", "limit": "10", "prefix": "A"}
+    assert wire.read_params(None, as_of="") == {"as_of": ""}
+    with pytest.raises(ValueError, match="not both"):
+        wire.read_params("0:1", as_of="0:1")
+    assert wire.with_wait_budget({"as_of": "0:3"}, 2.0) == {"as_of": "0:3", "timeout_ms": "1600"}
+    assert wire.with_wait_budget({"limit": "1"}, 2.0) == {"limit": "1"}
+
+
+def test_index_values_compare_as_their_json_text() -> None:
+    assert [indexes.index_text(v) for v in ("AAPL", 42, 4.5, True, False)] == [
+        "AAPL", "42", "4.5", "true", "false",
+    ]  # fmt: skip
+    with pytest.raises(TypeError, match="indexed value"):
+        indexes.index_text(None)  # type: ignore[arg-type]
+
+
+def test_index_page_calls_encode_value_cursor_and_position() -> None:
+    call = indexes.index_call("positions", "by_ticker", "BRK/B é", b"\xffpos-1", 50, "0:4", None)
+    assert call.method == "GET"
+    assert call.path == "/v1/stores/positions/indexes/by_ticker/BRK%2FB%20%C3%A9"
+    assert call.params["limit"] == "50"
+    assert call.params["key_encoding"] == "base64"
+    assert base64.urlsafe_b64decode(call.params["after"]) == b"\xffpos-1"
+    assert call.params["min_position"] == "0:4"
+    exact = indexes.index_call("positions", "by_ticker", "A", None, 5, None, "0:9")
+    assert "after" not in exact.params
+    assert exact.params["as_of"] == "0:9"
+
+
+def test_index_batch_call_sends_an_arrow_value_column() -> None:
+    call = indexes.index_batch_call("positions", "by_ticker", pa.array(["A", "B"]), 100, None, "0:2")
+    assert call.path == "/v1/stores/positions/indexes/by_ticker:batchGet"
+    assert call.params == {"as_of": "0:2", "limit_per_value": "100"}
+    assert call.content is not None
+    sent = pa.ipc.open_stream(call.content).read_all()
+    assert sent.column("value").to_pylist() == ["A", "B"]
+    assert sent.schema.field("value").type == pa.string()
+
+
+def test_index_pages_decode_base64_keys_and_cursors() -> None:
+    page = {
+        "items": [{"key": base64.b64encode(b"\x00k").decode(), "value": {"ticker": "A"}}],
+        "next_after": base64.urlsafe_b64encode(b"\x00k").decode(),
+    }
+    assert indexes.decode_index_page(page) == ([(b"\x00k", {"ticker": "A"})], b"\x00k")
+    assert indexes.decode_index_page({"items": [], "next_after": None}) == ([], None)
+    with pytest.raises(UnexpectedResponseError):
+        indexes.decode_index_page({"items": [{"value": 1}]})
+
+
+def test_batch_answers_must_answer_every_value_once_in_order() -> None:
+    table = answer([("A", b"p1", b"{}", None), ("A", b"p2", b"{}", b"p2"), ("B", None, None, None)])
+    body = arrow_stream(table)
+    decoded = indexes.decode_index_batch(body, pa.array(["A", "B"]))
+    assert decoded.column("key").to_pylist() == [b"p1", b"p2", None]
+    assert indexes.continued_values(decoded) == [("A", b"p2")]
+    for asked in (["B", "A"], ["A"], ["A", "B", "C"]):
+        with pytest.raises(UnexpectedResponseError, match="request order"):
+            indexes.decode_index_batch(body, pa.array(asked))
+    with pytest.raises(UnexpectedResponseError, match="Arrow"):
+        indexes.decode_index_batch(b"not arrow", pa.array(["A"]))
+    empty = indexes.decode_index_batch(arrow_stream(answer([])), pa.array([], pa.string()))
+    assert empty.num_rows == 0
+
+
+def test_paged_on_rows_join_their_value_and_groups_decode_per_value() -> None:
+    table = answer(
+        [
+            ("A", b"p1", b'{"n":1}', None),
+            ("A", b"p2", b'{"n":2}', b"p2"),
+            ("B", None, None, None),
+            ("C", b"p9", b'{"n":9}', b"p9"),
+        ]
+    )
+    more = {"A": [(b"p3", {"n": 3}), (b"p4", {"n": 4})], "C": [(b"pa", {"n": 10})]}
+    full = indexes.with_more_pages(table, more)
+    assert full.column_names == ["value", "key", "row"]
+    assert full.column("value").to_pylist() == ["A", "A", "A", "A", "B", "C", "C"]
+    assert full.column("key").to_pylist() == [b"p1", b"p2", b"p3", b"p4", None, b"p9", b"pa"]
+    grouped = indexes.grouped_rows(full, ["C", "B", "A", "C"], ["C", "B", "A", "C"], binary_keys=False)
+    assert grouped == {
+        "C": [("p9", {"n": 9}), ("pa", {"n": 10})],
+        "B": [],
+        "A": [("p1", {"n": 1}), ("p2", {"n": 2}), ("p3", {"n": 3}), ("p4", {"n": 4})],
+    }
+    assert indexes.with_more_pages(table, {}).num_rows == 4
+    with pytest.raises(ValueDecodeError, match="binary_keys=True"):
+        indexes.row_key(b"\xff", binary_keys=False)
+    assert indexes.row_key(b"\xff", binary_keys=True) == b"\xff"
