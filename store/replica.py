@@ -82,6 +82,10 @@ class Replica:
     # -- reads (called with the lock held) ----------------------------------------------------
 
     def reader(self, as_of: Position | None) -> _CachedReader | AsOfReader:
+        if as_of is not None:
+            # Checked before any snapshot is taken: a refused view must pin nothing (a traceback
+            # kept by the caller would otherwise hold the database open past ``stop()``).
+            self._check_as_of(as_of)
         engine = self.engine
         latest = SnapshotReader(
             engine.snapshot(),
@@ -91,7 +95,6 @@ class Replica:
         )
         if as_of is None:
             return _CachedReader(self, latest, self.generation)
-        self._check_as_of(as_of)
         return AsOfReader(
             latest,
             engine.history_snapshot().iter(),
