@@ -41,18 +41,37 @@ MIN_POSITION_PARAM = _query(
     {"type": "string", "pattern": _POSITION_PATTERN},
     "wait until the store reaches this position (partition:next_offset pairs joined by commas)",
 )
+AS_OF_PARAM = _query(
+    "as_of",
+    {"type": "string", "pattern": _POSITION_PATTERN},
+    "answer as of exactly this position (stores that keep history); excludes min_position",
+)
 TIMEOUT_PARAM = _query(
     "timeout_ms",
     {"type": "integer", "minimum": 0, "maximum": 3_600_000},
-    "how long to wait for min_position, at most the configured maximum",
+    "how long to wait for min_position or as_of, at most the configured maximum",
 )
-READ_PARAMS = [MIN_POSITION_PARAM, TIMEOUT_PARAM]
+READ_PARAMS = [MIN_POSITION_PARAM, AS_OF_PARAM, TIMEOUT_PARAM]
 
 SCAN_PARAMS = [
     _query("prefix", {"type": "string", "default": ""}, "only keys starting with this prefix"),
     _query("after", {"type": "string"}, "the cursor: only keys sorting strictly after this one"),
     _query("limit", {"type": "integer", "minimum": 1, "default": 100}, "page size"),
 ]
+
+INDEX_PARAM = _path("index", "the index's configured name")
+INDEXED_VALUE_PARAM = _path(
+    "value", "the indexed value: text, UTF-8, percent-encoded (a number as its JSON text)"
+)
+INDEX_PAGE_PARAMS = [
+    _query("after", {"type": "string"}, "the cursor: only rows whose key sorts strictly after this one"),
+    _query("limit", {"type": "integer", "minimum": 1, "default": 100}, "page size"),
+]
+LIMIT_PER_VALUE_PARAM = _query(
+    "limit_per_value",
+    {"type": "integer", "minimum": 1, "default": 1000},
+    "rows answered per value at most (a JSON body's limit_per_value wins)",
+)
 
 _POSITION_HEADER_DOC = {
     POSITION_HEADER: {
@@ -96,6 +115,14 @@ STORE_INFO_SCHEMA: dict[str, Any] = {
         "seconds_since_last_contact": {"type": ["number", "null"]},
         "stale": {"type": "boolean"},
         "indexes": {"type": "object", "additionalProperties": {"type": "object"}},
+        "history": {
+            "type": ["object", "null"],
+            "properties": {
+                "floor": {"type": ["string", "null"]},
+                "retention_ms": {"type": ["integer", "null"]},
+                "retention_offsets": {"type": ["integer", "null"]},
+            },
+        },
     },
 }
 
@@ -134,7 +161,7 @@ GET_KEY_RESPONSES: dict[int | str, Any] = {
             "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
         },
     },
-    **problems(400, 401, 403, 404, 413, 422, 429, 503),
+    **problems(400, 401, 403, 404, 410, 413, 422, 429, 503),
 }
 
 BATCH_REQUEST_BODY: dict[str, Any] = {
@@ -175,7 +202,7 @@ BATCH_RESPONSES: dict[int | str, Any] = {
             ARROW_MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}},
         },
     },
-    **problems(400, 401, 403, 404, 413, 415, 422, 429, 503),
+    **problems(400, 401, 403, 404, 410, 413, 415, 422, 429, 503),
 }
 
 SCAN_RESPONSES: dict[int | str, Any] = {
@@ -198,7 +225,88 @@ SCAN_RESPONSES: dict[int | str, Any] = {
         },
         "one page of keys starting with the prefix, byte-ordered",
     ),
-    **problems(400, 401, 403, 404, 413, 422, 429, 503),
+    **problems(400, 401, 403, 404, 410, 413, 422, 429, 503),
+}
+
+_ROW_ITEMS = {
+    "type": "array",
+    "items": {
+        "type": "object",
+        "required": ["key", "value"],
+        "properties": {"key": {"type": "string"}, "value": _ANY_JSON},
+    },
+}
+
+INDEX_RESPONSES: dict[int | str, Any] = {
+    **ok_json(
+        {
+            "type": "object",
+            "required": ["items", "next_after", "position"],
+            "properties": {
+                "items": _ROW_ITEMS,
+                "next_after": {"type": ["string", "null"]},
+                "position": {"type": "string"},
+            },
+        },
+        "one page of the rows whose indexed field equals the value, ordered by row key",
+    ),
+    **problems(400, 401, 403, 404, 410, 413, 422, 429, 503),
+}
+
+INDEX_BATCH_REQUEST_BODY: dict[str, Any] = {
+    "required": True,
+    "content": {
+        "application/json": {
+            "schema": {
+                "type": "object",
+                "required": ["values"],
+                "properties": {
+                    "values": {"type": "array", "items": {"type": "string"}},
+                    "limit_per_value": {"type": "integer", "minimum": 1},
+                    "key_encoding": {"type": "string", "enum": ["utf8", "base64"]},
+                },
+            }
+        },
+        ARROW_MEDIA_TYPE: {
+            "schema": {
+                "type": "string",
+                "format": "binary",
+                "description": "Arrow IPC stream, one `value` column (string)",
+            }
+        },
+    },
+}
+
+INDEX_BATCH_RESPONSES: dict[int | str, Any] = {
+    200: {
+        "description": "the rows of every value asked, in request order",
+        "headers": _POSITION_HEADER_DOC,
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "required": ["results", "position"],
+                    "properties": {
+                        "results": {
+                            "type": "array",
+                            "items": {
+                                "type": "object",
+                                "required": ["value", "items", "next_after"],
+                                "properties": {
+                                    "value": {"type": "string"},
+                                    "items": _ROW_ITEMS,
+                                    "next_after": {"type": ["string", "null"]},
+                                },
+                            },
+                        },
+                        "position": {"type": "string"},
+                    },
+                }
+            },
+            ARROW_MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}},
+        },
+    },
+    **problems(400, 401, 403, 404, 410, 413, 415, 422, 429, 503),
 }
 
 HEALTH_RESPONSES = ok_json(

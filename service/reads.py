@@ -1,8 +1,9 @@
 """What every store read shares: finding the store, checking access, parameters, position waits.
 
 Reads of a READY store run on the event loop: a view is a snapshot and a lookup takes
-microseconds, so a thread hop would cost more than the read. Only ``min_position`` waits,
-which block, go to worker threads (bounded by ``limits.max_position_waiters``).
+microseconds, so a thread hop would cost more than the read. Position waits (``min_position``,
+``as_of`` not reached yet), which block, go to worker threads (bounded by
+``limits.max_position_waiters``), and so do reads that may run long (many index lookups at once).
 """
 
 from __future__ import annotations
@@ -19,7 +20,16 @@ from service.exceptions import ProblemError
 from service.guard import remaining_seconds, request_timeout
 from service.registry import ServedStore, StoreRegistry
 from service.settings import Settings
-from store import InvalidPositionError, Position, ReadOnlyKeyValueStore, StoreClosedError, StoreState
+from store import (
+    HistoryExpiredError,
+    HistoryNotKeptError,
+    InvalidPositionError,
+    Position,
+    PositionNotReachedError,
+    ReadOnlyKeyValueStore,
+    StoreClosedError,
+    StoreState,
+)
 
 T = TypeVar("T")
 
@@ -114,21 +124,12 @@ def not_ready(served: ServedStore, state: StoreState, retry_after: int) -> Probl
 
 
 class Reader:
-    """Runs one read against a consistent view, honouring ``min_position``."""
+    """Runs one read against a consistent view, honouring ``min_position`` and ``as_of``."""
 
     def __init__(self, registry: StoreRegistry, settings: Settings) -> None:
         self._registry = registry
         self._limits = settings.limits
         self._waiters = anyio.CapacityLimiter(settings.limits.max_position_waiters)
-
-    def _minimum(self, query: QueryParams) -> Position | None:
-        raw = query.get("min_position")
-        if raw is None:
-            return None
-        try:
-            return Position.parse(raw)
-        except InvalidPositionError as exc:
-            raise ProblemError(400, "invalid-position", "Invalid position", str(exc)) from exc
 
     def _timeout(self, query: QueryParams) -> float:
         limit = self._limits.min_position_timeout_seconds
@@ -136,57 +137,135 @@ class Reader:
         return limit if timeout_ms is None else min(limit, timeout_ms / 1000)
 
     def _once(
-        self, served: ServedStore, read: Callable[[ReadOnlyKeyValueStore], T], minimum: Position | None
+        self,
+        served: ServedStore,
+        read: Callable[[ReadOnlyKeyValueStore], T],
+        minimum: Position | None,
+        as_of: Position | None,
     ) -> tuple[T, Position] | Position:
-        """The read and its position, or only the position when it is below ``minimum``."""
+        """The read and its position, or only the store's position while it is below the one asked."""
         if not self._registry.readable(served):
             raise not_ready(served, self._registry.state_of(served), self._limits.retry_after_seconds)
         try:
-            with served.store.view() as view:
+            with served.store.view(as_of) as view:
                 position = view.position()
                 if minimum is not None and not position.reaches(minimum):
                     return position
                 return read(view), position
         except StoreClosedError as exc:
             raise not_ready(served, StoreState.STOPPED, self._limits.retry_after_seconds) from exc
+        except PositionNotReachedError:
+            return self._current_position(served)
+        except HistoryNotKeptError as exc:
+            raise ProblemError(
+                400,
+                "history-not-kept",
+                "History not kept",
+                f'store "{served.name}" keeps no history, so it cannot answer as_of a position;'
+                " read without as_of, or configure history on the store",
+                extras={"store": served.name},
+            ) from exc
+        except HistoryExpiredError as exc:
+            floor = exc.floor if isinstance(exc.floor, Position) else None
+            raise ProblemError(
+                410,
+                "history-expired",
+                "History expired",
+                f'store "{served.name}" answers as_of positions from {floor or "(none yet)"} on;'
+                f" {as_of or '(empty)'} is older. Read at a newer position",
+                extras={
+                    "store": served.name,
+                    "as_of": str(as_of),
+                    "floor": None if floor is None else str(floor),
+                },
+            ) from exc
+
+    def _current_position(self, served: ServedStore) -> Position:
+        try:
+            with served.store.view() as view:
+                return view.position()
+        except StoreClosedError as exc:
+            raise not_ready(served, StoreState.STOPPED, self._limits.retry_after_seconds) from exc
 
     async def read(
-        self, served: ServedStore, request: Request, read: Callable[[ReadOnlyKeyValueStore], T]
+        self,
+        served: ServedStore,
+        request: Request,
+        read: Callable[[ReadOnlyKeyValueStore], T],
+        *,
+        in_thread: bool = False,
     ) -> tuple[T, Position]:
-        """``read(view)`` and the view's position, once the store has reached ``min_position``."""
+        """``read(view)`` and the view's position, once the store has reached ``min_position``.
+
+        With ``as_of``, the view answers as of exactly that position, which is also the position
+        returned. ``in_thread`` runs the read on a worker thread (reads that may take long).
+        """
         query = request.query_params
-        minimum = self._minimum(query)
-        timeout = self._timeout(query) if minimum is not None else 0.0
-        answer = self._once(served, read, minimum)
+        minimum = position_param(query, "min_position")
+        as_of = position_param(query, "as_of")
+        if minimum is not None and as_of is not None:
+            raise invalid_parameter(
+                "as_of", "as_of and min_position exclude each other: an as_of read waits for its own position"
+            )
+        wanted = as_of if as_of is not None else minimum
+        timeout = self._timeout(query) if wanted is not None else 0.0
+        answer = await self._attempt(served, read, minimum, as_of, in_thread)
         if isinstance(answer, tuple):
             return answer
-        assert minimum is not None
+        assert wanted is not None
         budget = remaining_seconds(request.scope)
         cut_by_deadline = budget is not None and budget < timeout
         reached = await anyio.to_thread.run_sync(
             served.store.wait_for_position,
-            minimum,
+            wanted,
             min(timeout, budget) if budget is not None else timeout,
             limiter=self._waiters,
             # A request cancelled (timeout, disconnect) must not wait for the thread's own timeout.
             abandon_on_cancel=True,
         )
         if reached:
-            answer = self._once(served, read, minimum)
+            answer = await self._attempt(served, read, minimum, as_of, in_thread)
             if isinstance(answer, tuple):
                 return answer
         position = answer
         if cut_by_deadline:
             raise request_timeout(self._limits)
+        name = "as_of" if as_of is not None else "min_position"
+        extras = {"store": served.name, "position": str(position), "min_position": str(wanted)}
+        if as_of is not None:
+            extras["as_of"] = str(as_of)
         raise ProblemError(
             503,
             "position-not-reached",
             "Position not reached",
-            f'store "{served.name}" is at {position or "(empty)"}, not yet at {minimum} after {timeout:g} s;'
-            " retry later",
-            extras={"store": served.name, "position": str(position), "min_position": str(minimum)},
+            f'store "{served.name}" is at {position or "(empty)"}, not yet at {name} {wanted} after'
+            f" {timeout:g} s; retry later",
+            extras=extras,
             headers={
                 "Retry-After": str(self._limits.retry_after_seconds),
                 "Statestore-Position": str(position),
             },
         )
+
+    async def _attempt(
+        self,
+        served: ServedStore,
+        read: Callable[[ReadOnlyKeyValueStore], T],
+        minimum: Position | None,
+        as_of: Position | None,
+        in_thread: bool,
+    ) -> tuple[T, Position] | Position:
+        if in_thread:
+            return await anyio.to_thread.run_sync(self._once, served, read, minimum, as_of)
+        return self._once(served, read, minimum, as_of)
+
+
+def position_param(query: QueryParams, name: str) -> Position | None:
+    """The position in query parameter ``name`` (``None`` when absent; empty is the empty position)."""
+    raw = query.get(name)
+    if raw is None:
+        return None
+    try:
+        return Position.parse(raw)
+    except InvalidPositionError as exc:
+        raise ProblemError(400, "invalid-position", "Invalid position", f"{name}: {exc}") from exc

@@ -8,7 +8,7 @@ import threading
 from collections.abc import Mapping
 
 from service.codec import VALUE_MEDIA_TYPES
-from service.settings import Settings
+from service.settings import HistorySettings, Settings
 from store import ServableStore, StoreState, StoreStatus
 
 logger = logging.getLogger(__name__)
@@ -23,6 +23,7 @@ class ServedStore:
     value_format: str
     media_type: str
     store: ServableStore
+    history: HistorySettings | None = None  # the configured retention, when the store keeps history
 
 
 class StoreRegistry:
@@ -39,6 +40,7 @@ class StoreRegistry:
                 value_format=value_format,
                 media_type=VALUE_MEDIA_TYPES[value_format],
                 store=store,
+                history=configured.history if configured else None,
             )
         self._start_errors: dict[str, str] = {}
         self._lock = threading.Lock()

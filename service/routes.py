@@ -5,15 +5,15 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote
 
-import anyio
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 from fastapi import FastAPI
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.responses import Response
 
 from service import openapi_docs as docs
+from service.bodies import JSON, batch_media_type, check_batch, malformed, read_body, too_large
 from service.codec import (
     decode_key_text,
     decode_path_key,
@@ -24,25 +24,14 @@ from service.codec import (
     values_document,
 )
 from service.exceptions import ProblemError
-from service.guard import remaining_seconds, request_timeout
+from service.index_routes import add_index_routes
 from service.reads import Access, Reader, find_store, int_param
 from service.registry import ServedStore, StoreRegistry
 from service.settings import Settings
 from store import ReadOnlyKeyValueStore, ScanPage
 
 POSITION = docs.POSITION_HEADER
-JSON = "application/json"
 KEY_ROUTE = "/v1/stores/{store}/keys/{key:path}"
-
-
-def _malformed(detail: str, errors: list[dict[str, Any]] | None = None) -> ProblemError:
-    return ProblemError(
-        400, "malformed-request", "Malformed request", detail, extras={"errors": errors or [{"msg": detail}]}
-    )
-
-
-def _too_large(slug: str, title: str, detail: str, limit: int) -> ProblemError:
-    return ProblemError(413, slug, title, detail, extras={"limit": limit})
 
 
 def store_info(registry: StoreRegistry, served: ServedStore) -> dict[str, Any]:
@@ -84,8 +73,24 @@ def store_info(registry: StoreRegistry, served: ServedStore) -> dict[str, Any]:
             name: {"field": index.field, "state": index.state, "rows_indexed": index.rows_indexed}
             for name, index in status.indexes.items()
         },
+        history=_history_info(served),
     )
     return info
+
+
+def _history_info(served: ServedStore) -> dict[str, Any] | None:
+    """The store's history: the oldest position answered ``as_of``, and the configured retention."""
+    try:
+        floor = served.store.history_floor()
+    except Exception:  # status must never fail; a store being closed has no floor to show
+        floor = None
+    if served.history is None and floor is None:
+        return None
+    return {
+        "floor": None if floor is None else str(floor),
+        "retention_ms": served.history.retention_ms if served.history else None,
+        "retention_offsets": served.history.retention_offsets if served.history else None,
+    }
 
 
 def add_store_routes(app: FastAPI, settings: Settings, registry: StoreRegistry) -> None:
@@ -108,7 +113,7 @@ def add_store_routes(app: FastAPI, settings: Settings, registry: StoreRegistry) 
         raw_segment = parts[5] if len(parts) == 6 else quote(request.path_params["key"]).encode()
         key = decode_path_key(raw_segment, encoding)
         if len(key) > limits.max_key_bytes:
-            raise _too_large(
+            raise too_large(
                 "key-too-large", "Key too large", f"the key has {len(key)} bytes", limits.max_key_bytes
             )
         value, position = await reader.read(served, request, lambda view: view.get(key))
@@ -172,22 +177,11 @@ def add_store_routes(app: FastAPI, settings: Settings, registry: StoreRegistry) 
     )
     async def batch_get(request: Request) -> Response:
         served = find_store(registry, access, request)
-        media_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
-        if media_type not in (JSON, docs.ARROW_MEDIA_TYPE):
-            raise ProblemError(
-                415,
-                "unsupported-media-type",
-                "Unsupported media type",
-                f"send the keys as {JSON} or {docs.ARROW_MEDIA_TYPE}, not {media_type or '(none)'}",
-            )
-        try:
-            with anyio.fail_after(remaining_seconds(request.scope)):
-                body = await _read_body(request, limits.max_body_bytes)
-        except TimeoutError as exc:
-            raise request_timeout(limits) from exc
+        media_type = batch_media_type(request, "keys")
+        body = await read_body(request, limits)
         if media_type == JSON:
             keys = _json_keys(body, request.query_params.get("key_encoding"), limits.max_batch_keys)
-            _check_batch(
+            check_batch(
                 len(keys), max(map(len, keys), default=0), limits.max_batch_keys, limits.max_key_bytes
             )
             values, position = await reader.read(served, request, lambda view: view.get_many(keys))
@@ -195,7 +189,7 @@ def add_store_routes(app: FastAPI, settings: Settings, registry: StoreRegistry) 
             return Response(answer, media_type=JSON, headers={POSITION: str(position)})
         key_column = _arrow_keys(body)
         longest = pc.max(pc.binary_length(key_column)).as_py() or 0
-        _check_batch(len(key_column), longest, limits.max_batch_keys, limits.max_key_bytes)
+        check_batch(len(key_column), longest, limits.max_batch_keys, limits.max_key_bytes)
         keys = key_column.to_pylist()
         values, position = await reader.read(served, request, lambda view: view.get_many(keys))
         table = pa.table({"key": key_column, "value": pa.array(values, type=pa.binary())})
@@ -221,7 +215,7 @@ def add_store_routes(app: FastAPI, settings: Settings, registry: StoreRegistry) 
         encoding = key_encoding(query.get("key_encoding"))
         limit = int_param(query, "limit", 100, 1) or 100
         if limit > limits.max_scan_limit:
-            raise _too_large(
+            raise too_large(
                 "page-too-large",
                 "Page too large",
                 f"limit {limit} is above the maximum",
@@ -234,7 +228,7 @@ def add_store_routes(app: FastAPI, settings: Settings, registry: StoreRegistry) 
         after = None if after_text is None else decode_key_text(after_text, encoding)
         for name, key in (("prefix", prefix), ("after", after or b"")):
             if len(key) > limits.max_key_bytes:
-                raise _too_large(
+                raise too_large(
                     "key-too-large", "Key too large", f"{name} has {len(key)} bytes", limits.max_key_bytes
                 )
 
@@ -250,42 +244,24 @@ def add_store_routes(app: FastAPI, settings: Settings, registry: StoreRegistry) 
         }
         return Response(orjson.dumps(answer), media_type=JSON, headers={POSITION: str(position)})
 
-
-async def _read_body(request: Request, max_bytes: int) -> bytes:
-    too_large = _too_large(
-        "body-too-large", "Body too large", f"the request body is above {max_bytes} bytes", max_bytes
-    )
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
-        raise too_large
-    chunks: list[bytes] = []
-    size = 0
-    try:
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > max_bytes:
-                raise too_large
-            chunks.append(chunk)
-    except ClientDisconnect as exc:
-        raise _malformed("the client disconnected before sending the whole body") from exc
-    return b"".join(chunks)
+    add_index_routes(app, settings, registry, access, reader)
 
 
 def _json_keys(body: bytes, query_encoding: str | None, max_keys: int) -> list[bytes]:
     try:
         document = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
-        raise _malformed(f"the body is not valid JSON: {exc}") from exc
+        raise malformed(f"the body is not valid JSON: {exc}") from exc
     if not isinstance(document, dict) or not isinstance(document.get("keys"), list):
-        raise _malformed(
+        raise malformed(
             'the body must be a JSON object {"keys": [...]}',
             [{"loc": ["body", "keys"], "msg": "required list"}],
         )
     encoding = key_encoding(document.get("key_encoding", query_encoding))
     texts = document["keys"]
     # Refuse an oversized batch before doing any work per key.
-    _check_batch(len(texts), 0, max_keys, 1)
-    not_strings = _malformed(
+    check_batch(len(texts), 0, max_keys, 1)
+    not_strings = malformed(
         "every key must be a string", [{"loc": ["body", "keys"], "msg": "list of strings"}]
     )
     if encoding == "utf8":
@@ -294,7 +270,7 @@ def _json_keys(body: bytes, query_encoding: str | None, max_keys: int) -> list[b
         except AttributeError as exc:  # only str has .encode() among JSON values
             raise not_strings from exc
         except UnicodeEncodeError as exc:
-            raise _malformed(
+            raise malformed(
                 "a key is not valid Unicode text; send raw bytes with key_encoding=base64"
             ) from exc
     if not all(isinstance(t, str) for t in texts):
@@ -306,9 +282,9 @@ def _arrow_keys(body: bytes) -> pa.Array:
     try:
         table = pa.ipc.open_stream(body).read_all()
     except (pa.ArrowException, OSError, ValueError) as exc:
-        raise _malformed(f"the body is not an Arrow IPC stream: {exc}") from exc
+        raise malformed(f"the body is not an Arrow IPC stream: {exc}") from exc
     if "key" not in table.column_names:
-        raise _malformed(
+        raise malformed(
             "the Arrow stream needs a column named 'key'", [{"loc": ["body", "key"], "msg": "missing"}]
         )
     column = table.column("key")
@@ -319,16 +295,7 @@ def _arrow_keys(body: bytes) -> pa.Array:
     ):
         column = column.cast(pa.binary())
     elif not pa.types.is_binary(column.type):
-        raise _malformed(f"the 'key' column must be binary or string, not {column.type}")
+        raise malformed(f"the 'key' column must be binary or string, not {column.type}")
     if column.null_count:
-        raise _malformed("the 'key' column holds nulls; every row needs a key")
+        raise malformed("the 'key' column holds nulls; every row needs a key")
     return column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
-
-
-def _check_batch(count: int, longest: int, max_keys: int, max_key_bytes: int) -> None:
-    if count > max_keys:
-        raise _too_large(
-            "batch-too-large", "Batch too large", f"{count} keys asked; split the batch", max_keys
-        )
-    if longest > max_key_bytes:
-        raise _too_large("key-too-large", "Key too large", f"a key has {longest} bytes", max_key_bytes)

@@ -49,17 +49,22 @@ DEFAULT_STORES = [
 
 @pytest.fixture
 def make_service() -> Iterator[Callable[..., Service]]:
-    """Factory: serve ``stores`` (name -> store) under ``settings`` overrides with a real uvicorn."""
+    """Factory: serve ``stores`` (name -> store) with a real uvicorn, under settings ``overrides``;
+    ``configs`` are store settings added to the default ones (indexes, history)."""
     with contextlib.ExitStack() as stack:
 
-        def make(stores: Mapping[str, ServableStore] | None = None, **overrides: Any) -> Service:
+        def make(
+            stores: Mapping[str, ServableStore] | None = None,
+            configs: list[dict[str, Any]] | None = None,
+            **overrides: Any,
+        ) -> Service:
             if stores is None:
                 notes = InMemoryStore("notes", topic="notes-topic")
                 notes.apply([(0, 0, b"n1", "héllo".encode())])
                 blobs = InMemoryStore("blobs")
                 blobs.apply([(0, 0, b"b1", b"\x00\x01\xfe")])
                 stores = {"products": product_store(), "notes": notes, "blobs": blobs}
-            fields: dict[str, Any] = {"stores": DEFAULT_STORES, **overrides}
+            fields: dict[str, Any] = {"stores": [*DEFAULT_STORES, *(configs or [])], **overrides}
             settings = Settings(**fields)
             url = stack.enter_context(serve_app(create_app(settings, stores)))
             client = stack.enter_context(httpx.Client(base_url=url, timeout=30))

@@ -187,9 +187,22 @@ def test_openapi_lists_the_routes(service: Service) -> None:
         "/v1/stores/{store}/keys/{key}",
         "/v1/stores/{store}/keys:batchGet",
         "/v1/stores/{store}/scan",
+        "/v1/stores/{store}/indexes/{index}/{value}",
+        "/v1/stores/{store}/indexes/{index}:batchGet",
     }
+    read = {"key_encoding", "min_position", "as_of", "timeout_ms"}
     params = {p["name"] for p in paths["/v1/stores/{store}/scan"]["get"]["parameters"]}
-    assert params == {"store", "prefix", "after", "limit", "key_encoding", "min_position", "timeout_ms"}
+    assert params == {"store", "prefix", "after", "limit", *read}
+    lookup = paths["/v1/stores/{store}/indexes/{index}/{value}"]["get"]
+    assert {p["name"] for p in lookup["parameters"]} == {"store", "index", "value", "after", "limit", *read}
+    batch = paths["/v1/stores/{store}/indexes/{index}:batchGet"]["post"]
+    assert {p["name"] for p in batch["parameters"]} == {"store", "index", "limit_per_value", *read}
+    for path, method in [
+        ("/v1/stores/{store}/keys/{key}", "get"),
+        ("/v1/stores/{store}/keys:batchGet", "post"),
+    ]:
+        assert "as_of" in {p["name"] for p in paths[path][method]["parameters"]}
+        assert "410" in paths[path][method]["responses"]
 
 
 def test_value_encoding_base64_in_json_answers_for_bytes_store(service: Service) -> None:

@@ -1,0 +1,81 @@
+"""Request bodies and batch sizes: reading a body within limits, and the problems of bad ones."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+from starlette.requests import ClientDisconnect, Request
+
+from service import openapi_docs as docs
+from service.exceptions import ProblemError
+from service.guard import remaining_seconds, request_timeout
+from service.settings import LimitSettings
+
+JSON = "application/json"
+
+
+def malformed(detail: str, errors: list[dict[str, Any]] | None = None) -> ProblemError:
+    """``400 malformed-request``: the body is not valid JSON / Arrow or has the wrong shape."""
+    return ProblemError(
+        400, "malformed-request", "Malformed request", detail, extras={"errors": errors or [{"msg": detail}]}
+    )
+
+
+def too_large(slug: str, title: str, detail: str, limit: int) -> ProblemError:
+    """A ``413`` problem naming the ``limit`` that was passed."""
+    return ProblemError(413, slug, title, detail, extras={"limit": limit})
+
+
+def batch_media_type(request: Request, what: str) -> str:
+    """The batch body's media type (JSON or Arrow); ``415 unsupported-media-type`` otherwise."""
+    media_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if media_type not in (JSON, docs.ARROW_MEDIA_TYPE):
+        raise ProblemError(
+            415,
+            "unsupported-media-type",
+            "Unsupported media type",
+            f"send the {what} as {JSON} or {docs.ARROW_MEDIA_TYPE}, not {media_type or '(none)'}",
+        )
+    return media_type
+
+
+async def read_body(request: Request, limits: LimitSettings) -> bytes:
+    """The whole request body, refused above ``limits.max_body_bytes`` and cut by the request deadline."""
+    try:
+        with anyio.fail_after(remaining_seconds(request.scope)):
+            return await _read_body(request, limits.max_body_bytes)
+    except TimeoutError as exc:
+        raise request_timeout(limits) from exc
+
+
+async def _read_body(request: Request, max_bytes: int) -> bytes:
+    refused = too_large(
+        "body-too-large", "Body too large", f"the request body is above {max_bytes} bytes", max_bytes
+    )
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+        raise refused
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > max_bytes:
+                raise refused
+            chunks.append(chunk)
+    except ClientDisconnect as exc:
+        raise malformed("the client disconnected before sending the whole body") from exc
+    return b"".join(chunks)
+
+
+def check_batch(count: int, longest: int, max_keys: int, max_key_bytes: int, what: str = "keys") -> None:
+    """``413 batch-too-large`` above ``max_keys`` items, ``413 key-too-large`` for an item too long."""
+    if count > max_keys:
+        raise too_large(
+            "batch-too-large", "Batch too large", f"{count} {what} asked; split the batch", max_keys
+        )
+    if longest > max_key_bytes:
+        raise too_large(
+            "key-too-large", "Key too large", f"one of the {what} has {longest} bytes", max_key_bytes
+        )

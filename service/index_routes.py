@@ -1,0 +1,329 @@
+"""The index lookup routes: the rows whose indexed field equals a value (contract: docs/http-api.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote, unquote_to_bytes
+
+import orjson
+import pyarrow as pa
+from fastapi import FastAPI
+from starlette.requests import Request
+from starlette.responses import Response
+
+from service import openapi_docs as docs
+from service.bodies import JSON, batch_media_type, check_batch, malformed, read_body, too_large
+from service.codec import (
+    KeyEncoding,
+    bad_key_encoding,
+    decode_key_text,
+    encode_key,
+    json_value,
+    key_encoding,
+    strict_query,
+)
+from service.exceptions import ProblemError
+from service.reads import Access, Reader, find_store, int_param
+from service.registry import ServedStore, StoreRegistry
+from service.settings import LimitSettings, Settings
+from store import IndexNotReadyError, ReadOnlyKeyValueStore, ScanPage, UnknownIndexError
+
+POSITION = docs.POSITION_HEADER
+INDEX_ROUTE = "/v1/stores/{store}/indexes/{index}/{value:path}"
+INDEX_BATCH_ROUTE = "/v1/stores/{store}/indexes/{index}:batchGet"
+DEFAULT_PAGE = 100
+DEFAULT_LIMIT_PER_VALUE = 1000
+
+_ARROW_ANSWER = pa.schema(
+    [("value", pa.string()), ("key", pa.binary()), ("row", pa.binary()), ("next_after", pa.binary())]
+)
+
+
+class IndexLookup:
+    """Reads of one index of one store, with the store's errors turned into problems."""
+
+    def __init__(
+        self, registry: StoreRegistry, served: ServedStore, index: str, limits: LimitSettings
+    ) -> None:
+        self._registry = registry
+        self._served = served
+        self._index = index
+        self._retry_after = limits.retry_after_seconds
+
+    def scan(self, view: ReadOnlyKeyValueStore, value: bytes, after: bytes | None, limit: int) -> ScanPage:
+        try:
+            return view.index_scan(self._index, value, after=after, limit=limit)
+        except IndexNotReadyError as exc:
+            raise self._not_ready() from exc
+        except UnknownIndexError as exc:
+            if self._is_building():
+                raise self._not_ready() from exc
+            raise ProblemError(
+                404,
+                "unknown-index",
+                "Unknown index",
+                f'store "{self._served.name}" has no index "{self._index}";'
+                f" its indexes are listed by GET /v1/stores/{self._served.name}",
+                extras={"store": self._served.name, "index": self._index},
+            ) from exc
+
+    def _is_building(self) -> bool:
+        """Whether the store declares the index and is building it (some views know only ready ones)."""
+        status = self._registry.status_of(self._served)
+        index = status.indexes.get(self._index) if status is not None else None
+        return index is not None and index.state != "ready"
+
+    def _not_ready(self) -> ProblemError:
+        return ProblemError(
+            503,
+            "index-not-ready",
+            "Index not ready",
+            f'index "{self._index}" of store "{self._served.name}" is being built; retry shortly'
+            f" (GET /v1/stores/{self._served.name} shows its progress)",
+            extras={"store": self._served.name, "index": self._index},
+            headers={"Retry-After": str(self._retry_after)},
+        )
+
+
+def add_index_routes(
+    app: FastAPI, settings: Settings, registry: StoreRegistry, access: Access, reader: Reader
+) -> None:
+    """Add ``GET .../indexes/{index}/{value}`` and ``POST .../indexes/{index}:batchGet``."""
+    limits = settings.limits
+
+    def check_length(name: str, data: bytes) -> None:
+        if len(data) > limits.max_key_bytes:
+            raise too_large(
+                "key-too-large", "Key too large", f"{name} has {len(data)} bytes", limits.max_key_bytes
+            )
+
+    @app.get(
+        INDEX_ROUTE,
+        response_class=Response,
+        responses=docs.INDEX_RESPONSES,
+        openapi_extra={
+            "parameters": [
+                docs.STORE_PARAM,
+                docs.INDEX_PARAM,
+                docs.INDEXED_VALUE_PARAM,
+                *docs.INDEX_PAGE_PARAMS,
+                docs.KEY_ENCODING_PARAM,
+                *docs.READ_PARAMS,
+            ]
+        },
+        summary="One page of the rows whose indexed field equals a value, ordered by row key",
+    )
+    async def index_lookup(request: Request) -> Response:
+        served = find_store(registry, access, request)
+        lookup = IndexLookup(registry, served, request.path_params["index"], limits)
+        query = request.query_params
+        encoding = key_encoding(query.get("key_encoding"))
+        limit = _page_limit(int_param(query, "limit", DEFAULT_PAGE, 1) or DEFAULT_PAGE, limits)
+        value = _path_value(request)
+        # Read from the raw query string: the parsed one replaces bytes that are not UTF-8.
+        after_text = strict_query(request).get("after")
+        after = None if after_text is None else decode_key_text(after_text, encoding)
+        check_length("the indexed value", value)
+        check_length("after", after or b"")
+
+        def read(view: ReadOnlyKeyValueStore) -> ScanPage:
+            return lookup.scan(view, value, after, limit)
+
+        page, position = await reader.read(served, request, read)
+        answer = {
+            "items": _items(page, encoding, served.value_format),
+            "next_after": None if page.next_after is None else encode_key(page.next_after, encoding),
+            "position": str(position),
+        }
+        return Response(orjson.dumps(answer), media_type=JSON, headers={POSITION: str(position)})
+
+    @app.post(
+        INDEX_BATCH_ROUTE,
+        response_class=Response,
+        responses=docs.INDEX_BATCH_RESPONSES,
+        openapi_extra={
+            "parameters": [
+                docs.STORE_PARAM,
+                docs.INDEX_PARAM,
+                docs.LIMIT_PER_VALUE_PARAM,
+                docs.KEY_ENCODING_PARAM,
+                *docs.READ_PARAMS,
+            ],
+            "requestBody": docs.INDEX_BATCH_REQUEST_BODY,
+        },
+        summary="The rows of many indexed values at once (JSON or Arrow)",
+    )
+    async def index_batch(request: Request) -> Response:
+        served = find_store(registry, access, request)
+        lookup = IndexLookup(registry, served, request.path_params["index"], limits)
+        media_type = batch_media_type(request, "values")
+        query = request.query_params
+        limit = int_param(query, "limit_per_value", DEFAULT_LIMIT_PER_VALUE, 1) or DEFAULT_LIMIT_PER_VALUE
+        body = await read_body(request, limits)
+        if media_type == JSON:
+            document = _json_document(body)
+            encoding = key_encoding(document.get("key_encoding", query.get("key_encoding")))
+            limit = _body_limit(document, limit)
+            texts = _json_values(document, limits.max_batch_keys)
+        else:
+            encoding = "base64"
+            texts = _arrow_values(body)
+        try:
+            values = [text.encode() for text in texts]
+        except UnicodeEncodeError as exc:
+            raise malformed("a value is not valid Unicode text") from exc
+        check_batch(
+            len(values),
+            max(map(len, values), default=0),
+            limits.max_batch_keys,
+            limits.max_key_bytes,
+            "values",
+        )
+        limit = _page_limit(limit, limits)
+
+        def read(view: ReadOnlyKeyValueStore) -> dict[bytes, ScanPage]:
+            pages: dict[bytes, ScanPage] = {}
+            for value in values:
+                if value not in pages:
+                    pages[value] = lookup.scan(view, value, None, limit)
+            return pages
+
+        # Many values may take a while to look up: off the event loop, so other requests go on.
+        pages, position = await reader.read(served, request, read, in_thread=True)
+        headers = {POSITION: str(position)}
+        if media_type == JSON:
+            fmt = served.value_format
+            results = [
+                {
+                    "value": text,
+                    "items": _items(pages[value], encoding, fmt),
+                    "next_after": _cursor(pages[value], encoding),
+                }
+                for text, value in zip(texts, values, strict=True)
+            ]
+            return Response(
+                orjson.dumps({"results": results, "position": str(position)}),
+                media_type=JSON,
+                headers=headers,
+            )
+        return Response(
+            _arrow_answer(texts, values, pages), media_type=docs.ARROW_MEDIA_TYPE, headers=headers
+        )
+
+
+def _page_limit(limit: int, limits: LimitSettings) -> int:
+    if limit > limits.max_scan_limit:
+        raise too_large(
+            "page-too-large", "Page too large", f"limit {limit} is above the maximum", limits.max_scan_limit
+        )
+    return limit
+
+
+def _path_value(request: Request) -> bytes:
+    """The indexed value from the raw path segment (percent-decoded), which must be UTF-8."""
+    raw_path = request.scope.get("raw_path")
+    parts = raw_path.split(b"/", 6) if isinstance(raw_path, bytes) else []
+    raw_segment = parts[6] if len(parts) == 7 else quote(request.path_params["value"]).encode()
+    value = unquote_to_bytes(raw_segment)
+    try:
+        value.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise bad_key_encoding(
+            "the indexed value in the path is not valid UTF-8 once percent-decoded; indexed values are text"
+        ) from exc
+    return value
+
+
+def _items(page: ScanPage, encoding: KeyEncoding, value_format: str) -> list[dict[str, Any]]:
+    return [{"key": encode_key(k, encoding), "value": json_value(v, value_format)} for k, v in page.items]
+
+
+def _cursor(page: ScanPage, encoding: KeyEncoding) -> str | None:
+    return None if page.next_after is None else encode_key(page.next_after, encoding)
+
+
+def _json_document(body: bytes) -> dict[str, Any]:
+    try:
+        document = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise malformed(f"the body is not valid JSON: {exc}") from exc
+    if not isinstance(document, dict) or not isinstance(document.get("values"), list):
+        raise malformed(
+            'the body must be a JSON object {"values": [...]}',
+            [{"loc": ["body", "values"], "msg": "required list"}],
+        )
+    return document
+
+
+def _body_limit(document: dict[str, Any], default: int) -> int:
+    limit = document.get("limit_per_value", default)
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise malformed(
+            "limit_per_value must be an integer of at least 1",
+            [{"loc": ["body", "limit_per_value"], "msg": "integer >= 1"}],
+        )
+    return limit
+
+
+def _json_values(document: dict[str, Any], max_values: int) -> list[str]:
+    texts = document["values"]
+    # Refuse an oversized batch before doing any work per value.
+    check_batch(len(texts), 0, max_values, 1, "values")
+    if not all(isinstance(text, str) for text in texts):
+        raise malformed(
+            'every value must be a string (the indexed field\'s text: a number as its JSON text, e.g. "42")',
+            [{"loc": ["body", "values"], "msg": "list of strings"}],
+        )
+    return list(texts)
+
+
+def _arrow_values(body: bytes) -> list[str]:
+    try:
+        table = pa.ipc.open_stream(body).read_all()
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise malformed(f"the body is not an Arrow IPC stream: {exc}") from exc
+    if "value" not in table.column_names:
+        raise malformed(
+            "the Arrow stream needs a column named 'value'", [{"loc": ["body", "value"], "msg": "missing"}]
+        )
+    column = table.column("value")
+    if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+        raise malformed(f"the 'value' column must be string, not {column.type}")
+    if column.null_count:
+        raise malformed("the 'value' column holds nulls; every row needs a value")
+    texts: list[str] = column.to_pylist()
+    return texts
+
+
+def _arrow_answer(texts: list[str], values: list[bytes], pages: dict[bytes, ScanPage]) -> bytes:
+    """One row per matching row of each value asked (one null row when none match), in request order."""
+    answer_values: list[str] = []
+    keys: list[bytes | None] = []
+    rows: list[bytes | None] = []
+    cursors: list[bytes | None] = []
+    for text, value in zip(texts, values, strict=True):
+        page = pages[value]
+        if not page.items:
+            answer_values.append(text)
+            keys.append(None)
+            rows.append(None)
+            cursors.append(None)
+            continue
+        answer_values += [text] * len(page.items)
+        keys += [key for key, _ in page.items]
+        rows += [row for _, row in page.items]
+        cursors += [None] * (len(page.items) - 1)
+        cursors.append(page.next_after)
+    table = pa.table(
+        [
+            pa.array(answer_values, pa.string()),
+            pa.array(keys, pa.binary()),
+            pa.array(rows, pa.binary()),
+            pa.array(cursors, pa.binary()),
+        ],
+        schema=_ARROW_ANSWER,
+    )
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return bytes(sink.getvalue().to_pybytes())
