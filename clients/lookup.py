@@ -29,14 +29,27 @@ class LookupSpec:
 
     ``value_type`` is the Arrow struct type of a JSON store's values when the caller gave a schema;
     otherwise values come out as ``binary`` (bytes stores) or ``string`` (string and JSON stores).
+    With ``exact`` every read is ``as_of`` the position (the same answer on every retry), else it
+    demands at least the position. With ``index`` the lookup finds the rows whose indexed field
+    equals the looked-up value (one-to-many) instead of the row with that key.
     """
 
     options: ClientOptions
     store: str
-    position: str  # the pinned position every read demands
+    position: str  # the pinned position every read demands (or reads exactly, if ``exact``)
     value_format: ValueFormat
     value_type: pa.StructType | None = None
     cache_bytes: int = DEFAULT_CACHE_BYTES
+    exact: bool = False
+    index: str | None = None
+
+    @property
+    def min_position(self) -> str | None:
+        return None if self.exact else self.position
+
+    @property
+    def as_of(self) -> str | None:
+        return self.position if self.exact else None
 
     @property
     def output_type(self) -> pa.DataType:
@@ -112,7 +125,8 @@ class Lookup:
 
     def _learn(self, keys: pa.Array) -> None:
         """Fetch and decode distinct keys not known yet."""
-        stored = self.client.get_arrow(self.spec.store, keys, min_position=self.spec.position)
+        spec = self.spec
+        stored = self.client.get_arrow(spec.store, keys, min_position=spec.min_position, as_of=spec.as_of)
         self.keys_fetched += len(keys)
         values, misfit = decode(stored, self.spec.value_format, self.spec.value_type)
         self.known.add(keys, values, pc.is_valid(stored), misfit)

@@ -10,34 +10,33 @@ Two entry points sharing batching, dedupe, caching and position pinning::
     purchases.withColumn("product", products(col("product_id")))
 
 The store's position is read once on the driver when the lookup is planned; every task demands
-at least that position (``min_position``), so a job never sees data older than its start. The
-position is logged and kept in the new columns' metadata (see :func:`lookups`).
+at least that position (``min_position``), so a job never sees data older than its start. With
+``consistent=True`` (or ``as_of=`` a position from an earlier run) every read is exactly as of that
+position, so task retries, speculative tasks and reruns all read the same table (the store must keep
+history). The position is logged and kept in the new columns' metadata (see :func:`lookups`).
+
+One-to-many lookups go through a store's index: ``lookup_join(tickers, store="positions",
+index="by_ticker", on="symbol", ...)`` gives one row per position of each ticker, with the
+position's key in column ``prefix + "key"``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
-import threading
-import uuid
 import warnings
 from typing import Any, Literal
 
-import pyarrow as pa
-from pyspark import Accumulator, SparkContext
+from pyspark import SparkContext
 from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, functions
 from pyspark.sql.pandas.functions import ArrowUDFType, arrow_udf
-from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import BinaryType, DataType, StringType, StructField, StructType
+from pyspark.sql.types import BinaryType, BooleanType, StringType, StructField, StructType
 
-from clients.client import StatestoreClient
-from clients.exceptions import SchemaMismatchError, StatestoreClientError
-from clients.lookup import DEFAULT_CACHE_BYTES, LookupSpec, decode_json
-from clients.options import DEFAULT_BATCH_SIZE, ClientOptions, Verify
-from clients.position import Position, PositionLike
-from clients.retry import RetryPolicy
+from clients.lookup import DEFAULT_CACHE_BYTES
+from clients.options import DEFAULT_BATCH_SIZE
+from clients.position import PositionLike
+from clients.spark_plan import LookupInfo, Plan, plan_lookup, planned_lookup
 from clients.spark_tasks import JoinStep, join_task, udf_task
 
 log = logging.getLogger("clients.spark")
@@ -45,33 +44,7 @@ log = logging.getLogger("clients.spark")
 METADATA_KEY = "statestore"
 """Column metadata key naming the lookup that produced a column (see :func:`lookups`)."""
 
-SAMPLE_SIZE = 20
-"""Values read on the driver to check that ``value_schema`` fits the store at all."""
-
-
-@dataclasses.dataclass(frozen=True)
-class LookupInfo:
-    """What a planned lookup pinned, for logs and reproducible runs."""
-
-    lookup_id: str
-    store: str
-    url: str
-    position: str
-    value_format: str
-    mismatch_counter: Accumulator[int] = dataclasses.field(repr=False, compare=False)
-
-    @property
-    def mismatched_values(self) -> int:
-        """Rows whose value did not fit ``value_schema`` (null instead), counted after an action.
-
-        Like every Spark accumulator it counts each time the rows are computed: a second action on
-        an uncached DataFrame counts its rows again.
-        """
-        return int(self.mismatch_counter.value)
-
-
-_planned: dict[str, LookupInfo] = {}
-_planned_lock = threading.Lock()
+__all__ = ["LookupInfo", "LookupUDF", "lookup_join", "lookup_udf", "lookups"]
 
 
 def lookups(df: DataFrame) -> list[LookupInfo]:
@@ -79,130 +52,34 @@ def lookups(df: DataFrame) -> list[LookupInfo]:
     found: dict[str, LookupInfo] = {}
     for field in df.schema.fields:
         lookup_id = (field.metadata.get(METADATA_KEY) or {}).get("lookup_id")
-        with _planned_lock:
-            info = _planned.get(lookup_id) if lookup_id else None
+        info = planned_lookup(lookup_id) if lookup_id else None
         if info is not None:
             found.setdefault(info.lookup_id, info)
     return list(found.values())
 
 
-def _value_schema(value_schema: str | StructType) -> StructType:
-    if isinstance(value_schema, StructType):
-        return value_schema
-    try:
-        parsed = StructType.fromDDL(value_schema)
-    except Exception as exc:  # Spark raises parse errors of several JVM-backed types
-        raise SchemaMismatchError(
-            f"value_schema {value_schema!r} is not a Spark DDL struct, e.g. 'name string, price double'"
-        ) from exc
-    if not isinstance(parsed, StructType):
-        raise SchemaMismatchError(f"value_schema {value_schema!r} must describe a struct of fields")
-    return parsed
+def _key_column(df: DataFrame, on: str | Column, text: bool = False) -> Column:
+    """The join key as Spark hands it to Arrow: binary and string kept, other types as their text.
 
-
-@dataclasses.dataclass(frozen=True)
-class _Plan:
-    spec: LookupSpec
-    value_type: DataType
-    info: LookupInfo
-
-
-def _check_sample(client: StatestoreClient, spec: LookupSpec, schema: StructType) -> None:
-    """Fail when the store's values clearly do not fit the schema (none of a sample does)."""
-    assert spec.value_type is not None
-    sample: list[tuple[Any, bytes]] = []
-    # The sample reads the store as it is now: the pinned position may lie ahead of it.
-    for key, value in client.scan(spec.store, b"", page_size=SAMPLE_SIZE):
-        sample.append((key, json.dumps(value).encode()))
-        if len(sample) >= SAMPLE_SIZE:
-            break
-    if not sample:
-        return
-    _, misfits = decode_json(pa.array([v for _, v in sample], pa.binary()), spec.value_type)
-    documents = [json.loads(v) for _, v in sample]
-    names = set(schema.fieldNames())
-    shares_a_field = any(isinstance(d, dict) and names & set(d) for d in documents)
-    if all(misfits.to_pylist()) or not shares_a_field:
-        key, example = sample[0]
-        raise SchemaMismatchError(
-            f"value_schema <{schema.simpleString()}> does not fit store {spec.store!r}: none of "
-            f"{len(sample)} sampled values matches it (e.g. key {key!r}: {example[:200]!r}); "
-            "fix the field names and types"
-        )
-
-
-def _plan(
-    *,
-    store: str,
-    url: str,
-    value_schema: str | StructType | None,
-    token: str | None,
-    verify: Verify,
-    min_position: PositionLike | None,
-    batch_size: int,
-    timeout: float,
-    deadline: float,
-    planning_deadline: float,
-    cache_bytes: int,
-    spark_context: SparkContext,
-) -> _Plan:
-    """Driver side of a lookup: check the store, pin its position, fix the output type."""
-    if isinstance(verify, bool | str):
-        options = ClientOptions(
-            url,
-            token=token,
-            verify=verify,
-            timeout=timeout,
-            deadline=deadline,
-            batch_size=batch_size,
-            retry=RetryPolicy(max_backoff=5.0),
-        )
-    else:
-        raise TypeError(
-            "verify must be True/False or a CA bundle path: tasks rebuild the client on executors"
-        )
-    planning = dataclasses.replace(
-        options, deadline=planning_deadline, timeout=min(timeout, planning_deadline)
-    )
-    with StatestoreClient(planning) as client:
-        try:
-            info = client.store(store)
-        except StatestoreClientError as exc:
-            exc.add_note(
-                f"statestore lookup of store {store!r} at {url}: checked on the driver before planning"
-            )
-            raise
-        position = info.position if min_position is None else info.position.merged(Position.of(min_position))
-        schema = _value_schema(value_schema) if value_schema is not None else None
-        if schema is not None and info.value_format != "json":
-            raise SchemaMismatchError(
-                f"store {store!r} holds {info.value_format} values; value_schema applies to JSON stores only:"
-                f" drop value_schema to get a {'binary' if info.value_format == 'bytes' else 'string'} column"
-            )
-        arrow_type = pa.struct(list(to_arrow_schema(schema))) if schema is not None else None
-        spec = LookupSpec(options, store, str(position), info.value_format, arrow_type, cache_bytes)
-        if schema is not None:
-            _check_sample(client, spec, schema)
-    value_type: DataType = schema or (BinaryType() if info.value_format == "bytes" else StringType())
-    lookup_id = uuid.uuid4().hex
-    planned = LookupInfo(
-        lookup_id, store, url, str(position), info.value_format, spark_context.accumulator(0)
-    )
-    with _planned_lock:
-        _planned[lookup_id] = planned
-    log.info(
-        "lookup %s of store %r at %s pinned to position %s", lookup_id[:8], store, url, position or "(empty)"
-    )
-    return _Plan(spec, value_type, planned)
-
-
-def _key_column(df: DataFrame, on: str | Column) -> Column:
-    """The join key as Spark hands it to Arrow: binary and string kept, other types as their text."""
+    Indexed values are always text (``text``); booleans become ``true``/``false`` like in JSON.
+    """
     column = functions.col(on) if isinstance(on, str) else on
     data_type = df.select(column).schema.fields[0].dataType
-    if isinstance(data_type, BinaryType | StringType):
+    if isinstance(data_type, StringType) or (isinstance(data_type, BinaryType) and not text):
         return column
+    if isinstance(data_type, BooleanType):
+        return functions.when(column, "true").when(~column, "false")
     return column.cast("string")
+
+
+def _metadata(info: LookupInfo) -> dict[str, Any]:
+    """What the new columns' metadata says about their lookup (the position, and whether exact)."""
+    described: dict[str, Any] = {"lookup_id": info.lookup_id, "store": info.store, "position": info.position}
+    if info.exact:
+        described["as_of"] = info.position
+    if info.index is not None:
+        described["index"] = info.index
+    return {METADATA_KEY: described}
 
 
 def lookup_join(
@@ -219,6 +96,11 @@ def lookup_join(
     token: str | None = None,
     verify: bool | str = True,
     min_position: PositionLike | None = None,
+    consistent: bool = False,
+    as_of: PositionLike | None = None,
+    index: str | None = None,
+    key_column: str = "key",
+    binary_keys: bool = False,
     timeout: float = 30.0,
     deadline: float = 300.0,
     planning_deadline: float = 10.0,
@@ -233,18 +115,27 @@ def lookup_join(
     null and are counted (:func:`lookups`). Raises on the driver, before any job runs, when the
     service is unreachable, the store unknown or the schema unusable.
 
+    With ``index=`` the lookup is one-to-many: ``on`` holds the indexed value (compared as text), each
+    row is repeated once per store row whose indexed field equals it, with that row's key in column
+    ``prefix + key_column`` (text, or binary with ``binary_keys``) before its values; ``how="left"``
+    keeps a row without matches once, with nulls. ``consistent=True`` reads everything exactly as of
+    the position pinned now; ``as_of=`` reads as of a given position (reproducing an earlier run).
+
     ``lookup_join`` of a ``lookup_join`` result (directly, no transformation between) runs both
     lookups in the same pass over the rows, unless the second key needs a column the first adds.
     """
     if how not in ("left", "inner"):
         raise ValueError(f'how must be "left" or "inner", got {how!r}')
-    plan = _plan(
+    plan = plan_lookup(
         store=store,
         url=url,
         value_schema=value_schema,
         token=token,
         verify=verify,
         min_position=min_position,
+        consistent=consistent,
+        as_of=as_of,
+        index=index,
         batch_size=batch_size,
         timeout=timeout,
         deadline=deadline,
@@ -252,13 +143,15 @@ def lookup_join(
         cache_bytes=cache_bytes,
         spark_context=df.sparkSession.sparkContext,
     )
-    metadata = {
-        METADATA_KEY: {"lookup_id": plan.info.lookup_id, "store": store, "position": plan.info.position}
-    }
+    metadata = _metadata(plan.info)
+    added: list[StructField] = []
+    if index is not None:
+        row_key_type = BinaryType() if binary_keys else StringType()
+        added.append(StructField(prefix + key_column, row_key_type, True, metadata))
     if isinstance(plan.value_type, StructType):
-        added = [StructField(prefix + f.name, f.dataType, True, metadata) for f in plan.value_type.fields]
+        added += [StructField(prefix + f.name, f.dataType, True, metadata) for f in plan.value_type.fields]
     else:
-        added = [StructField(prefix + value_column, plan.value_type, True, metadata)]
+        added.append(StructField(prefix + value_column, plan.value_type, True, metadata))
     clashes = sorted(set(df.columns) & {f.name for f in added})
     if clashes:
         raise ValueError(
@@ -268,13 +161,14 @@ def lookup_join(
     chain: _Chain | None = getattr(df, _CHAIN_ATTRIBUTE, None)
     if chain is not None:
         try:
-            keyed = chain.keyed.withColumn(key_name, _key_column(chain.keyed, on))
+            keyed = chain.keyed.withColumn(key_name, _key_column(chain.keyed, on, index is not None))
         except AnalysisException:  # the key needs a column an earlier lookup adds: a pass of its own
             chain = None
     if chain is None:
         chain = _Chain(df, df, ())
-        keyed = df.withColumn(key_name, _key_column(df, on))
-    steps = (*chain.steps, JoinStep(plan.spec, len(keyed.columns) - 1, how, plan.info.mismatch_counter))
+        keyed = df.withColumn(key_name, _key_column(df, on, index is not None))
+    step = JoinStep(plan.spec, len(keyed.columns) - 1, how, plan.info.mismatch_counter, binary_keys)
+    steps = (*chain.steps, step)
     schema = StructType(list(df.schema.fields) + added)
     result = keyed.mapInArrow(join_task(steps, len(chain.base.columns), schema.fieldNames()), schema)
     # A lookup_join of this result joins the same pass instead of adding one.
@@ -300,7 +194,7 @@ class LookupUDF:
     The result is a struct column (JSON store with ``value_schema``), else binary or string.
     """
 
-    def __init__(self, plan: _Plan) -> None:
+    def __init__(self, plan: Plan) -> None:
         self.info = plan.info
         self.return_type = plan.value_type
         run = udf_task(plan.spec, plan.info.mismatch_counter)
@@ -314,19 +208,12 @@ class LookupUDF:
 
     @property
     def position(self) -> str:
-        """The position every lookup of this UDF demands."""
+        """The position every lookup of this UDF demands (or reads exactly, when consistent)."""
         return self.info.position
 
     def __call__(self, key: str | Column) -> Column:
         column = functions.col(key) if isinstance(key, str) else key
-        metadata = {
-            METADATA_KEY: {
-                "lookup_id": self.info.lookup_id,
-                "store": self.info.store,
-                "position": self.position,
-            }
-        }
-        return self._udf(column).alias(f"{self.info.store}_lookup", metadata=metadata)
+        return self._udf(column).alias(f"{self.info.store}_lookup", metadata=_metadata(self.info))
 
 
 def lookup_udf(
@@ -338,6 +225,8 @@ def lookup_udf(
     token: str | None = None,
     verify: bool | str = True,
     min_position: PositionLike | None = None,
+    consistent: bool = False,
+    as_of: PositionLike | None = None,
     timeout: float = 30.0,
     deadline: float = 300.0,
     planning_deadline: float = 10.0,
@@ -351,13 +240,16 @@ def lookup_udf(
     if spark_context is None:
         raise RuntimeError("lookup_udf needs an active SparkSession: create one before planning lookups")
     return LookupUDF(
-        _plan(
+        plan_lookup(
             store=store,
             url=url,
             value_schema=value_schema,
             token=token,
             verify=verify,
             min_position=min_position,
+            consistent=consistent,
+            as_of=as_of,
+            index=None,
             batch_size=batch_size,
             timeout=timeout,
             deadline=deadline,

@@ -13,9 +13,11 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from clients.client import StatestoreClient
-from clients.lookup import Lookup, LookupSpec, key_bytes_array
+from clients.index_lookup import IndexLookup
+from clients.lookup import Lookup, LookupSpec, decode, key_bytes_array
 from clients.options import ClientOptions
 
 log = logging.getLogger("clients.spark")
@@ -38,6 +40,7 @@ class JoinStep:
     key_index: int  # of the key column in the task's input batches
     how: str  # "left" or "inner"
     counter: Counter
+    binary_row_keys: bool = False  # index steps: matched row keys as binary, else as UTF-8 text
 
 
 def count_misfits(counter: Counter, store: str, count: int) -> None:
@@ -67,15 +70,20 @@ def _combined(group: list[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         yield from pa.Table.from_batches(group).combine_chunks().to_batches()
 
 
-def _open_lookups(stack: contextlib.ExitStack, specs: Sequence[LookupSpec]) -> list[Lookup]:
+def _open_lookups(stack: contextlib.ExitStack, specs: Sequence[LookupSpec]) -> list[Lookup | IndexLookup]:
     """One lookup per step, sharing one client (one connection pool) per service."""
     clients: dict[ClientOptions, StatestoreClient] = {}
-    lookups = []
+    lookups: list[Lookup | IndexLookup] = []
     for spec in specs:
         if spec.options not in clients:
             clients[spec.options] = stack.enter_context(StatestoreClient(spec.options))
-        lookups.append(Lookup(spec, clients[spec.options]))
+        client = clients[spec.options]
+        lookups.append(IndexLookup(spec, client) if spec.index is not None else Lookup(spec, client))
     return lookups
+
+
+def _typed_columns(values: pa.Array, spec: LookupSpec) -> list[pa.Array]:
+    return list(values.flatten()) if spec.value_type is not None else [values]
 
 
 def join_task(
@@ -83,7 +91,8 @@ def join_task(
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` function: keep the first ``kept`` columns, append every step's values.
 
-    An inner step drops the rows its key did not find before the next step looks anything up.
+    An inner step drops the rows its key did not find before the next step looks anything up; an
+    index step repeats each row once per match (and appends the matched row key before the values).
     """
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -93,12 +102,21 @@ def join_task(
                 columns = [batch.column(i) for i in range(kept)]
                 keys = [batch.column(step.key_index) for step in steps]
                 for number, (step, lookup) in enumerate(zip(steps, lookups, strict=True)):
+                    if isinstance(lookup, IndexLookup):
+                        matches = lookup.lookup(keys[number], step.how)
+                        columns = [column.take(matches.parents) for column in columns]
+                        keys = [key.take(matches.parents) for key in keys]
+                        row_keys, bad_keys = decode(
+                            matches.keys, "bytes" if step.binary_row_keys else "string", None
+                        )
+                        count_misfits(step.counter, step.spec.store, pc.sum(bad_keys).as_py() or 0)
+                        count_misfits(step.counter, step.spec.store, matches.mismatched)
+                        columns.append(row_keys)
+                        columns.extend(_typed_columns(matches.values, step.spec))
+                        continue
                     result = lookup.lookup(keys[number])
                     count_misfits(step.counter, step.spec.store, result.mismatched)
-                    if step.spec.value_type is not None:
-                        columns.extend(result.values.flatten())
-                    else:
-                        columns.append(result.values)
+                    columns.extend(_typed_columns(result.values, step.spec))
                     if step.how == "inner":
                         columns = [column.filter(result.found) for column in columns]
                         keys = [key.filter(result.found) for key in keys]

@@ -19,9 +19,11 @@ def arrow_stream(table: pa.Table) -> bytes:
 
 
 def answer(rows: list[tuple[str, bytes | None, bytes | None, bytes | None]]) -> pa.Table:
-    columns = list(zip(*rows, strict=True)) if rows else [[], [], [], []]
-    return pa.table([pa.array(c, f.type) for c, f in zip(columns, indexes.INDEX_ANSWER, strict=True)],
-                    schema=indexes.INDEX_ANSWER)  # fmt: skip
+    columns = [[row[i] for row in rows] for i in range(4)]
+    arrays = [
+        pa.array(column, field.type) for column, field in zip(columns, indexes.INDEX_ANSWER, strict=True)
+    ]
+    return pa.table(arrays, schema=indexes.INDEX_ANSWER)
 
 
 def test_as_of_goes_as_a_parameter_excludes_min_position_and_gets_a_wait_budget() -> None:
