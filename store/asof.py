@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 from store.engine import SnapshotReader, prefix_upper_bound
-from store.exceptions import ScanLimitError, UnknownIndexError
+from store.exceptions import IndexNotReadyError, ScanLimitError, UnknownIndexError
 from store.history import change_key, choose_version, escape_prefix, scan_versions, unescape
 from store.indexes import IndexSpec
 from store.position import Position
@@ -32,6 +32,8 @@ def _iterate(iterator: Any, start: bytes, upper: bytes | None) -> Iterator[tuple
 class AsOfReader:
     """Implements ``ReadOnlyKeyValueStore`` as of ``as_of`` (which must be at or above the floor).
 
+    ``indexes`` are the ready indexes; ``building`` names the configured ones still being built.
+
     ``history`` (point lookups), ``history_scan`` (prefix scans), ``changes`` and ``index`` are
     iterators created when the view was taken (with the store lock held), so every read sees the
     same version of every column family. One view's reads must not run on two threads at once:
@@ -47,6 +49,7 @@ class AsOfReader:
         index: Any,
         indexes: Mapping[str, IndexSpec],
         as_of: Position,
+        building: Collection[str] = (),
     ) -> None:
         self._latest = latest
         self._history = history
@@ -55,6 +58,7 @@ class AsOfReader:
         self._index = index
         self._indexes = indexes
         self._as_of = as_of
+        self._building = building
 
     def release(self) -> None:
         self._latest.release()
@@ -112,7 +116,9 @@ class AsOfReader:
     ) -> ScanPage:
         spec = self._indexes.get(index)
         if spec is None:
-            raise UnknownIndexError(index, sorted(self._indexes))
+            if index in self._building:
+                raise IndexNotReadyError(index)
+            raise UnknownIndexError(index, sorted([*self._indexes, *self._building]))
         if limit < 1:
             raise ScanLimitError(f"scan limit must be at least 1, got {limit}")
         limit = min(limit, MAX_SCAN_LIMIT)

@@ -103,6 +103,7 @@ class Replica:
             engine.index_snapshot().iter() if self.indexes else None,
             dict(self.ready_indexes),
             Position({p: as_of.get(p, 0) for p in self.position}),
+            building=frozenset(self.indexes.keys() - self.ready_indexes.keys()),
         )
 
     def _check_as_of(self, as_of: Position) -> None:
