@@ -18,17 +18,29 @@ from schemathesis.checks import not_a_server_error
 
 from service.app import create_app
 from service.settings import Settings
-from store import InMemoryStore, StoreState
+from store import IndexSpec, InMemoryStore, StoreState
 from tests.service.conftest import DEFAULT_STORES, product_store
 from tests.support.server import serve_app
+
+POSITIONS = {
+    "name": "positions",
+    "topic": "positions",
+    "value_format": "json",
+    "indexes": [{"name": "by_ticker", "field": "ticker"}],
+    "history": {"retention_offsets": 100},
+}
 
 
 def fuzzed_app() -> FastAPI:
     notes = InMemoryStore("notes", topic="notes-topic")
     notes.apply([(0, 0, b"n1", b"hello")])
     restoring = InMemoryStore("blobs", state=StoreState.RESTORING)
-    settings = Settings(stores=DEFAULT_STORES, limits={"min_position_timeout_seconds": 0.05})
-    return create_app(settings, {"products": product_store(), "notes": notes, "blobs": restoring})
+    # An indexed store that keeps history, so index lookups and as_of reads get real answers.
+    positions = InMemoryStore("positions", indexes=[IndexSpec("by_ticker", "ticker")], keeps_history=True)
+    positions.apply([(0, i, f"pos-{i}".encode(), b'{"ticker":"%d"}' % (i % 3)) for i in range(10)])
+    settings = Settings(stores=[*DEFAULT_STORES, POSITIONS], limits={"min_position_timeout_seconds": 0.05})
+    stores = {"products": product_store(), "notes": notes, "blobs": restoring, "positions": positions}
+    return create_app(settings, stores)
 
 
 def no_unplanned_server_error(ctx: Any, response: Any, case: schemathesis.Case) -> bool | None:
@@ -40,9 +52,11 @@ def no_unplanned_server_error(ctx: Any, response: Any, case: schemathesis.Case) 
 
 @schemathesis.serializer("application/vnd.apache.arrow.stream")
 def arrow_keys(ctx: Any, value: Any) -> bytes:
-    """Generated payloads become a one-row Arrow stream with that payload as the key."""
+    """Generated payloads become a one-row Arrow stream with that payload as the key and as the
+    indexed value (key batches read the ``key`` column, index batches the ``value`` column)."""
     key = value if isinstance(value, bytes) else str(value).encode("utf-8", "surrogatepass")
-    table = pa.table({"key": pa.array([key], type=pa.binary())})
+    text = key.decode("utf-8", "replace")
+    table = pa.table({"key": pa.array([key], type=pa.binary()), "value": pa.array([text], type=pa.string())})
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from prometheus_client.parser import text_string_to_metric_families
 
+from store import IndexSpec, InMemoryStore
 from tests.service.conftest import Service
 
 
@@ -42,3 +45,36 @@ def test_store_figures(service: Service) -> None:
     assert found[("statestore_lag_records", frozenset({("store", "products"), ("partition", "0")}))] == 0
     assert found[("statestore_state", frozenset({("store", "products"), ("state", "READY")}))] == 1
     assert found[("statestore_state", frozenset({("store", "products"), ("state", "RESTORING")}))] == 0
+
+
+def test_index_lookups_and_as_of_reads_are_counted_per_route_template(
+    make_service: Callable[..., Service],
+) -> None:
+    store = InMemoryStore("positions", indexes=[IndexSpec("by_ticker", "ticker")], keeps_history=True)
+    store.apply([(0, 0, b"pos-1", b'{"ticker":"AAPL"}'), (0, 1, b"pos-1", b'{"ticker":"MSFT"}')])
+    config = {
+        "name": "positions",
+        "topic": "positions",
+        "value_format": "json",
+        "indexes": [{"name": "by_ticker", "field": "ticker"}],
+        "history": {"retention_offsets": 100},
+    }
+    service = make_service({"positions": store}, configs=[config])
+    for ticker in ("AAPL", "MSFT", "IBM"):
+        service.client.get(f"/v1/stores/positions/indexes/by_ticker/{ticker}")
+    service.client.get("/v1/stores/positions/indexes/by_name/AAPL")
+    service.client.post("/v1/stores/positions/indexes/by_ticker:batchGet", json={"values": ["AAPL"]})
+    assert service.client.get("/v1/stores/positions/keys/pos-1", params={"as_of": "0:1"}).status_code == 200
+    service.client.get("/v1/stores/positions/keys/pos-1", params={"as_of": "x"})
+    found = samples(service)
+
+    def count(method: str, route: str, status: str) -> float:
+        labels = frozenset({("method", method), ("route", route), ("status", status)})
+        return found[("statestore_http_requests_total", labels)]
+
+    lookup = "/v1/stores/{store}/indexes/{index}/{value:path}"
+    assert count("GET", lookup, "200") == 3
+    assert count("GET", lookup, "404") == 1
+    assert count("POST", "/v1/stores/{store}/indexes/{index}:batchGet", "200") == 1
+    assert count("GET", "/v1/stores/{store}/keys/{key:path}", "200") == 1
+    assert count("GET", "/v1/stores/{store}/keys/{key:path}", "400") == 1
