@@ -67,12 +67,14 @@ def assert_equals_model(store: ServableStore, model: dict[bytes, bytes], end: Po
     assert table == model
 
 
-def read_table(view: ReadOnlyKeyValueStore, prefix: bytes = b"") -> dict[bytes, bytes]:
+def read_table(
+    view: ReadOnlyKeyValueStore, prefix: bytes = b"", page_size: int = MAX_SCAN_LIMIT
+) -> dict[bytes, bytes]:
     """Every key starting with ``prefix`` and its value, paging through ``prefix_scan``."""
     table: dict[bytes, bytes] = {}
     after: bytes | None = None
     while True:
-        page = view.prefix_scan(prefix, after=after, limit=MAX_SCAN_LIMIT)
+        page = view.prefix_scan(prefix, after=after, limit=page_size)
         table.update(page.items)
         if page.next_after is None:
             return table
