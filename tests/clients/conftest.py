@@ -114,16 +114,24 @@ def wait_until_ready(url: str, timeout: float = 60.0) -> None:
 
 @contextlib.contextmanager
 def real_service(
-    bootstrap_servers: str, state_dir: Path, stores: Mapping[str, tuple[str, str]]
+    bootstrap_servers: str,
+    state_dir: Path,
+    stores: Mapping[str, tuple[str, str]],
+    extra: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Iterator[str]:
     """The real service (real ``store.Store`` per store, fed by the broker) on uvicorn; yields its URL.
 
-    ``stores`` maps store name to ``(topic, value_format)``.
+    ``stores`` maps store name to ``(topic, value_format)``; ``extra`` adds store settings by name
+    (``{"positions": {"indexes": [...], "history": {...}}}``).
     """
+    extra = extra or {}
     settings = Settings(
         kafka={"bootstrap_servers": bootstrap_servers},
         state_dir=state_dir,
-        stores=[{"name": name, "topic": topic, "value_format": fmt} for name, (topic, fmt) in stores.items()],
+        stores=[
+            {"name": name, "topic": topic, "value_format": fmt, **extra.get(name, {})}
+            for name, (topic, fmt) in stores.items()
+        ],
     )
     with serve_app(create_app(settings)) as url:
         wait_until_ready(url)
