@@ -24,6 +24,7 @@ from store.exceptions import (
     StoreCorruptError,
     StoreError,
     StoreLockedError,
+    StoreWriteError,
     UnknownIndexError,
 )
 from store.history import HistorySpec
@@ -69,5 +70,6 @@ __all__ = [
     "StoreLockedError",
     "StoreState",
     "StoreStatus",
+    "StoreWriteError",
     "UnknownIndexError",
 ]

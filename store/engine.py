@@ -32,6 +32,7 @@ from store.exceptions import (
     StoreClosedError,
     StoreCorruptError,
     StoreLockedError,
+    StoreWriteError,
     UnknownIndexError,
 )
 from store.indexes import IndexSpec
@@ -273,13 +274,25 @@ class Engine:
 
     def write(self, batch: rocksdict.WriteBatch) -> None:
         """Apply ``batch`` atomically (WAL disabled: the topic is the log)."""
-        self._db.write(batch, self._write_options)
+        try:
+            self._db.write(batch, self._write_options)
+        except Exception as exc:
+            raise self._write_error(exc) from exc
+
+    def _write_error(self, exc: Exception) -> StoreWriteError:
+        return StoreWriteError(
+            f"cannot write the store at {self.path} ({exc}); free space on its volume (or grow it):"
+            " the store resumes by itself once it can write again"
+        )
 
     def ingest(self, sst_paths: Sequence[Path]) -> None:
         """Ingest SST files built by the bulk loader into the table (later files win)."""
         options = rocksdict.IngestExternalFileOptions()
         options.set_move_files(True)
-        self._db.ingest_external_file([str(p) for p in sst_paths], options)
+        try:
+            self._db.ingest_external_file([str(p) for p in sst_paths], options)
+        except Exception as exc:
+            raise self._write_error(exc) from exc
 
     def flush(self) -> None:
         """Persist the memtables of every column family, the offsets last.
@@ -289,8 +302,11 @@ class Engine:
         leaves only data, indexes and history ahead of the offsets, which replaying the records
         from the offsets makes right again.
         """
-        for family in (self._index, self.history, self.changes, self._db, self._meta):
-            family.flush(True)
+        try:
+            for family in (self._index, self.history, self.changes, self._db, self._meta):
+                family.flush(True)
+        except Exception as exc:
+            raise self._write_error(exc) from exc
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -333,6 +349,23 @@ def directory_size(path: Path) -> int:
             except FileNotFoundError:  # compaction removed it while we walked
                 continue
     return total
+
+
+def can_write(directory: Path, size: int) -> bool:
+    """Whether ``size`` bytes can be written (and synced) under ``directory`` now."""
+    probe = directory / ".space-probe"
+    try:
+        with open(probe, "wb") as file:
+            chunk = bytes(min(size, 1 << 20))
+            for _ in range(0, size, len(chunk)):
+                file.write(chunk)
+            file.flush()
+            os.fsync(file.fileno())
+        return True
+    except OSError:
+        return False
+    finally:
+        probe.unlink(missing_ok=True)
 
 
 def destroy(path: Path) -> None:

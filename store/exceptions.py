@@ -6,6 +6,7 @@ Hierarchy::
     ├── StoreLockedError          the store directory is held by another process
     ├── StoreClosedError          the store was stopped; no more reads
     ├── StoreCorruptError         the store directory cannot be opened as a store
+    ├── StoreWriteError           the store's files cannot be written (disk full, I/O error)
     ├── InvalidPositionError      a position string or mapping is malformed
     ├── ScanLimitError            a prefix scan asked for an unusable page size
     ├── UnknownIndexError         the store has no index of that name
@@ -35,6 +36,13 @@ class StoreClosedError(StoreError):
 
 class StoreCorruptError(StoreError):
     """The store directory exists but cannot be used (corrupt, foreign or incompatible)."""
+
+
+class StoreWriteError(StoreError):
+    """RocksDB refused a write or flush (disk full, file size limit, I/O error).
+
+    RocksDB refuses every later write too, until the database is reopened.
+    """
 
 
 class InvalidPositionError(StoreError, ValueError):

@@ -21,6 +21,8 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 
 from store.bulkload import BulkLoader
 from store.config import StoreConfig
+from store.engine import can_write
+from store.exceptions import StoreWriteError
 from store.kafka import (
     OUT_OF_RANGE_CODES,
     TOPIC_GONE_CODES,
@@ -35,6 +37,9 @@ from store.position import Position
 from store.state import StoreState
 
 logger = logging.getLogger(__name__)
+
+# The most a check for free space writes (a memtable flush needs about a write buffer).
+_SPACE_PROBE_MAX_BYTES = 8 * 1024 * 1024
 
 
 class MaterializerTarget(Protocol):
@@ -67,6 +72,8 @@ class MaterializerTarget(Protocol):
     def ingest(self, sst_path: Path | None, offsets: dict[int, int]) -> None: ...
 
     def rebuild(self, reason: str) -> None: ...
+
+    def reopen(self) -> None: ...
 
     def checkpoint(self) -> None: ...
 
@@ -226,6 +233,8 @@ class Materializer:
                 )
                 self.progress.last_error = signal.reason
                 self._target.rebuild(signal.reason)
+            except StoreWriteError as exc:
+                self._pause_until_writable(exc, backoff)
             except TransientSourceError as exc:
                 self.progress.last_error = str(exc)
                 self._log.warning('store "%s": %s; retrying', self._config.name, exc)
@@ -234,6 +243,30 @@ class Materializer:
                 self.progress.last_error = f"{type(exc).__name__}: {exc}"
                 self._log.exception('store "%s": materializer error; retrying', self._config.name)
                 backoff.wait(self._stop)
+
+    def _pause_until_writable(self, error: StoreWriteError, backoff: Backoff) -> None:
+        """Stop applying until the store's volume takes writes again, then reopen the database.
+
+        Reads go on meanwhile from what was applied. A probe file sized like a memtable flush
+        tells when space is back, so a still-full disk is not reopened and refilled in a loop.
+        """
+        self.progress.last_error = str(error)
+        self._log.error(
+            'store "%s": %s. Materializing is paused; reads go on at position %s',
+            self._config.name,
+            error,
+            self._position(),
+        )
+        probe_bytes = min(self._tuning.write_buffer_bytes, _SPACE_PROBE_MAX_BYTES)
+        while not self._stop.is_set():
+            backoff.wait(self._stop)
+            if self._stop.is_set() or not can_write(self._config.path, probe_bytes):
+                continue
+            self._target.reopen()
+            self._log.warning(
+                'store "%s": its volume takes writes again; materializing resumes', self._config.name
+            )
+            return
 
     def _on_client_error(self, error: KafkaError) -> None:
         self.progress.last_error = f"kafka: {error.str()}"

@@ -23,6 +23,7 @@ from store.exceptions import (
     IndexNotReadyError,
     PositionNotReachedError,
     StoreCorruptError,
+    StoreWriteError,
 )
 from store.history import HistoryRecorder, floor_from
 from store.indexes import IndexSpec, index_changes
@@ -76,7 +77,10 @@ class Replica:
 
     def close(self, flush: bool = True) -> None:
         if flush:
-            self.engine.flush()
+            try:
+                self.engine.flush()
+            except StoreWriteError as exc:  # as after a crash: the next start re-reads from the offsets
+                logger.warning('store "%s": closing without a final checkpoint: %s', self.name, exc)
         self.engine.close()
 
     # -- reads (called with the lock held) ----------------------------------------------------

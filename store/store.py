@@ -311,6 +311,33 @@ class Store:
             else "reads wait until it is READY",
         )
 
+    def reopen(self) -> None:
+        """Reopen the written copy after a write error (RocksDB refuses writes until then).
+
+        What was applied since the last checkpoint is lost with its offsets (no WAL), so the store
+        is RESTORING until it has caught up again: no reader sees its position go back. A rebuild
+        copy is reopened alone; readers keep the last good copy.
+        """
+        with self._changed:
+            serving, writer = self._serving, self._writer
+            if writer is None:
+                return
+            if writer is not serving:
+                writer.close(flush=False)
+                self._writer = Replica(self.config, self._next_path, self._changed)
+                return
+            if self._state is StoreState.READY:
+                self._state = StoreState.RESTORING
+            self._changed.wait_for(lambda: self._active_views == 0, timeout=10)
+            writer.close(flush=False)
+            self._serving = self._writer = Replica(self.config, self._db_path, self._changed)
+            self._changed.notify_all()
+        logger.warning(
+            'store "%s" reopened after a write error; catching up from position %s (reads wait until READY)',
+            self.name,
+            self.position() or "none",
+        )
+
     # -- internals --------------------------------------------------------------------------
 
     def _swap_in(self, rebuilt: Replica) -> None:
