@@ -452,6 +452,8 @@ class Materializer:
                 if now >= next_metadata_check:
                     next_metadata_check = now + tuning.metadata_check_interval_seconds
                     partitions = self._check_metadata(consumer, admin, info, partitions, targets)
+                    # The broker answered: an idle topic is not a lost broker.
+                    progress.last_contact = time.monotonic()
             if loader is not None and chunk.offsets:
                 loader.submit(chunk.keys, chunk.values, chunk.offsets)
             if loader is not None:

@@ -351,6 +351,9 @@ class Store:
                 old.close(flush=False)
             self._promote_rebuilt()
             self._serving = self._writer = Replica(self.config, self._db_path, self._changed)
+            # In the same step: a REBUILDING store whose served copy is the written one is unreadable.
+            if self._state is not StoreState.STOPPED:
+                self._state = StoreState.READY
             self._changed.notify_all()
         logger.info('store "%s": the rebuilt copy replaced the stale one', self.name)
 
