@@ -54,6 +54,14 @@ class StoreCollector(Collector):
         remaining = GaugeMetricFamily(
             "statestore_restore_remaining_records", "Records left before the store is READY", labels=["store"]
         )
+        contact = GaugeMetricFamily(
+            "statestore_seconds_since_last_contact",
+            "Seconds since the broker last answered the store's consumer (grows while it is unreachable)",
+            labels=["store"],
+        )
+        stale = GaugeMetricFamily(
+            "statestore_stale", "1 while a rebuild serves the last good copy", labels=["store"]
+        )
         for served in self._stores.all():
             current = self._stores.state_of(served)
             for candidate in StoreState:
@@ -70,7 +78,10 @@ class StoreCollector(Collector):
             keys.add_metric([served.name], status.approximate_num_keys)
             size.add_metric([served.name], status.size_on_disk_bytes)
             remaining.add_metric([served.name], status.restore.records_remaining if status.restore else 0)
-        yield from (applied, null_keys, lag, position, state, keys, size, remaining)
+            if status.seconds_since_last_contact is not None:
+                contact.add_metric([served.name], status.seconds_since_last_contact)
+            stale.add_metric([served.name], 1.0 if status.stale else 0.0)
+        yield from (applied, null_keys, lag, position, state, keys, size, remaining, contact, stale)
 
 
 class Metrics:
