@@ -344,7 +344,7 @@ def test_as_of_answers_at_or_above_the_floor_survive_kill_9(
     producer = make_producer(broker.bootstrap_servers, **{"enable.idempotence": "true"})
     rng = random.Random(64)
     delivered = produce_logged(producer, topic, random_batch(rng, 40), partitions=partition_of)
-    tuning = dataclasses.replace(TUNING, checkpoint_interval_seconds=0.3)
+    tuning = dataclasses.replace(TUNING, checkpoint_interval_seconds=0.1)
     child = StoreProcess(
         {
             "bootstrap_servers": broker.bootstrap_servers,

@@ -9,6 +9,7 @@ import itertools
 import json
 import random
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -350,7 +351,9 @@ def test_an_index_added_to_an_existing_store_is_built_while_reads_go_on_and_a_dr
     statuses = grown.status().indexes
     assert statuses["by_ticker"].state == "ready"
     assert statuses["by_ref"].state == "building"
+    deadline = time.monotonic() + 120
     while True:
+        assert time.monotonic() < deadline, f"by_ref was never built: {grown.status()}"
         building = grown.status().indexes["by_ref"].state == "building"
         with grown.view() as view:
             assert view.position() == end
