@@ -83,11 +83,15 @@ def products_store() -> InMemoryStore:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
-    """One local[2] SparkSession for every Spark test: small shuffles, no UI."""
+    """One local[2] SparkSession for every Spark test: small shuffles, no UI.
+
+    ``local[2,4]``: a failed task is retried (up to 4 attempts) as on a cluster, which the
+    consistency tests rely on; plain ``local[2]`` fails the job at the first task failure.
+    """
     # Python workers must run this interpreter (the one with httpx and pyarrow), not the system one.
     os.environ["PYSPARK_PYTHON"] = sys.executable
     session = (
-        SparkSession.builder.master("local[2]")
+        SparkSession.builder.master("local[2,4]")
         .appName("statestore-client-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
