@@ -116,7 +116,8 @@ def start_service(tmp_path: Path) -> Iterator[ServiceFactory]:
 
     ``stores`` are store settings; ``kafka``, ``auth``, ``limits`` go into the file as they are;
     ``env`` is added to the child's environment; ``cap`` = (bytes, path) caps every file the
-    child writes until ``path`` exists. The state dir is the test's, so a restart reuses it.
+    child writes until ``path`` exists; ``port`` defaults to a free one. The state dir is the test's,
+    so a restart reuses it.
     """
     started: list[ServiceProcess] = []
 
@@ -130,8 +131,9 @@ def start_service(tmp_path: Path) -> Iterator[ServiceFactory]:
         env: dict[str, str] | None = None,
         cap: tuple[int, Path] | None = None,
         log_level: str = "INFO",
+        port: int | None = None,
     ) -> ServiceProcess:
-        port = free_port()
+        port = port or free_port()
         config: dict[str, Any] = {
             "kafka": {"bootstrap_servers": bootstrap_servers, **(kafka or {})},
             "state_dir": str(tmp_path / "state"),
