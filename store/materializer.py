@@ -79,6 +79,8 @@ class MaterializerTarget(Protocol):
 
     def build_indexes(self, stop: threading.Event) -> None: ...
 
+    def begin_history(self, partitions: int) -> None: ...
+
 
 class Backoff:
     """Exponential backoff with full jitter, waiting on an event so a stop interrupts it."""
@@ -309,7 +311,6 @@ class Materializer:
                 ]
             )
             backoff.reset()
-            self._target.build_indexes(self._stop)
             self._consume(consumer, admin, info, targets)
         finally:
             consumer.close()
@@ -367,6 +368,8 @@ class Materializer:
         caught_up: set[int] = set()
         refined: set[int] = set()
         restoring = target.state is not StoreState.READY
+        from_scratch = restoring and not self._position()
+        bulk_loaded = False
         loader: BulkLoader | None = None
         chunk = _Chunk()
         next_metadata_check = time.monotonic() + tuning.metadata_check_interval_seconds
@@ -429,10 +432,16 @@ class Materializer:
                         loader.drain()
                         loader.close()
                         loader = None
+                        bulk_loaded = True
+                    if from_scratch or bulk_loaded:
+                        # Nothing was served yet: READY comes with every index built.
                         target.build_indexes(self._stop)
                     target.checkpoint()
                     restoring = False
-                    self._become_ready()
+                    self._become_ready(partitions)
+                    # An index added to an existing store is built from the READY table, so
+                    # reads of the store go on meanwhile (that index answers IndexNotReadyError).
+                    target.build_indexes(self._stop)
                 now = time.monotonic()
                 if restoring and now >= next_progress_log:
                     next_progress_log = now + tuning.progress_log_interval_seconds
@@ -462,9 +471,10 @@ class Materializer:
             if loader is not None:
                 loader.close()
 
-    def _become_ready(self) -> None:
+    def _become_ready(self, partitions: int) -> None:
         progress = self.progress
         elapsed = time.monotonic() - progress.restore_started_at
+        self._target.begin_history(partitions)
         self._target.set_state(StoreState.READY)
         self._log.info(
             'store "%s" READY at position %s: %d records applied in %.1fs (%.0f records/s)',

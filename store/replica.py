@@ -227,7 +227,8 @@ class Replica:
     def build_indexes(self, stop: threading.Event) -> None:
         """Build every configured index that is not ready; drop indexes no longer configured.
 
-        Runs on the materializer thread, so no record is applied meanwhile; reads go on.
+        Runs on the materializer thread once the store is READY, so no record is applied
+        meanwhile; reads of the store go on (an index being built answers IndexNotReadyError).
         """
         engine = self.engine
         states = engine.index_states()
@@ -287,6 +288,7 @@ class Replica:
                     engine.write(batch)
                     if page.next_after is None:
                         self.ready_indexes[spec.name] = spec
+                        self._changed.notify_all()
                 self.index_progress[spec.name] = rows
                 now = time.monotonic()
                 if now - last_log >= self.config.tuning.progress_log_interval_seconds:
@@ -327,12 +329,18 @@ class Replica:
         self.history_start = engine.history_start()
         self.history_floor = self._compute_floor() if self.history_start else None
 
-    def begin_history(self) -> None:
-        """Start keeping history from the current position (called when the store is READY)."""
+    def begin_history(self, partitions: int) -> None:
+        """Start keeping history from the current position (called when the store is READY).
+
+        The start names every partition, also those with no record yet, so that history has
+        begun (and is kept) even for an empty topic.
+        """
         if self.history is None or self.history_start:
             return
         engine = self.engine
-        start = Position({p: self.position.get(p, 0) for p in self.position})
+        start = Position(
+            {p: self.position.get(p, 0) for p in range(max(partitions, 1))} | dict(self.position)
+        )
         batch = engine.new_batch()
         engine.put_history_start(batch, start)
         with self._changed:

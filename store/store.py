@@ -130,6 +130,19 @@ class Store:
             )
             return self._state is StoreState.READY
 
+    def wait_for_indexes(self, timeout: float | None = None) -> bool:
+        """Block until every configured index can be read; ``False`` if ``timeout`` passes first.
+
+        A READY store may still be building an index that was added to its configuration.
+        """
+
+        def built() -> bool:
+            serving = self._serving
+            return serving is not None and serving.ready_indexes.keys() == serving.indexes.keys()
+
+        with self._changed:
+            return self._changed.wait_for(built, timeout)
+
     def __enter__(self) -> Store:
         self.start()
         return self
@@ -231,7 +244,6 @@ class Store:
             writer = self._require_writer()
             if writer is not self._serving:
                 self._swap_in(writer)
-            self._require_writer().begin_history()
         with self._changed:
             if self._state is not StoreState.STOPPED:
                 self._state = state
@@ -269,6 +281,10 @@ class Store:
 
     def build_indexes(self, stop: threading.Event) -> None:
         self._require_writer().build_indexes(stop)
+
+    def begin_history(self, partitions: int) -> None:
+        """Start keeping history at the current position, if configured and not yet started."""
+        self._require_writer().begin_history(partitions)
 
     def maintain_history(self) -> None:
         self._require_writer().maintain_history()

@@ -378,6 +378,8 @@ def test_an_index_added_to_an_existing_store_is_built_while_reads_go_on_and_a_dr
     moved = IndexSpec("by_ticker", "ref.ticker")
     shrunk = make_store(topic, indexes=(moved,))
     assert shrunk.wait_until_ready(60), shrunk.status()
+    # An existing store builds a changed index once READY, so reads went on meanwhile.
+    assert shrunk.wait_for_indexes(60), shrunk.status()
     assert set(shrunk.status().indexes) == {"by_ticker"}
     with shrunk.view() as view:
         with pytest.raises(UnknownIndexError):
