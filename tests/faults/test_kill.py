@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 import threading
 from collections import Counter
+from collections.abc import Callable
 
 import httpx
 import pytest
@@ -14,7 +15,7 @@ from confluent_kafka import KafkaError, Message
 
 from service.local_broker import LocalBroker, free_port
 from store import Position
-from tests.faults.conftest import ServiceFactory
+from tests.faults.conftest import ServiceFactory, ServiceProcess
 from tests.support.kafka import Record, create_topic, latest_per_key, make_producer
 
 pytestmark = pytest.mark.slow
@@ -119,6 +120,14 @@ class Readers:
             thread.join(timeout=30)
 
 
+def applied_past(service: ServiceProcess, applied: int) -> Callable[[], bool]:
+    return lambda: bool(service.info("kv")["records_applied_total"] > applied)
+
+
+def at_position(service: ServiceProcess, end: Position) -> Callable[[], bool]:
+    return lambda: Position.parse(service.info("kv")["position"]) == end
+
+
 def test_kill_9_under_load_repeatedly_then_every_key_is_exact(
     own_broker: LocalBroker, start_service: ServiceFactory
 ) -> None:
@@ -137,23 +146,13 @@ def test_kill_9_under_load_repeatedly_then_every_key_is_exact(
             service.wait_ready()
             # Let reads and writes overlap a while in steady state, then crash.
             applied = service.info("kv")["records_applied_total"]
-            service.wait_for(
-                lambda current=service, applied=applied: (
-                    current.info("kv")["records_applied_total"] > applied + 2_000
-                ),
-                60,
-                "records applied in steady state",
-            )
+            service.wait_for(applied_past(service, applied + 2_000), 60, "records applied in steady state")
             service.kill()
             service = start_service(servers, stores, port=port)
             service.wait_ready()
 
             model, end = writer.pause()
-            service.wait_for(
-                lambda current=service, end=end: Position.parse(current.info("kv")["position"]) == end,
-                60,
-                f"the end of the topic, {end}",
-            )
+            service.wait_for(at_position(service, end), 60, f"the end of the topic, {end}")
             values = service.client.post("/v1/stores/kv/keys:batchGet", json={"keys": keys}).json()["values"]
             table = {key.encode(): value.encode() for key, value in zip(keys, values, strict=True) if value}
             assert table == model

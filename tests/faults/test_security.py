@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from starlette.routing import Route
@@ -119,7 +120,7 @@ def test_open_mode_is_logged_as_a_warning(own_broker: LocalBroker, start_service
 READ_METHODS = {"GET", "HEAD"}
 OTHER_METHODS = ["POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE"]
 BATCH_ROUTES = {"/v1/stores/{store}/keys:batchGet", "/v1/stores/{store}/indexes/{index}:batchGet"}
-POSITIONS = {
+POSITIONS: dict[str, Any] = {
     "name": "positions",
     "topic": "positions",
     "value_format": "json",
@@ -137,9 +138,9 @@ def concrete(template: str) -> str:
 
 
 def every_route() -> list[str]:
-    from service.settings import Settings  # noqa: PLC0415
+    from service.settings import Settings, StoreSettings  # noqa: PLC0415
 
-    app = create_app(Settings(stores=[POSITIONS]), {})
+    app = create_app(Settings(stores=[StoreSettings(**POSITIONS)]), {})
     return sorted({route.path for route in app.routes if isinstance(route, Route)})
 
 
