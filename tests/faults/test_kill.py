@@ -16,7 +16,7 @@ from confluent_kafka import KafkaError, Message
 from service.local_broker import LocalBroker, free_port
 from store import Position
 from tests.faults.conftest import ServiceFactory, ServiceProcess
-from tests.support.kafka import Record, create_topic, latest_per_key, make_producer
+from tests.support.kafka import Record, create_topic, latest_per_key, make_producer, topic_end
 
 pytestmark = pytest.mark.slow
 
@@ -29,6 +29,7 @@ class Writer:
 
     def __init__(self, servers: str, topic: str) -> None:
         self.topic = topic
+        self._servers = servers
         self.producer = make_producer(servers, **{"enable.idempotence": "true"})
         self.records: list[Record] = []
         self.ends: dict[int, int] = {}
@@ -71,7 +72,10 @@ class Writer:
         self._writing.clear()
         assert self._parked.wait(60), "the writer did not stop"
         assert not self.errors, self.errors[:3]
-        return latest_per_key(self.records), Position(self.ends)
+        end = topic_end(self._servers, self.topic)
+        # Every delivered record is in the topic (a retried batch may be there twice).
+        assert end.reaches(self.ends), (end, self.ends)
+        return latest_per_key(self.records), end
 
     def close(self) -> None:
         self._writing.clear()

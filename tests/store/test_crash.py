@@ -18,7 +18,7 @@ from confluent_kafka import KafkaError, Message
 
 from service.local_broker import LocalBroker
 from store import EngineTuning, Position, Store
-from tests.support.kafka import Record, latest_per_key, make_producer
+from tests.support.kafka import Record, latest_per_key, make_producer, topic_end
 from tests.support.stores import (
     StoreProcess,
     assert_equals_model,
@@ -36,6 +36,7 @@ class KeyedWriter:
 
     def __init__(self, bootstrap_servers: str, topic: str, seed: int) -> None:
         self.topic = topic
+        self._bootstrap_servers = bootstrap_servers
         self.producer = make_producer(bootstrap_servers, **{"enable.idempotence": "true"})
         self.records: list[Record] = []
         self.ends: dict[int, int] = {}
@@ -85,7 +86,10 @@ class KeyedWriter:
         self._writing.clear()
         assert self._parked.wait(60), "the writer did not stop"
         assert not self.errors, self.errors[:3]
-        return latest_per_key(seed + self.records), seed_end.merged(self.ends)
+        end = topic_end(self._bootstrap_servers, self.topic)
+        # Every delivered record is in the topic (a retried batch may be there twice).
+        assert end.reaches(seed_end.merged(self.ends)), (end, self.ends)
+        return latest_per_key(seed + self.records), end
 
     def close(self) -> None:
         self._writing.clear()

@@ -7,8 +7,10 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping
 
-from confluent_kafka import Producer
+from confluent_kafka import OFFSET_END, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+
+from store import Position
 
 Record = tuple[bytes | None, bytes | None]  # (key, value); a None value is a tombstone
 
@@ -45,15 +47,44 @@ def add_partitions(bootstrap_servers: str, topic: str, total: int) -> None:
 
 
 def make_producer(bootstrap_servers: str, **overrides: str | int) -> Producer:
+    """A producer for test data.
+
+    The local broker does not de-duplicate a retried batch (idempotence is not honoured), so a
+    retry on a busy machine appends the batch twice. One request in flight keeps such a copy right
+    after its original, where it changes no key's last value; only the end offsets move, so tests
+    take the end of a topic from :func:`topic_end`, not from delivery reports.
+    """
     config: dict[str, str | int] = {
         "bootstrap.servers": bootstrap_servers,
         "linger.ms": 5,
         "batch.num.messages": 10000,
         "queue.buffering.max.messages": 1_000_000,
         "allow.auto.create.topics": False,
+        "max.in.flight.requests.per.connection": 1,
     }
     config.update(overrides)
     return Producer(config)
+
+
+def topic_end(bootstrap_servers: str, topic: str, timeout: float = 30.0) -> Position:
+    """The next offset of every partition of ``topic``: the high watermarks fetches report."""
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap_servers, "group.id": "tests-topic-end", "enable.partition.eof": True}
+    )
+    try:
+        partitions = len(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
+        consumer.assign([TopicPartition(topic, p, OFFSET_END) for p in range(partitions)])
+        ends: dict[int, int] = {}
+        deadline = time.monotonic() + timeout
+        while len(ends) < partitions:
+            assert time.monotonic() < deadline, f"no end of partition from {topic} in {timeout}s: {ends}"
+            for message in consumer.consume(1000, 0.2):
+                error = message.error()
+                if error is not None and error.code() == KafkaError._PARTITION_EOF:
+                    ends[message.partition() or 0] = message.offset() or 0
+        return Position(ends)
+    finally:
+        consumer.close()
 
 
 def produce(
