@@ -72,7 +72,7 @@ class Writer:
         self._writing.clear()
         assert self._parked.wait(60), "the writer did not stop"
         assert not self.errors, self.errors[:3]
-        end = topic_end(self._servers, self.topic)
+        end = topic_end(self._servers, self.topic, at_least=self.ends)
         # Every delivered record is in the topic (a retried batch may be there twice).
         assert end.reaches(self.ends), (end, self.ends)
         return latest_per_key(self.records), end

@@ -7,7 +7,7 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping
 
-from confluent_kafka import OFFSET_END, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 from store import Position
@@ -66,23 +66,34 @@ def make_producer(bootstrap_servers: str, **overrides: str | int) -> Producer:
     return Producer(config)
 
 
-def topic_end(bootstrap_servers: str, topic: str, timeout: float = 30.0) -> Position:
-    """The next offset of every partition of ``topic``: the high watermarks fetches report."""
+def topic_end(
+    bootstrap_servers: str, topic: str, at_least: Mapping[int, int] | None = None, timeout: float = 30.0
+) -> Position:
+    """The next offset of every partition of ``topic``: where a fetch reports the end.
+
+    Reads every partition from its start to its end: the local broker answers a ListOffsets
+    "latest" too low (its quirk), and a fetch that starts at the last batch can report that too.
+    ``at_least`` are offsets known to exist: the end found must reach them.
+    """
     consumer = Consumer(
         {"bootstrap.servers": bootstrap_servers, "group.id": "tests-topic-end", "enable.partition.eof": True}
     )
     try:
         partitions = len(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
-        consumer.assign([TopicPartition(topic, p, OFFSET_END) for p in range(partitions)])
+        consumer.assign(
+            [TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)]
+        )
         ends: dict[int, int] = {}
         deadline = time.monotonic() + timeout
         while len(ends) < partitions:
             assert time.monotonic() < deadline, f"no end of partition from {topic} in {timeout}s: {ends}"
-            for message in consumer.consume(1000, 0.2):
+            for message in consumer.consume(10_000, 0.2):
                 error = message.error()
                 if error is not None and error.code() == KafkaError._PARTITION_EOF:
                     ends[message.partition() or 0] = message.offset() or 0
-        return Position(ends)
+        end = Position(ends)
+        assert end.reaches(at_least or {}), (end, at_least)
+        return end
     finally:
         consumer.close()
 

@@ -62,7 +62,7 @@ def assert_equals_model(store: ServableStore, model: dict[bytes, bytes], end: Po
     """The store is READY, at exactly ``end``, and holds exactly ``model`` (nothing else)."""
     assert store.state is StoreState.READY
     table, position = table_of(store)
-    assert position == end
+    assert position == end, (position, end, store.status())
     assert table.keys() == model.keys()
     assert table == model
 
