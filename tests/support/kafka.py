@@ -80,9 +80,7 @@ def topic_end(
     )
     try:
         partitions = len(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
-        consumer.assign(
-            [TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)]
-        )
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
         ends: dict[int, int] = {}
         deadline = time.monotonic() + timeout
         while len(ends) < partitions:
