@@ -9,6 +9,7 @@ microseconds, so a thread hop would cost more than the read. Position waits (``m
 from __future__ import annotations
 
 import hashlib
+import hmac
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -48,8 +49,7 @@ class Access:
             return None
         header = request.headers.get("authorization", "")
         scheme, _, token = header.partition(" ")
-        digest = hashlib.sha256(token.strip().encode()).hexdigest() if scheme.lower() == "bearer" else None
-        stores = self._tokens.get(digest) if digest else None
+        stores = self._match(token.strip()) if scheme.lower() == "bearer" else None
         if stores is None:
             raise ProblemError(
                 401,
@@ -59,6 +59,16 @@ class Access:
                 headers={"WWW-Authenticate": 'Bearer realm="statestore"'},
             )
         return stores or None
+
+    def _match(self, token: str) -> frozenset[str] | None:
+        """The stores of the configured token equal to ``token``, compared in constant time."""
+        digest = hashlib.sha256(token.encode()).hexdigest().encode()
+        found: frozenset[str] | None = None
+        for known, stores in self._tokens.items():
+            # Every configured digest is compared, all the way: no timing tells which was close.
+            if hmac.compare_digest(digest, known.lower().encode()):
+                found = stores
+        return found
 
     def check(self, request: Request, store: str) -> None:
         allowed = self.allowed_stores(request)
