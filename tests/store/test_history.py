@@ -418,6 +418,8 @@ def test_as_of_is_refused_clearly_when_it_cannot_be_exact(
             view.index_scan("by_n", b"2")
         assert view.get_many(KEYS) == [model_as_of(delivered, end).get(key) for key in KEYS]
     assert grown.wait_until_ready(60), grown.status()
+    # An existing store builds an added index once READY (reads went on meanwhile).
+    assert grown.wait_for_indexes(60), grown.status()
     for as_of in (end, ahead):
         model = model_as_of(delivered, as_of)
         with grown.view(as_of=as_of) as view:
