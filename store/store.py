@@ -198,7 +198,10 @@ class Store:
         engine = serving.engine if serving is not None else None
         progress = materializer.progress if materializer is not None else None
         writing = writer.position if writer is not None else position
+        # The restore target is a lower bound of the end too: lag never shows less than remains.
         end = Position(progress.end_offsets if progress else {}).merged(position)
+        if progress is not None and self._state is not StoreState.READY:
+            end = end.merged(progress.restore_target)
         restore = None
         if progress is not None and self._state is not StoreState.READY:
             restore = RestoreProgress(
