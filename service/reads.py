@@ -8,6 +8,7 @@ microseconds, so a thread hop would cost more than the read. Position waits (``m
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import hmac
 from collections.abc import Callable
@@ -35,13 +36,22 @@ from store import (
 T = TypeVar("T")
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Grant:
+    """What a matched token may read: ``stores`` names them, ``None`` means every store."""
+
+    stores: frozenset[str] | None
+
+
 class Access:
     """Who may read which store: nobody is checked in ``open`` mode, bearer tokens otherwise."""
 
     def __init__(self, settings: Settings) -> None:
         self.open = settings.auth.mode == "open"
-        # Token digest -> the stores it may read (an empty set means every store).
-        self._tokens = {t.sha256: frozenset(t.stores) for t in settings.auth.tokens}
+        # Token digest -> the stores it may read (``None``: every store).
+        self._tokens: dict[str, frozenset[str] | None] = {
+            t.sha256: None if t.reads_every_store else frozenset(t.stores) for t in settings.auth.tokens
+        }
 
     def allowed_stores(self, request: Request) -> frozenset[str] | None:
         """The stores the caller may read (``None``: all); raises ``unauthorized`` without a valid token."""
@@ -49,8 +59,8 @@ class Access:
             return None
         header = request.headers.get("authorization", "")
         scheme, _, token = header.partition(" ")
-        stores = self._match(token.strip()) if scheme.lower() == "bearer" else None
-        if stores is None:
+        matched = self._match(token.strip()) if scheme.lower() == "bearer" else None
+        if matched is None:
             raise ProblemError(
                 401,
                 "unauthorized",
@@ -58,16 +68,16 @@ class Access:
                 "send a valid token as 'Authorization: Bearer <token>'",
                 headers={"WWW-Authenticate": 'Bearer realm="statestore"'},
             )
-        return stores or None
+        return matched.stores
 
-    def _match(self, token: str) -> frozenset[str] | None:
-        """The stores of the configured token equal to ``token``, compared in constant time."""
+    def _match(self, token: str) -> _Grant | None:
+        """The grant of the configured token equal to ``token``, compared in constant time."""
         digest = hashlib.sha256(token.encode()).hexdigest().encode()
-        found: frozenset[str] | None = None
+        found: _Grant | None = None
         for known, stores in self._tokens.items():
             # Every configured digest is compared, all the way: no timing tells which was close.
             if hmac.compare_digest(digest, known.lower().encode()):
-                found = stores
+                found = _Grant(stores)
         return found
 
     def check(self, request: Request, store: str) -> None:

@@ -152,19 +152,45 @@ class LimitSettings(BaseModel):
     retry_after_seconds: int = Field(default=1, ge=1)
 
 
+ALL_STORES = "*"
+
+
 class TokenSettings(BaseModel):
-    """One bearer token, stored as the hex SHA-256 of the token, and the stores it may read."""
+    """One bearer token, stored as the hex SHA-256 of the token, and the stores it may read.
+
+    ``stores`` lists store names, or is ``["*"]`` for every store, present and future. Reading
+    everything must be asked for: a token with no ``stores`` is a configuration error, not a
+    token that reads everything by omission.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(min_length=1)
     sha256: str = Field(pattern=r"^[0-9a-fA-F]{64}$")
-    stores: list[str] = Field(default_factory=list)
+    stores: list[str]
 
     @field_validator("sha256")
     @classmethod
     def _lower(cls, digest: str) -> str:
         return digest.lower()
+
+    @model_validator(mode="after")
+    def _explicit_stores(self) -> TokenSettings:
+        if not self.stores:
+            raise ValueError(
+                f"auth token {self.name!r} names no stores: list the stores it may read,"
+                f' or stores: ["{ALL_STORES}"] for every store'
+            )
+        if ALL_STORES in self.stores and len(self.stores) > 1:
+            raise ValueError(
+                f'auth token {self.name!r} lists "{ALL_STORES}" with other stores:'
+                f' use ["{ALL_STORES}"] alone for every store, or only names'
+            )
+        return self
+
+    @property
+    def reads_every_store(self) -> bool:
+        return self.stores == [ALL_STORES]
 
 
 class AuthSettings(BaseModel):
@@ -240,6 +266,8 @@ class Settings(BaseSettings):
         if duplicates:
             raise ValueError(f"store names must be unique; repeated: {', '.join(duplicates)}")
         for token in self.auth.tokens:
+            if token.reads_every_store:
+                continue
             unknown = sorted(set(token.stores) - set(names))
             if unknown:
                 raise ValueError(f"auth token {token.name!r} names unknown stores: {', '.join(unknown)}")

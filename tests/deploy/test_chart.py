@@ -212,6 +212,8 @@ def test_kubernetes_validation_catches_a_broken_manifest(rendered: dict[str, Ren
         ({"auth": {"mode": "everyone"}}, "mode"),
         ({"kafka": {"bootstrapServers": "k:9092", "config": {"sasl.password": "oops"}}}, "sasl.password"),
         ({"stores": [{"name": "../etc", "topic": "t"}]}, "name"),
+        ({"auth": {"tokens": [{"name": "a", "sha256": INLINE_HASH}]}}, "stores"),
+        ({"auth": {"tokens": [{"name": "a", "sha256": INLINE_HASH, "stores": []}]}}, "stores"),
     ],
 )
 def test_values_schema_rejects_bad_values(values: dict[str, Any], complaint: str) -> None:
@@ -471,6 +473,7 @@ def test_a_config_the_service_refuses_is_refused(tmp_path: Path) -> None:
             "auth.existingSecret is empty",
         ),
         ({"auth": {"mode": "tokens", "tokens": [{"name": "a"}]}}, "needs secretKey"),
+        ({"auth": {"mode": "tokens", "tokens": [{"name": "a", "sha256": INLINE_HASH}]}}, "names no stores"),
     ],
 )
 def test_values_that_would_leak_or_cannot_work_fail_to_render(

@@ -41,7 +41,9 @@ def test_no_secret_in_logs_errors_or_status(own_broker: LocalBroker, start_servi
         env={"STATESTORE_KAFKA__SASL_PASSWORD": ENV_PASSWORD},
         auth={
             "mode": "tokens",
-            "tokens": [{"name": "ops", "sha256": hashlib.sha256(TOKEN.encode()).hexdigest()}],
+            "tokens": [
+                {"name": "ops", "sha256": hashlib.sha256(TOKEN.encode()).hexdigest(), "stores": ["*"]}
+            ],
         },
         log_level="DEBUG",
     )

@@ -21,7 +21,7 @@ def guarded(make_service: Callable[..., Service]) -> Service:
             "mode": "tokens",
             "tokens": [
                 {"name": "analytics", "sha256": digest("s3cret-a"), "stores": ["products"]},
-                {"name": "ops", "sha256": digest("s3cret-o").upper()},
+                {"name": "ops", "sha256": digest("s3cret-o").upper(), "stores": ["*"]},
             ],
         }
     )
@@ -44,7 +44,7 @@ def test_token_reads_its_stores_only(guarded: Service) -> None:
     assert [s["name"] for s in listed] == ["products"]
 
 
-def test_token_without_store_list_reads_every_store(guarded: Service) -> None:
+def test_token_with_star_reads_every_store(guarded: Service) -> None:
     headers = {"Authorization": "Bearer s3cret-o"}
     assert guarded.client.get("/v1/stores/notes/keys/n1", headers=headers).text == "héllo"
     assert len(guarded.client.get("/v1/stores", headers=headers).json()["stores"]) == 3

@@ -134,6 +134,8 @@ def test_store_configs_for_the_engine(config_file: Path) -> None:
         ("max_batch_keys: 500", "max_batch_keys: 0", "max_batch_keys"),
         ("port: 8080", "port: 99999", "port"),
         ("stores: [products]", "stores: [nope]", "unknown stores"),
+        ("stores: [products]", "stores: []", "names no stores"),
+        ("stores: [products]", "stores: ['*', products]", '"*" with other stores'),
         ('sha256: "2bb8', 'sha256: "zz', "sha256"),
         ("mode: tokens", "mode: maybe", "mode"),
         ("field: category", "field: a..b", "dotted path"),

@@ -96,6 +96,9 @@ STATESTORE_KAFKA__<KEY> with the dots of the key written as underscores.
 {{- if not (or .secretKey .sha256) }}
 {{- fail (printf "auth token %q needs secretKey (a key in auth.existingSecret) or sha256" .name) }}
 {{- end }}
+{{- if not .stores }}
+{{- fail (printf "auth token %q names no stores: list the stores it may read, or stores: [\"*\"] for every store" .name) }}
+{{- end }}
 {{- end }}
 {{- if not .Values.stores }}
 {{- fail "stores is empty: list at least one store (name, topic, value_format)" }}
@@ -126,9 +129,9 @@ ConfigMap's file), then extraEnv.
     secretKeyRef:
       name: {{ $.Values.auth.existingSecret }}
       key: {{ $token.secretKey }}
-{{- $tokens = append $tokens (dict "name" $token.name "stores" ($token.stores | default list) "sha256" (printf "$(AUTH_TOKEN_SHA256_%d)" $index)) }}
+{{- $tokens = append $tokens (dict "name" $token.name "stores" $token.stores "sha256" (printf "$(AUTH_TOKEN_SHA256_%d)" $index)) }}
 {{- else }}
-{{- $tokens = append $tokens (dict "name" $token.name "stores" ($token.stores | default list) "sha256" $token.sha256) }}
+{{- $tokens = append $tokens (dict "name" $token.name "stores" $token.stores "sha256" $token.sha256) }}
 {{- end }}
 {{- end }}
 # The token list, with each hash expanded by the kubelet from the variable above it.
