@@ -70,6 +70,16 @@ def prefix_upper_bound(prefix: bytes) -> bytes | None:
     return stripped[:-1] + bytes([stripped[-1] + 1])
 
 
+# What RocksDB reports when the volume, a quota or a file size limit refuses a write: the store's
+# files are fine, so opening must wait for space rather than rebuild.
+_SPACE_ERRORS = ("no space left on device", "file too large", "disk quota exceeded")
+
+
+def _is_space_error(exc: Exception) -> bool:
+    text = str(exc).lower()
+    return any(marker in text for marker in _SPACE_ERRORS)
+
+
 def _options(tuning: EngineTuning) -> rocksdict.Options:
     options = rocksdict.Options(raw_mode=True)
     options.create_if_missing(True)
@@ -105,6 +115,11 @@ class Engine:
                 column_families=dict.fromkeys(_CFS, self._options),
             )
         except Exception as exc:
+            if _is_space_error(exc):
+                raise StoreWriteError(
+                    f"cannot open the RocksDB database at {path} ({exc}): its volume is full; free"
+                    " space on it (or grow it): the store opens by itself once it can write again"
+                ) from exc
             if "lock" in str(exc).lower():
                 raise StoreLockedError(
                     f"the RocksDB database at {path} is still open in this process; stop the Store that"

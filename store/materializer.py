@@ -75,6 +75,10 @@ class MaterializerTarget(Protocol):
 
     def reopen(self) -> None: ...
 
+    def ensure_writable(self) -> None:
+        """Open the written copy if a full volume kept it closed (``StoreWriteError`` if it still cannot)."""
+        ...
+
     def checkpoint(self) -> None: ...
 
     def build_indexes(self, stop: threading.Event) -> None: ...
@@ -110,8 +114,19 @@ class Progress:
         self.applied_total = 0
         self.null_keys = 0
         self.last_error: str | None = None
+        self.last_error_at = 0.0
         self.last_contact: float | None = None
         self._rate_window: list[tuple[float, int]] = []
+
+    def note_error(self, message: str) -> None:
+        """Record the problem the store has now (shown in its status until it goes away)."""
+        self.last_error = message
+        self.last_error_at = time.monotonic()
+
+    def note_healthy(self, since: float) -> None:
+        """Work begun at ``since`` went through: an error noted before then no longer holds."""
+        if self.last_error is not None and self.last_error_at < since:
+            self.last_error = None
 
     def begin_restore(self, target: dict[int, int]) -> None:
         self.restore_target = dict(target)
@@ -226,6 +241,7 @@ class Materializer:
         backoff = Backoff(self._tuning.retry_backoff_initial_seconds, self._tuning.retry_backoff_max_seconds)
         while not self._stop.is_set():
             try:
+                self._target.ensure_writable()
                 self._session(backoff)
             except RebuildRequired as signal:
                 self._log.warning(
@@ -233,16 +249,16 @@ class Materializer:
                     self._config.name,
                     signal.reason,
                 )
-                self.progress.last_error = signal.reason
+                self.progress.note_error(signal.reason)
                 self._target.rebuild(signal.reason)
             except StoreWriteError as exc:
                 self._pause_until_writable(exc, backoff)
             except TransientSourceError as exc:
-                self.progress.last_error = str(exc)
+                self.progress.note_error(str(exc))
                 self._log.warning('store "%s": %s; retrying', self._config.name, exc)
                 backoff.wait(self._stop)
             except Exception as exc:
-                self.progress.last_error = f"{type(exc).__name__}: {exc}"
+                self.progress.note_error(f"{type(exc).__name__}: {exc}")
                 self._log.exception('store "%s": materializer error; retrying', self._config.name)
                 backoff.wait(self._stop)
 
@@ -252,26 +268,31 @@ class Materializer:
         Reads go on meanwhile from what was applied. A probe file sized like a memtable flush
         tells when space is back, so a still-full disk is not reopened and refilled in a loop.
         """
-        self.progress.last_error = str(error)
+        self.progress.note_error(str(error))
         self._log.error(
             'store "%s": %s. Materializing is paused; reads go on at position %s',
             self._config.name,
             error,
-            self._position(),
+            self._position() or "none (nothing is served until the store can open)",
         )
         probe_bytes = min(self._tuning.write_buffer_bytes, _SPACE_PROBE_MAX_BYTES)
         while not self._stop.is_set():
             backoff.wait(self._stop)
             if self._stop.is_set() or not can_write(self._config.path, probe_bytes):
                 continue
-            self._target.reopen()
+            try:
+                self._target.reopen()
+            except StoreWriteError as exc:  # the probe fitted, RocksDB's files did not yet
+                self.progress.note_error(str(exc))
+                self._log.warning('store "%s": still cannot write: %s', self._config.name, exc)
+                continue
             self._log.warning(
                 'store "%s": its volume takes writes again; materializing resumes', self._config.name
             )
             return
 
     def _on_client_error(self, error: KafkaError) -> None:
-        self.progress.last_error = f"kafka: {error.str()}"
+        self.progress.note_error(f"kafka: {error.str()}")
         if error.fatal():
             self._log.error('store "%s": fatal Kafka client error: %s', self._config.name, error.str())
         else:
@@ -392,6 +413,7 @@ class Materializer:
             loader = BulkLoader(config.path / "bulk", ingest)
         try:
             while not self._stop.is_set():
+                polled_at = time.monotonic()
                 messages = consumer.consume(tuning.poll_max_records, tuning.poll_timeout_seconds)
                 if loader is None:
                     chunk = _Chunk()
@@ -418,6 +440,9 @@ class Materializer:
                 elif offsets:
                     target.apply(keys, values, offsets, chunk.metas if with_metas else None)
                     progress.count(len(keys))
+                if messages:
+                    # Records (or an end of partition) arrived and were taken: earlier errors are over.
+                    progress.note_healthy(polled_at)
                 self._refresh_end_offsets(consumer, topic, partitions, targets, refined)
                 if loader is None and wants_bulk():
                     # The true end offsets are known only after the first fetch responses.
@@ -463,6 +488,7 @@ class Materializer:
                     partitions = self._check_metadata(consumer, admin, info, partitions, targets)
                     # The broker answered: an idle topic is not a lost broker.
                     progress.last_contact = time.monotonic()
+                    progress.note_healthy(now)
             if loader is not None and chunk.offsets:
                 loader.submit(chunk.keys, chunk.values, chunk.offsets)
             if loader is not None:
@@ -503,7 +529,7 @@ class Materializer:
             raise TransientSourceError(
                 f"fatal consumer error on {where}: {error.str()}; recreating the consumer"
             )
-        self.progress.last_error = f"kafka: {error.str()}"
+        self.progress.note_error(f"kafka: {error.str()}")
 
     def _refresh_end_offsets(
         self, consumer: Consumer, topic: str, partitions: int, targets: dict[int, int], refined: set[int]

@@ -13,7 +13,7 @@ from types import TracebackType
 
 from store.config import StoreConfig
 from store.engine import destroy
-from store.exceptions import StoreClosedError
+from store.exceptions import StoreClosedError, StoreWriteError
 from store.lock import DirectoryLock
 from store.materializer import Materializer
 from store.position import Position
@@ -83,22 +83,27 @@ class Store:
                 f'store "{self.name}" was already started; create a new Store to reopen it'
             )
         self._directory_lock.acquire()
+        replica: Replica | None = None
         try:
             self._finish_interrupted_rebuild()
             destroy(self.config.path / "bulk")  # files of a bulk load a crash interrupted
             replica = Replica(self.config, self._db_path, self._changed)
+        except StoreWriteError as exc:
+            # A full volume: the files are intact, so the materializer waits for space and opens them.
+            logger.error('store "%s": %s', self.name, exc)
         except BaseException:
             self._directory_lock.release()
             raise
         self._serving = self._writer = replica
-        self._materializer = Materializer(self.config, self, lambda: self._require_writer().position)
-        logger.info(
-            'store "%s" opened at %s (topic "%s", stored position %s)',
-            self.name,
-            self.config.path,
-            self.config.topic,
-            replica.position or "none: restoring from the earliest offsets",
-        )
+        self._materializer = Materializer(self.config, self, self.writer_position)
+        if replica is not None:
+            logger.info(
+                'store "%s" opened at %s (topic "%s", stored position %s)',
+                self.name,
+                self.config.path,
+                self.config.topic,
+                replica.position or "none: restoring from the earliest offsets",
+            )
         self._materializer.start()
 
     def stop(self) -> None:
@@ -330,25 +335,41 @@ class Store:
             else "reads wait until it is READY",
         )
 
+    def writer_position(self) -> Position:
+        """The position of the copy being written (none while a full volume keeps it closed)."""
+        writer = self._writer
+        return writer.position if writer is not None else Position()
+
+    def ensure_writable(self) -> None:
+        """Open the written copy if a full volume kept it closed; ``StoreWriteError`` if it still cannot."""
+        if self._writer is None and self._state is not StoreState.STOPPED:
+            self.reopen()
+
     def reopen(self) -> None:
         """Reopen the written copy after a write error (RocksDB refuses writes until then).
 
         What was applied since the last checkpoint is lost with its offsets (no WAL), so the store
         is RESTORING until it has caught up again: no reader sees its position go back. A rebuild
-        copy is reopened alone; readers keep the last good copy.
+        copy is reopened alone; readers keep the last good copy. If the volume is still too full
+        to open the copy, ``StoreWriteError`` is raised and the copy stays closed until a later call.
         """
         with self._changed:
-            serving, writer = self._serving, self._writer
-            if writer is None:
+            if self._state is StoreState.STOPPED:
                 return
-            if writer is not serving:
-                writer.close(flush=False)
+            serving, writer = self._serving, self._writer
+            if serving is not None and writer is not serving:
+                # A rebuild copy (possibly closed by an earlier failed reopen).
+                if writer is not None:
+                    writer.close(flush=False)
+                    self._writer = None
                 self._writer = Replica(self.config, self._next_path, self._changed)
                 return
             if self._state is StoreState.READY:
                 self._state = StoreState.RESTORING
-            self._changed.wait_for(lambda: self._active_views == 0, timeout=10)
-            writer.close(flush=False)
+            if writer is not None:
+                self._changed.wait_for(lambda: self._active_views == 0, timeout=10)
+                writer.close(flush=False)
+                self._serving = self._writer = None
             self._serving = self._writer = Replica(self.config, self._db_path, self._changed)
             self._changed.notify_all()
         logger.warning(

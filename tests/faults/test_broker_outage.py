@@ -104,6 +104,8 @@ def test_reads_go_on_through_a_broker_outage_and_the_store_follows_the_broker_ba
             return bool(answer.json()["values"] == [new[key].decode() for key in KEYS])
 
         service.wait_for(follows, 120, "the store to equal the recreated topic")
+        # The outage is over: its error no longer shows (records and metadata answers go through).
+        service.wait_for(lambda: service.info("prices")["last_error"] is None, 30, "the error to clear")
         assert service.info("prices")["seconds_since_last_contact"] < first + 1
         assert gauge(service, "statestore_stale") == 0
     finally:
