@@ -62,6 +62,22 @@ class StoreCollector(Collector):
         stale = GaugeMetricFamily(
             "statestore_stale", "1 while a rebuild serves the last good copy", labels=["store"]
         )
+        cache_capacity = GaugeMetricFamily(
+            "statestore_block_cache_capacity_bytes",
+            "RocksDB block cache configured (engine.block_cache_bytes), every open copy",
+            labels=["store"],
+        )
+        cache_usage = GaugeMetricFamily(
+            "statestore_block_cache_usage_bytes", "RocksDB block cache in use", labels=["store"]
+        )
+        memtables = GaugeMetricFamily(
+            "statestore_memtable_bytes", "Writes held in memtables, not yet flushed", labels=["store"]
+        )
+        read_cache = GaugeMetricFamily(
+            "statestore_read_cache_entries",
+            "Hot keys cached in front of RocksDB (at most engine.read_cache_entries)",
+            labels=["store"],
+        )
         for served in self._stores.all():
             current = self._stores.state_of(served)
             for candidate in StoreState:
@@ -81,7 +97,13 @@ class StoreCollector(Collector):
             if status.seconds_since_last_contact is not None:
                 contact.add_metric([served.name], status.seconds_since_last_contact)
             stale.add_metric([served.name], 1.0 if status.stale else 0.0)
+            if status.memory is not None:
+                cache_capacity.add_metric([served.name], status.memory.block_cache_capacity_bytes)
+                cache_usage.add_metric([served.name], status.memory.block_cache_usage_bytes)
+                memtables.add_metric([served.name], status.memory.memtable_bytes)
+                read_cache.add_metric([served.name], status.memory.read_cache_entries)
         yield from (applied, null_keys, lag, position, state, keys, size, remaining, contact, stale)
+        yield from (cache_capacity, cache_usage, memtables, read_cache)
 
 
 class Metrics:

@@ -114,6 +114,15 @@ STORE_INFO_SCHEMA: dict[str, Any] = {
         "last_error": {"type": ["string", "null"]},
         "seconds_since_last_contact": {"type": ["number", "null"]},
         "stale": {"type": "boolean"},
+        "memory": {
+            "type": ["object", "null"],
+            "properties": {
+                "block_cache_capacity_bytes": {"type": "integer"},
+                "block_cache_usage_bytes": {"type": "integer"},
+                "memtable_bytes": {"type": "integer"},
+                "read_cache_entries": {"type": "integer"},
+            },
+        },
         "indexes": {"type": "object", "additionalProperties": {"type": "object"}},
         "history": {
             "type": ["object", "null"],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 from urllib.parse import quote
 
@@ -69,6 +70,7 @@ def store_info(registry: StoreRegistry, served: ServedStore) -> dict[str, Any]:
         last_error=registry.start_error(served.name) or status.last_error,
         seconds_since_last_contact=status.seconds_since_last_contact,
         stale=status.stale,
+        memory=None if status.memory is None else dataclasses.asdict(status.memory),
         indexes={
             name: {"field": index.field, "state": index.state, "rows_indexed": index.rows_indexed}
             for name, index in status.indexes.items()

@@ -8,6 +8,7 @@ Kafka settings pass through to librdkafka; values whose key looks secret (``sasl
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -15,6 +16,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import (
     BaseModel,
+    ByteSize,
     ConfigDict,
     Field,
     SecretStr,
@@ -25,7 +27,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from service.exceptions import ConfigError
-from store import MAX_SCAN_LIMIT, HistorySpec, IndexSpec, StoreConfig
+from store import MAX_SCAN_LIMIT, EngineTuning, HistorySpec, IndexSpec, StoreConfig
 
 ENV_PREFIX = "STATESTORE_"
 
@@ -96,6 +98,32 @@ class HistorySettings(BaseModel):
         return HistorySpec(retention_ms=self.retention_ms, retention_offsets=self.retention_offsets)
 
 
+class EngineSettings(BaseModel):
+    """Memory and durability knobs of a store's engine; unset keys keep the level above.
+
+    Sizes take bytes or a unit (``512MiB``, ``1GiB``). Per store and copy: the block cache, up to
+    two write buffers per column family in use, and the hot-key read cache; a store being rebuilt
+    holds a second copy until the swap.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    # RocksDB's cache of uncompressed data blocks, per store.
+    block_cache_bytes: ByteSize | None = Field(default=None, ge=1024 * 1024)
+    # One memtable's size; a full one is flushed to an SST file.
+    write_buffer_bytes: ByteSize | None = Field(default=None, ge=1024 * 1024)
+    # Entries (key and value) of the hot-key cache in front of RocksDB; 0 turns it off.
+    read_cache_entries: int | None = Field(default=None, ge=0)
+    # How often a READY store flushes its memtables: at most this much is re-read after a crash.
+    checkpoint_interval_seconds: float | None = Field(default=None, gt=0)
+
+    def apply(self, tuning: EngineTuning) -> EngineTuning:
+        """``tuning`` with every key set here replacing its value."""
+        changes = {name: value for name, value in self.model_dump().items() if value is not None}
+        changes = {name: int(v) if isinstance(v, ByteSize) else v for name, v in changes.items()}
+        return dataclasses.replace(tuning, **changes)
+
+
 class StoreSettings(BaseModel):
     """One store: a compacted topic served under ``name``."""
 
@@ -106,6 +134,8 @@ class StoreSettings(BaseModel):
     value_format: ValueFormat = "bytes"
     indexes: list[IndexSettings] = Field(default_factory=list)
     history: HistorySettings | None = None
+    # Overrides of the top-level ``engine`` section for this store alone.
+    engine: EngineSettings = Field(default_factory=EngineSettings)
 
     @field_validator("name")
     @classmethod
@@ -221,6 +251,8 @@ class Settings(BaseSettings):
     stores: list[StoreSettings] = Field(default_factory=list)
     limits: LimitSettings = Field(default_factory=LimitSettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)
+    # Engine knobs for every store; a store's own ``engine`` section overrides them.
+    engine: EngineSettings = Field(default_factory=EngineSettings)
 
     @classmethod
     def settings_customise_sources(
@@ -324,6 +356,7 @@ def store_configs(settings: Settings) -> list[StoreConfig]:
             state_dir=settings.state_dir,
             indexes=tuple(index.spec() for index in s.indexes),
             history=s.history.spec() if s.history else None,
+            tuning=s.engine.apply(settings.engine.apply(EngineTuning())),
         )
         for s in settings.stores
     ]

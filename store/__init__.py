@@ -34,6 +34,7 @@ from store.position import Position
 from store.protocol import (
     MAX_SCAN_LIMIT,
     IndexStatus,
+    MemoryUsage,
     ReadOnlyKeyValueStore,
     RestoreProgress,
     ScanPage,
@@ -55,6 +56,7 @@ __all__ = [
     "IndexStatus",
     "InvalidPositionError",
     "KafkaSourceError",
+    "MemoryUsage",
     "Position",
     "PositionNotReachedError",
     "ReadOnlyKeyValueStore",

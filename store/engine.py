@@ -37,7 +37,7 @@ from store.exceptions import (
 )
 from store.indexes import IndexSpec
 from store.position import Position
-from store.protocol import MAX_SCAN_LIMIT, ScanPage
+from store.protocol import MAX_SCAN_LIMIT, MemoryUsage, ScanPage
 
 logger = logging.getLogger(__name__)
 
@@ -339,6 +339,20 @@ class Engine:
 
     def approximate_num_keys(self) -> int:
         return int(self._db.property_int_value("rocksdb.estimate-num-keys") or 0)
+
+    def memory(self, read_cache_entries: int) -> MemoryUsage:
+        """The block cache (shared by the column families) and the memtables of every column family."""
+        db = self._db
+        memtables = sum(
+            int(family.property_int_value("rocksdb.cur-size-all-mem-tables") or 0)
+            for family in (db, self._meta, self._index, self.history, self.changes)
+        )
+        return MemoryUsage(
+            block_cache_capacity_bytes=int(db.property_int_value("rocksdb.block-cache-capacity") or 0),
+            block_cache_usage_bytes=int(db.property_int_value("rocksdb.block-cache-usage") or 0),
+            memtable_bytes=memtables,
+            read_cache_entries=read_cache_entries,
+        )
 
     def size_on_disk_bytes(self) -> int:
         return directory_size(self.path)

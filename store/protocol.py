@@ -74,6 +74,24 @@ class RestoreProgress:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class MemoryUsage:
+    """What a store holds in memory now, against what it was configured with."""
+
+    block_cache_capacity_bytes: int  # RocksDB's block cache, as configured
+    block_cache_usage_bytes: int  # of which in use
+    memtable_bytes: int  # writes not yet flushed, every column family
+    read_cache_entries: int  # hot keys cached in front of RocksDB
+
+    def __add__(self, other: MemoryUsage) -> MemoryUsage:
+        return MemoryUsage(
+            self.block_cache_capacity_bytes + other.block_cache_capacity_bytes,
+            self.block_cache_usage_bytes + other.block_cache_usage_bytes,
+            self.memtable_bytes + other.memtable_bytes,
+            self.read_cache_entries + other.read_cache_entries,
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class IndexStatus:
     """One secondary index: the field it covers, and whether it can be read yet."""
 
@@ -101,6 +119,7 @@ class StoreStatus:
     seconds_since_last_contact: float | None  # since the broker last answered a fetch
     indexes: dict[str, IndexStatus] = dataclasses.field(default_factory=dict)
     stale: bool = False  # reads are answered from the last good copy while a rebuild runs
+    memory: MemoryUsage | None = None  # every open copy (two while a rebuild runs)
 
     @property
     def total_lag(self) -> int:

@@ -28,7 +28,7 @@ from store.exceptions import (
 from store.history import HistoryRecorder, floor_from
 from store.indexes import IndexSpec, index_changes
 from store.position import Position
-from store.protocol import MAX_SCAN_LIMIT, ScanPage
+from store.protocol import MAX_SCAN_LIMIT, MemoryUsage, ScanPage
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +74,9 @@ class Replica:
             logger.warning('store "%s": %s', self.config.name, exc)
             destroy(path)
             return Engine(path, self.config.tuning)
+
+    def memory(self) -> MemoryUsage:
+        return self.engine.memory(len(self._cache))
 
     def close(self, flush: bool = True) -> None:
         if flush:

@@ -17,7 +17,13 @@ from store.exceptions import StoreClosedError, StoreWriteError
 from store.lock import DirectoryLock
 from store.materializer import Materializer
 from store.position import Position
-from store.protocol import IndexStatus, ReadOnlyKeyValueStore, RestoreProgress, StoreStatus
+from store.protocol import (
+    IndexStatus,
+    MemoryUsage,
+    ReadOnlyKeyValueStore,
+    RestoreProgress,
+    StoreStatus,
+)
 from store.replica import Replica
 from store.state import StoreState
 
@@ -238,6 +244,7 @@ class Store:
             approximate_num_keys=engine.approximate_num_keys() if engine else 0,
             size_on_disk_bytes=engine.size_on_disk_bytes() if engine else 0,
             last_error=progress.last_error if progress else None,
+            memory=self._memory(serving, writer),
             seconds_since_last_contact=(
                 time.monotonic() - progress.last_contact if progress and progress.last_contact else None
             ),
@@ -379,6 +386,17 @@ class Store:
         )
 
     # -- internals --------------------------------------------------------------------------
+
+    @staticmethod
+    def _memory(serving: Replica | None, writer: Replica | None) -> MemoryUsage | None:
+        copies = [copy for copy in (serving, writer) if copy is not None]
+        if writer is serving:
+            copies = copies[:1]
+        try:
+            usages = [copy.memory() for copy in copies]
+        except Exception:  # a copy closed under a status call: no figure this time
+            return None
+        return sum(usages[1:], usages[0]) if usages else None
 
     def _swap_in(self, rebuilt: Replica) -> None:
         """Replace the served copy with the rebuilt one, atomically for readers."""

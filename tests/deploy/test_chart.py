@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from service.exceptions import ConfigError
-from service.settings import load_settings
+from service.settings import load_settings, store_configs
 from tests.deploy.manifests import (
     CHART,
     KUBERNETES_VERSION,
@@ -101,9 +101,11 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
                 "value_format": "json",
                 "indexes": [{"name": "by_ticker", "field": "ticker"}],
                 "history": {"retention_ms": 86_400_000},
+                "engine": {"block_cache_bytes": "2GiB"},
             },
         ],
         "limits": {"max_batch_keys": 20_000, "max_scan_limit": 5_000},
+        "engine": {"block_cache_bytes": "512MiB", "read_cache_entries": 50_000},
         "resources": {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {"cpu": "4", "memory": "12Gi"}},
         "persistence": {"storageClass": "fast-ssd", "size": "200Gi"},
         "podDisruptionBudget": {"minAvailable": 2},
@@ -213,6 +215,8 @@ def test_kubernetes_validation_catches_a_broken_manifest(rendered: dict[str, Ren
         ({"kafka": {"bootstrapServers": "k:9092", "config": {"sasl.password": "oops"}}}, "sasl.password"),
         ({"stores": [{"name": "../etc", "topic": "t"}]}, "name"),
         ({"auth": {"tokens": [{"name": "a", "sha256": INLINE_HASH}]}}, "stores"),
+        ({"engine": {"block_cache_bytes": "lots"}}, "block_cache_bytes"),
+        ({"engine": {"read_cache_bytes": 1}}, "read_cache_bytes"),
         ({"auth": {"tokens": [{"name": "a", "sha256": INLINE_HASH, "stores": []}]}}, "stores"),
     ],
 )
@@ -449,6 +453,14 @@ def test_limits_pass_through(rendered: dict[str, Rendered], load_pod_settings: A
     positions = settings.store("positions")
     assert positions is not None
     assert [i.field for i in positions.indexes] == ["ticker"]
+
+
+def test_engine_sizing_passes_through(rendered: dict[str, Rendered], load_pod_settings: Any) -> None:
+    settings = load_pod_settings(rendered["three-replicas-monitored"])
+    tunings = {config.name: config.tuning for config in store_configs(settings)}
+    assert tunings["positions"].block_cache_bytes == 2 * 2**30
+    assert tunings["products"].block_cache_bytes == 512 * 2**20
+    assert {t.read_cache_entries for t in tunings.values()} == {50_000}
 
 
 def test_a_config_the_service_refuses_is_refused(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import orjson
@@ -42,16 +43,18 @@ def wait_ready(client: httpx.Client, timeout: float = 60) -> None:
 @pytest.fixture
 def real_service(
     broker: LocalBroker, make_topic: Callable[..., str], state_dir: Path
-) -> Iterator[Callable[[str], httpx.Client]]:
-    """Factory: serve topic ``products`` with a real Store built by the app itself."""
+) -> Iterator[Callable[..., httpx.Client]]:
+    """Factory: serve topic ``products`` with a real Store built by the app itself (``engine``:
+    the settings' top-level engine section)."""
     with_clients: list[httpx.Client] = []
     servers: list[object] = []
 
-    def serve(topic: str) -> httpx.Client:
+    def serve(topic: str, engine: dict[str, Any] | None = None) -> httpx.Client:
         settings = Settings(
             kafka={"bootstrap_servers": broker.bootstrap_servers},
             state_dir=state_dir,
             stores=[{"name": "products", "topic": topic, "value_format": "json"}],
+            engine=engine or {},
         )
         server = serve_app(create_app(settings))
         url = server.__enter__()
@@ -68,7 +71,7 @@ def real_service(
 
 
 def test_restores_then_serves_the_latest_value_per_key(
-    broker: LocalBroker, make_topic: Callable[..., str], real_service: Callable[[str], httpx.Client]
+    broker: LocalBroker, make_topic: Callable[..., str], real_service: Callable[..., httpx.Client]
 ) -> None:
     topic = make_topic(partitions=3)
     rng = random.Random(7)
@@ -133,7 +136,7 @@ def _value(key: int, generation: int) -> bytes:
 
 
 def test_reads_under_concurrent_writes_are_never_torn_and_positions_never_go_back(
-    broker: LocalBroker, make_topic: Callable[..., str], real_service: Callable[[str], httpx.Client]
+    broker: LocalBroker, make_topic: Callable[..., str], real_service: Callable[..., httpx.Client]
 ) -> None:
     topic = make_topic(partitions=1)
     keys = 50
@@ -237,7 +240,7 @@ def test_statestore_serve_command(
     assert (tmp_path / "state" / "notes").is_dir()
 
 
-def test_serves_probes_while_a_store_cannot_become_ready(real_service: Callable[[str], httpx.Client]) -> None:
+def test_serves_probes_while_a_store_cannot_become_ready(real_service: Callable[..., httpx.Client]) -> None:
     client = real_service("topic-that-does-not-exist")
     assert client.get("/healthz").json() == {"status": "alive"}
     ready = client.get("/readyz")
@@ -251,7 +254,7 @@ def test_serves_probes_while_a_store_cannot_become_ready(real_service: Callable[
 
 
 def test_a_store_that_cannot_start_is_failed_and_named(
-    make_topic: Callable[..., str], real_service: Callable[[str], httpx.Client]
+    make_topic: Callable[..., str], real_service: Callable[..., httpx.Client]
 ) -> None:
     topic = make_topic(partitions=1)
     first = real_service(topic)
@@ -271,3 +274,26 @@ def test_a_store_that_cannot_start_is_failed_and_named(
     assert answer.json()["state"] == "FAILED"
     # The first service is unaffected.
     assert first.get("/readyz").status_code == 200
+
+
+def test_engine_settings_size_the_store_and_its_memory_is_reported(
+    broker: LocalBroker, make_topic: Callable[..., str], real_service: Callable[..., httpx.Client]
+) -> None:
+    topic = make_topic(partitions=2)
+    records: list[tuple[bytes | None, bytes | None]] = [
+        (f"p{i:03}".encode(), orjson.dumps({"i": i})) for i in range(200)
+    ]
+    produce(broker.bootstrap_servers, topic, records)
+    client = real_service(topic, engine={"block_cache_bytes": "16MiB", "read_cache_entries": 20})
+    wait_ready(client)
+    for i in range(100):
+        assert client.get(f"/v1/stores/products/keys/p{i:03}").json() == {"i": i}
+
+    memory = client.get("/v1/stores/products").json()["memory"]
+    assert memory["block_cache_capacity_bytes"] == 16 * 1024 * 1024
+    assert 0 < memory["read_cache_entries"] <= 20
+    assert memory["memtable_bytes"] >= 0
+    metrics = client.get("/metrics").text
+    assert 'statestore_block_cache_capacity_bytes{store="products"} 1.6777216e+07' in metrics
+    assert 'statestore_read_cache_entries{store="products"}' in metrics
+    assert 'statestore_memtable_bytes{store="products"}' in metrics

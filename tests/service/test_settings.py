@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import pytest
 
 from service.exceptions import ConfigError
 from service.settings import load_settings, store_configs
-from store import HistorySpec, IndexSpec
+from store import EngineTuning, HistorySpec, IndexSpec
 
 YAML = """
 kafka:
@@ -31,8 +32,13 @@ stores:
     indexes:
       - {name: by_category, field: category}
     history: {retention_ms: 86400000}
+    engine: {block_cache_bytes: 1GiB, checkpoint_interval_seconds: 10}
   - name: customers
     topic: customers
+engine:
+  block_cache_bytes: 128MiB
+  write_buffer_bytes: 16777216
+  read_cache_entries: 0
 limits:
   max_batch_keys: 500
 auth:
@@ -125,6 +131,21 @@ def test_store_configs_for_the_engine(config_file: Path) -> None:
     assert (configs[1].indexes, configs[1].history) == ((), None)
 
 
+def test_engine_settings_apply_to_every_store_and_a_store_overrides_them(config_file: Path) -> None:
+    products, customers = (c.tuning for c in store_configs(load_settings(config_file)))
+    default = EngineTuning()
+    assert customers == dataclasses.replace(
+        default, block_cache_bytes=128 * 2**20, write_buffer_bytes=16 * 2**20, read_cache_entries=0
+    )
+    assert products == dataclasses.replace(customers, block_cache_bytes=2**30, checkpoint_interval_seconds=10)
+    assert type(products.block_cache_bytes) is int
+
+
+def test_without_an_engine_section_the_engine_defaults_hold(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STATESTORE_STORES", '[{"name": "t1", "topic": "topic-1"}]')
+    assert [c.tuning for c in store_configs(load_settings())] == [EngineTuning()]
+
+
 @pytest.mark.parametrize(
     ("replace", "by", "message"),
     [
@@ -146,6 +167,10 @@ def test_store_configs_for_the_engine(config_file: Path) -> None:
             "value_format: json",
         ),
         ("http:", "htttp:", "htttp"),
+        ("block_cache_bytes: 128MiB", "block_cache_bytes: lots", "block_cache_bytes"),
+        ("block_cache_bytes: 128MiB", "block_cache_bytes: 1KiB", "block_cache_bytes"),
+        ("read_cache_entries: 0", "read_cache_entries: -1", "read_cache_entries"),
+        ("read_cache_entries: 0", "read_cache_bytes: 0", "read_cache_bytes"),
     ],
 )
 def test_invalid_settings_are_named(config_file: Path, replace: str, by: str, message: str) -> None:
