@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Mapping
 import anyio
 import orjson
 from fastapi import FastAPI
+from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
@@ -17,6 +18,7 @@ from service import openapi_docs as docs
 from service.guard import RequestGuard
 from service.metrics import CONTENT_TYPE, Metrics, MetricsMiddleware
 from service.problems import install_problem_handlers
+from service.reads import Access
 from service.registry import StoreRegistry
 from service.routes import add_store_routes
 from service.settings import Settings, store_configs
@@ -59,6 +61,8 @@ def create_app(settings: Settings, stores: Mapping[str, ServableStore] | None = 
         stores = owned
     registry = StoreRegistry(settings, stores)
     metrics = Metrics(registry)
+    access = Access(settings)
+    protect_metrics = settings.auth.metrics == "token"
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -116,7 +120,9 @@ def create_app(settings: Settings, stores: Mapping[str, ServableStore] | None = 
     @app.get(
         "/metrics", response_class=Response, responses=docs.METRICS_RESPONSES, summary="Prometheus metrics"
     )
-    async def prometheus_metrics() -> Response:
+    async def prometheus_metrics(request: Request) -> Response:
+        if protect_metrics:
+            access.allowed_stores(request)  # 401 without a valid token
         # Scraping asks every store for its status, which may touch the disk.
         return Response(await anyio.to_thread.run_sync(metrics.render), media_type=CONTENT_TYPE)
 

@@ -230,11 +230,15 @@ class AuthSettings(BaseModel):
 
     mode: Literal["open", "tokens"] = "open"
     tokens: list[TokenSettings] = Field(default_factory=list)
+    # ``token``: /metrics needs a bearer token too (any configured one); probes always stay open.
+    metrics: Literal["open", "token"] = "open"
 
     @model_validator(mode="after")
     def _tokens_when_needed(self) -> AuthSettings:
         if self.mode == "tokens" and not self.tokens:
             raise ValueError("auth.mode is 'tokens' but auth.tokens is empty: list at least one token")
+        if self.metrics == "token" and self.mode != "tokens":
+            raise ValueError("auth.metrics is 'token' but auth.mode is 'open': set auth.mode to 'tokens'")
         return self
 
 

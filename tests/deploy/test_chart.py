@@ -37,13 +37,14 @@ CONFIG_PATH = "/etc/statestore/statestore.yaml"
 
 ANALYTICS_HASH = hashlib.sha256(b"analytics-token").hexdigest()
 BILLING_HASH = hashlib.sha256(b"billing-token").hexdigest()
+SCRAPE_HASH = hashlib.sha256(b"scrape-token").hexdigest()
 INLINE_HASH = hashlib.sha256(b"dashboards-token").hexdigest()
 KAFKA_PASSWORD = "s3cr3t-kafka-password"
 
 # Contents of the Secrets the value sets refer to, as a cluster would hold them.
 SECRETS: dict[str, dict[str, str]] = {
     "kafka-credentials": {"username": "statestore", "password": KAFKA_PASSWORD},
-    "statestore-tokens": {"analytics": ANALYTICS_HASH, "billing": BILLING_HASH},
+    "statestore-tokens": {"analytics": ANALYTICS_HASH, "billing": BILLING_HASH, "prometheus": SCRAPE_HASH},
 }
 
 TWO_STORES = [
@@ -76,7 +77,13 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
                 {"name": "analytics", "stores": ["products", "customers"], "secretKey": "analytics"},
                 {"name": "billing", "stores": ["customers"], "secretKey": "billing"},
                 {"name": "dashboards", "stores": ["products"], "sha256": INLINE_HASH},
+                {"name": "prometheus", "stores": ["*"], "secretKey": "prometheus"},
             ],
+            "metrics": "token",
+        },
+        "serviceMonitor": {
+            "enabled": True,
+            "bearerTokenSecret": {"name": "statestore-scrape", "key": "token"},
         },
     },
     "inline-token-hashes": {
@@ -336,6 +343,18 @@ def test_three_replicas_with_monitoring_and_resources(rendered: dict[str, Render
     assert [s["metadata"]["name"] for s in selected] == [f"{RELEASE}-statestore-headless"]
 
 
+def test_a_protected_metrics_endpoint_is_scraped_with_a_token(
+    rendered: dict[str, Rendered], load_pod_settings: Any
+) -> None:
+    chart = rendered["tokens-auth"]
+    assert load_pod_settings(chart).auth.metrics == "token"
+    [endpoint] = chart.one("ServiceMonitor")["spec"]["endpoints"]
+    assert endpoint["authorization"] == {
+        "type": "Bearer",
+        "credentials": {"name": "statestore-scrape", "key": "token"},
+    }
+
+
 def test_service_monitor_is_off_by_default(rendered: dict[str, Rendered]) -> None:
     assert rendered["defaults"].of_kind("ServiceMonitor") == []
 
@@ -486,6 +505,18 @@ def test_a_config_the_service_refuses_is_refused(tmp_path: Path) -> None:
         ),
         ({"auth": {"mode": "tokens", "tokens": [{"name": "a"}]}}, "needs secretKey"),
         ({"auth": {"mode": "tokens", "tokens": [{"name": "a", "sha256": INLINE_HASH}]}}, "names no stores"),
+        ({"auth": {"metrics": "token"}}, "auth.mode is open"),
+        (
+            {
+                "auth": {
+                    "mode": "tokens",
+                    "metrics": "token",
+                    "tokens": [{"name": "a", "sha256": INLINE_HASH, "stores": ["*"]}],
+                },
+                "serviceMonitor": {"enabled": True},
+            },
+            "serviceMonitor.bearerTokenSecret",
+        ),
     ],
 )
 def test_values_that_would_leak_or_cannot_work_fail_to_render(

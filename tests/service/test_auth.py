@@ -50,6 +50,23 @@ def test_token_with_star_reads_every_store(guarded: Service) -> None:
     assert len(guarded.client.get("/v1/stores", headers=headers).json()["stores"]) == 3
 
 
+def test_metrics_can_require_a_token_while_probes_stay_open(make_service: Callable[..., Service]) -> None:
+    service = make_service(
+        auth={
+            "mode": "tokens",
+            "metrics": "token",
+            "tokens": [{"name": "prometheus", "sha256": digest("scrape"), "stores": ["products"]}],
+        }
+    )
+    for headers in ({}, {"Authorization": "Bearer nope"}):
+        assert_problem(service.client.get("/metrics", headers=headers), 401, "unauthorized")
+    scraped = service.client.get("/metrics", headers={"Authorization": "Bearer scrape"})
+    assert scraped.status_code == 200
+    assert 'statestore_state{state="READY",store="products"} 1.0' in scraped.text
+    assert service.client.get("/healthz").status_code == 200
+    assert service.client.get("/readyz").status_code == 200
+
+
 def test_probes_and_metrics_need_no_token(guarded: Service) -> None:
     assert guarded.client.get("/healthz").status_code == 200
     assert guarded.client.get("/readyz").status_code == 200

@@ -159,6 +159,7 @@ def test_without_an_engine_section_the_engine_defaults_hold(monkeypatch: pytest.
         ("stores: [products]", "stores: ['*', products]", '"*" with other stores'),
         ('sha256: "2bb8', 'sha256: "zz', "sha256"),
         ("mode: tokens", "mode: maybe", "mode"),
+        ("mode: tokens", "mode: open\n  metrics: token", "auth.metrics is 'token'"),
         ("field: category", "field: a..b", "dotted path"),
         ("retention_ms: 86400000", "retention_ms: 0", "retention_ms"),
         (

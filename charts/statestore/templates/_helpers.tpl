@@ -100,6 +100,12 @@ STATESTORE_KAFKA__<KEY> with the dots of the key written as underscores.
 {{- fail (printf "auth token %q names no stores: list the stores it may read, or stores: [\"*\"] for every store" .name) }}
 {{- end }}
 {{- end }}
+{{- if and (eq (.Values.auth.metrics | default "open") "token") (ne .Values.auth.mode "tokens") }}
+{{- fail "auth.metrics is token but auth.mode is open: set auth.mode to tokens" }}
+{{- end }}
+{{- if and .Values.serviceMonitor.enabled (eq (.Values.auth.metrics | default "open") "token") (not .Values.serviceMonitor.bearerTokenSecret) }}
+{{- fail "auth.metrics is token: give the ServiceMonitor a token with serviceMonitor.bearerTokenSecret (name, key)" }}
+{{- end }}
 {{- if not .Values.stores }}
 {{- fail "stores is empty: list at least one store (name, topic, value_format)" }}
 {{- end }}
