@@ -24,6 +24,9 @@ class EngineTuning:
     bulk_load_min_records: int = 200_000
     # Records per SST file written by the bulk loader.
     bulk_load_chunk_records: int = 250_000
+    # While restoring, the cyclic garbage collector's first threshold is at least this (process
+    # wide; see store.gc_pacing); 0 leaves it alone.
+    restore_gc_threshold: int = 30_000
     # Transient broker errors: backoff between retries, growing up to the maximum.
     retry_backoff_initial_seconds: float = 0.2
     retry_backoff_max_seconds: float = 10.0

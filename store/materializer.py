@@ -9,6 +9,7 @@ bound for the restore target (some brokers answer it too low).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import threading
@@ -23,6 +24,7 @@ from store.bulkload import BulkLoader
 from store.config import StoreConfig
 from store.engine import can_write
 from store.exceptions import StoreWriteError
+from store.gc_pacing import fewer_collections
 from store.kafka import (
     OUT_OF_RANGE_CODES,
     TOPIC_GONE_CODES,
@@ -417,6 +419,9 @@ class Materializer:
 
         if wants_bulk():
             loader = BulkLoader(config.path / "bulk", ingest)
+        pacing = contextlib.ExitStack()
+        if restoring:
+            pacing.enter_context(fewer_collections(tuning.restore_gc_threshold))
         try:
             while not self._stop.is_set():
                 polled_at = time.monotonic()
@@ -475,6 +480,7 @@ class Materializer:
                         target.build_indexes(self._stop)
                     target.checkpoint()
                     restoring = False
+                    pacing.close()
                     self._become_ready(partitions)
                     # An index added to an existing store is built from the READY table, so
                     # reads of the store go on meanwhile (that index answers IndexNotReadyError).
@@ -506,6 +512,7 @@ class Materializer:
             if loader is not None:
                 loader.drain()
         finally:
+            pacing.close()
             if loader is not None:
                 loader.close()
 
