@@ -169,7 +169,7 @@ class _Chunk:
         self.null_keys = 0  # records skipped by the last poll because their key was null
 
 
-def _collect(messages: list[Any], chunk: _Chunk, with_metas: bool, partitions: int) -> list[Any]:
+def _collect(messages: list[Any], chunk: _Chunk, with_metas: bool) -> list[Any]:
     """Append one poll's records to ``chunk``; return the error events (end of partition, ...).
 
     This is the hottest loop of a bootstrap: mapping an unbound method over the messages costs
@@ -191,14 +191,14 @@ def _collect(messages: list[Any], chunk: _Chunk, with_metas: bool, partitions: i
         if with_metas
         else None
     )
-    # The last record of each partition carries its next offset; scan back until all are seen.
+    # The last record of each partition carries its next offset. A poll mostly holds one or two
+    # partitions' runs, so a scan back until every partition is seen would often walk the whole
+    # poll in bytecode; searching a reversed list of partitions stays in C.
+    backwards = list(map(Message.partition, reversed(records)))
     offsets: dict[int, int] = {}
-    for message in reversed(records):
-        partition = message.partition()
-        if partition not in offsets:
-            offsets[partition] = message.offset() + 1
-            if len(offsets) == partitions:
-                break
+    for partition in set(backwards):
+        if partition is not None:  # a record always has one; the type allows None
+            offsets[partition] = records[len(records) - 1 - backwards.index(partition)].offset() + 1
     for partition, next_offset in offsets.items():
         if next_offset > chunk.offsets.get(partition, -1):
             chunk.offsets[partition] = next_offset
@@ -434,7 +434,7 @@ class Materializer:
                 if loader is None:
                     chunk = _Chunk()
                 with_metas = loader is None and target.keeps_history
-                for message in _collect(messages, chunk, with_metas, partitions):
+                for message in _collect(messages, chunk, with_metas):
                     self._on_fetch_error(message.error(), message, caught_up)
                 keys, values, offsets = chunk.keys, chunk.values, chunk.offsets
                 nulls = chunk.null_keys
