@@ -215,6 +215,11 @@ def _collect(messages: list[Any], chunk: _Chunk, with_metas: bool) -> list[Any]:
     return events
 
 
+def _unread(ends: dict[int, int], consumed: dict[int, int]) -> int:
+    """Offsets from what was read to the latest known ends (at least the records left to read)."""
+    return sum(max(0, end - consumed.get(partition, 0)) for partition, end in ends.items())
+
+
 class Materializer:
     """Runs the consume-apply loop on its own thread until ``stop()``; never dies on broker errors."""
 
@@ -436,6 +441,7 @@ class Materializer:
                 with_metas = loader is None and target.keeps_history
                 for message in _collect(messages, chunk, with_metas):
                     self._on_fetch_error(message.error(), message, caught_up)
+                consumed.update(chunk.offsets)
                 keys, values, offsets = chunk.keys, chunk.values, chunk.offsets
                 nulls = chunk.null_keys
                 chunk.null_keys = 0
@@ -450,7 +456,13 @@ class Materializer:
                         progress.null_keys,
                     )
                 if loader is not None:
-                    if len(keys) >= tuning.bulk_load_chunk_records:
+                    if len(keys) >= tuning.bulk_load_chunk_records or (
+                        len(keys) >= tuning.poll_max_records
+                        and len(keys) >= _unread(progress.end_offsets, consumed)
+                    ):
+                        # Near the end, a chunk goes as soon as it is as large as what is left to
+                        # read, so chunks halve towards the end, and the last one, which nothing
+                        # overlaps, is small.
                         loader.submit(keys, values, offsets)
                         chunk = _Chunk()
                 elif offsets:
@@ -459,7 +471,6 @@ class Materializer:
                 if messages:
                     # Records (or an end of partition) arrived and were taken: earlier errors are over.
                     progress.note_healthy(polled_at)
-                consumed.update(chunk.offsets)
                 self._refresh_end_offsets(consumer, topic, partitions, targets, refined, consumed, caught_up)
                 if loader is None and wants_bulk():
                     # The true end offsets are known only after the first fetch responses.
