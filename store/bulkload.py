@@ -25,37 +25,10 @@ import os
 import pickle
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
-import rocksdict
-
-
-def sorted_last_per_key(
-    keys: Sequence[bytes], values: Sequence[bytes | None]
-) -> tuple[list[bytes], list[bytes | None]]:
-    """Keys in byte order, each once, with the value of its last occurrence (None: tombstone)."""
-    last = dict(zip(keys, values, strict=True))
-    ordered = sorted(last)
-    return ordered, [last[key] for key in ordered]
-
-
-def write_sst(path: Path, keys: Sequence[bytes], values: Sequence[bytes | None]) -> Path | None:
-    """Write one chunk to the SST file ``path``; ``None`` (and no file) if the chunk is empty."""
-    sorted_keys, sorted_values = sorted_last_per_key(keys, values)
-    if not sorted_keys:
-        return None
-    path.parent.mkdir(parents=True, exist_ok=True)
-    writer = rocksdict.SstFileWriter(rocksdict.Options(raw_mode=True))
-    writer.open(str(path))
-    for key, value in zip(sorted_keys, sorted_values, strict=True):
-        if value is None:
-            del writer[key]
-        else:
-            writer[key] = value
-    writer.finish()
-    return path
-
+from store import sst_worker
 
 Ingest = Callable[[Path | None, dict[int, int], int], None]
 
@@ -78,7 +51,8 @@ class BulkLoader:
         self._numbers = itertools.count()
         self._pending: collections.deque[tuple[dict[int, int], int]] = collections.deque()
         self._worker = subprocess.Popen(
-            [sys.executable, "-m", "store.sst_worker"],
+            # -P: the script's own directory (this package's) stays off the worker's sys.path.
+            [sys.executable, "-P", str(Path(sst_worker.__file__))],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},

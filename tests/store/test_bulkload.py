@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from store.bulkload import sorted_last_per_key
+from store.sst_worker import sorted_last_per_key
 
 records = st.lists(st.tuples(st.binary(max_size=3), st.one_of(st.none(), st.binary(max_size=4))), max_size=60)
 
