@@ -19,6 +19,7 @@ from clients.aio import AsyncStatestoreClient
 from clients.client import StatestoreClient
 from clients.exceptions import (
     BadRequestError,
+    ClientTooManyRequestsError,
     DeadlineExceededError,
     ForbiddenError,
     HistoryExpiredError,
@@ -48,6 +49,7 @@ __all__ = [
     "AsyncStatestoreClient",
     "BadRequestError",
     "ClientOptions",
+    "ClientTooManyRequestsError",
     "ConsistentStore",
     "DeadlineExceededError",
     "ForbiddenError",

@@ -30,6 +30,7 @@ Hierarchy::
         ├── ForbiddenError                      403 forbidden
         ├── HistoryExpiredError                 410 history-expired (``floor``: the oldest position answered)
         ├── TooManyRequestsError                429 too-many-requests (retried)
+        │   └── ClientTooManyRequestsError      429 client-too-many-requests (retried)
         └── ServiceUnavailableError             503 (retried)
             ├── StoreNotReadyError              503 store-not-ready
             ├── PositionNotReachedError         503 position-not-reached
@@ -218,6 +219,16 @@ class TooManyRequestsError(ProblemError):
     """The service's concurrency limit was reached; the client retries these until its deadline."""
 
     slug = "too-many-requests"
+
+
+class ClientTooManyRequestsError(TooManyRequestsError):
+    """This client (its token, else its address) has as many requests in flight as one client may.
+
+    Retried like other 429s; if it persists, send fewer requests at once (fewer threads or
+    executors per token) rather than retrying harder.
+    """
+
+    slug = "client-too-many-requests"
 
 
 class ServiceUnavailableError(ProblemError):

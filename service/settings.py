@@ -176,6 +176,9 @@ class LimitSettings(BaseModel):
     max_position_waiters: int = Field(default=64, ge=1)
     # Store requests served at once; more get 429 too-many-requests.
     max_concurrent_requests: int = Field(default=1024, ge=1)
+    # Store requests served at once for one client (a bearer token, else an address); more get
+    # 429 client-too-many-requests, so one greedy client cannot take every slot.
+    max_concurrent_requests_per_client: int = Field(default=256, ge=1)
     # A store request running longer (e.g. waiting for min_position) gets 503 request-timeout.
     request_timeout_ms: int = Field(default=30_000, ge=1)
     # Seconds a client is told to wait (Retry-After) when a store is not ready or behind.

@@ -27,6 +27,7 @@ SLUGS = {
     "unauthorized": (401, e.UnauthorizedError),
     "forbidden": (403, e.ForbiddenError),
     "too-many-requests": (429, e.TooManyRequestsError),
+    "client-too-many-requests": (429, e.ClientTooManyRequestsError),
     "request-timeout": (503, e.RequestTimeoutError),
     "unknown-index": (404, e.UnknownIndexError),
     "index-not-ready": (503, e.IndexNotReadyError),

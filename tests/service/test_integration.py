@@ -22,7 +22,7 @@ from service.app import create_app
 from service.local_broker import LocalBroker, free_port
 from service.settings import Settings
 from store import Position
-from tests.support.kafka import latest_per_key, make_producer, produce
+from tests.support.kafka import latest_per_key, make_producer, produce, topic_end
 from tests.support.server import serve_app
 
 REPO = Path(__file__).resolve().parents[2]
@@ -297,3 +297,58 @@ def test_engine_settings_size_the_store_and_its_memory_is_reported(
     assert 'statestore_block_cache_capacity_bytes{store="products"} 1.6777216e+07' in metrics
     assert 'statestore_read_cache_entries{store="products"}' in metrics
     assert 'statestore_memtable_bytes{store="products"}' in metrics
+
+
+def test_a_huge_client_cannot_starve_the_materializer(
+    broker: LocalBroker, make_topic: Callable[..., str], real_service: Callable[..., httpx.Client]
+) -> None:
+    topic = make_topic(partitions=3)
+    keys = [f"k{i:05}" for i in range(5000)]
+    produce(broker.bootstrap_servers, topic, [(k.encode(), orjson.dumps({"gen": 0})) for k in keys])
+    client = real_service(topic)
+    wait_ready(client)
+
+    stop = threading.Event()
+    hammered = [0]
+    failures: list[int] = []
+
+    def hammer(scans: bool) -> None:
+        # The biggest reads the limits allow, back to back: 5,000-key batches or 10,000-row pages.
+        with httpx.Client(base_url=client.base_url, timeout=60) as huge:
+            while not stop.is_set():
+                if scans:
+                    answer = huge.get("/v1/stores/products/scan", params={"prefix": "k", "limit": 10_000})
+                else:
+                    answer = huge.post("/v1/stores/products/keys:batchGet", json={"keys": keys})
+                if answer.status_code != 200:
+                    failures.append(answer.status_code)
+                hammered[0] += 1
+
+    threads = [threading.Thread(target=hammer, args=(n % 2 == 0,), daemon=True) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while hammered[0] < 8 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert hammered[0] >= 8, "the huge client never got going"
+        # While it hammers, the topic takes four more generations of every key.
+        updates = [(k.encode(), orjson.dumps({"gen": gen})) for gen in (1, 2, 3, 4) for k in keys]
+        produce(broker.bootstrap_servers, topic, updates)
+        end = topic_end(broker.bootstrap_servers, topic)
+        assert end.total() >= 25_000
+        during = hammered[0]
+        deadline = time.monotonic() + 120
+        while Position.parse(client.get("/v1/stores/products").json()["position"]) != end:
+            assert time.monotonic() < deadline, "the materializer did not reach the end under the load"
+            time.sleep(0.1)
+        # The materializer caught up while the huge reads went on, not after they stopped.
+        assert hammered[0] > during
+        assert all(thread.is_alive() for thread in threads)
+        latest = client.post("/v1/stores/products/keys:batchGet", json={"keys": keys}).json()["values"]
+        assert latest == [{"gen": 4}] * len(keys)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=60)
+    assert failures == []
