@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
 import os
 import statistics
@@ -41,7 +42,14 @@ TOPIC = "bootstrap-bench"
 PARTITIONS = 3
 
 
-def _produce(bootstrap: str, records: int) -> None:
+def _key(i: int, ordered: bool) -> bytes:
+    """16 bytes, unique: a hash prefix (keys arrive in random order, as real keys do) or the index
+    (keys arrive sorted, the bulk loader's best case: nothing to sort, no overlapping SST files)."""
+    suffix = i.to_bytes(8, "big")
+    return suffix + suffix if ordered else hashlib.blake2b(suffix, digest_size=8).digest() + suffix
+
+
+def _produce(bootstrap: str, records: int, ordered: bool) -> None:
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for future in admin.create_topics(
@@ -58,7 +66,7 @@ def _produce(bootstrap: str, records: int) -> None:
     )
     value = os.urandom(100)
     for i in range(records):
-        key = (i * 2654435761 % (1 << 64)).to_bytes(8, "big") + i.to_bytes(8, "big")  # 16 B, spread
+        key = _key(i, ordered)
         while True:
             try:
                 producer.produce(TOPIC, key=key, value=value, partition=i % PARTITIONS)
@@ -186,6 +194,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--contenders", default="bare,store,ktables")
+    parser.add_argument(
+        "--ordered-keys", action="store_true", help="keys in sorted order (the bulk loader's best case)"
+    )
     parser.add_argument("--child", choices=sorted(CHILDREN), help=argparse.SUPPRESS)
     parser.add_argument("--bootstrap", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -197,10 +208,11 @@ def main(argv: list[str] | None = None) -> int:
     contenders = args.contenders.split(",")
     with LocalBroker() as broker:
         print(
-            f"producing {args.records:,} records (16 B keys, 100 B values, {PARTITIONS} partitions)...",
+            f"producing {args.records:,} records (16 B keys in {'sorted' if args.ordered_keys else 'random'}"
+            f" order, 100 B values, {PARTITIONS} partitions)...",
             flush=True,
         )
-        _produce(broker.bootstrap_servers, args.records)
+        _produce(broker.bootstrap_servers, args.records, args.ordered_keys)
         times: dict[str, list[float]] = {name: [] for name in contenders}
         for round_number in range(args.repeat):
             for name in contenders:

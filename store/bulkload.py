@@ -5,8 +5,10 @@ order with no memtable, compaction or lock work, and ingested in one call. Withi
 last record per key wins; across chunks, later ingested files win. Tombstones become deletes
 in the file, so they also remove keys written by earlier chunks.
 
-Sorting and writing a chunk runs in a worker process, overlapped with consuming the next chunk
-(both are bound by the interpreter, so threads would not overlap). A chunk reaches the worker as
+Sorting and writing a chunk runs in worker processes, overlapped with consuming the next chunks
+(both are bound by the interpreter, so threads would not overlap). Two workers take chunks in
+turn: with keys in random order a chunk's sort and SST writes cost more than consuming it, and a
+second worker uses the CPU the consuming thread leaves idle. A chunk reaches the worker as
 a file of marshalled records next to the SST files: marshal writes lists of bytes several times
 faster than pickle (no memo), and one file write never waits on the worker, where a pipe needed
 a feeder thread contending for the GIL with the consuming one. Chunks are ingested strictly in
@@ -38,25 +40,33 @@ class BulkLoadError(RuntimeError):
 
 
 class BulkLoader:
-    """Builds SST files for consecutive chunks in a worker process and ingests them in order.
+    """Builds SST files for consecutive chunks in ``workers`` processes and ingests them in order.
 
     ``submit`` hands a chunk over and returns at once, unless ``max_in_flight`` chunks are
     already being built, in which case it first ingests the oldest. ``drain`` ingests all.
     """
 
-    def __init__(self, directory: Path, ingest: Ingest, max_in_flight: int = 2) -> None:
+    def __init__(self, directory: Path, ingest: Ingest, max_in_flight: int = 3, workers: int = 2) -> None:
         self._directory = directory
         self._ingest = ingest
-        self._max_in_flight = max_in_flight
+        self._max_in_flight = max(max_in_flight, workers)
         self._numbers = itertools.count()
-        self._pending: collections.deque[tuple[dict[int, int], int]] = collections.deque()
-        self._worker = subprocess.Popen(
-            # -P: the script's own directory (this package's) stays off the worker's sys.path.
-            [sys.executable, "-P", str(Path(sst_worker.__file__))],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
+        # Per chunk in flight, oldest first: its offsets, record count and the worker building it.
+        self._pending: collections.deque[tuple[dict[int, int], int, subprocess.Popen[bytes]]] = (
+            collections.deque()
         )
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        self._workers = [
+            subprocess.Popen(
+                # -P: the script's own directory (this package's) stays off the worker's sys.path.
+                [sys.executable, "-P", str(Path(sst_worker.__file__))],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                env=env,
+            )
+            for _ in range(max(1, workers))
+        ]
+        self._next_worker = itertools.cycle(self._workers)
 
     def submit(self, keys: list[bytes], values: list[bytes | None], offsets: dict[int, int]) -> None:
         while len(self._pending) >= self._max_in_flight:
@@ -69,14 +79,15 @@ class BulkLoader:
             records.write_bytes(marshal.dumps((keys, values)))
         except OSError as exc:
             raise BulkLoadError(f"cannot write a bulk-load chunk to {records}: {exc}") from exc
-        stdin = self._worker.stdin
+        worker = next(self._next_worker)
+        stdin = worker.stdin
         assert stdin is not None
         try:
             pickle.dump((str(records), str(sst)), stdin, protocol=pickle.HIGHEST_PROTOCOL)
             stdin.flush()
         except (BrokenPipeError, ValueError) as exc:
-            raise BulkLoadError(f"the SST worker exited with code {self._worker.poll()}") from exc
-        self._pending.append((dict(offsets), len(keys)))
+            raise BulkLoadError(f"the SST worker exited with code {worker.poll()}") from exc
+        self._pending.append((dict(offsets), len(keys), worker))
 
     def drain(self) -> None:
         while self._pending:
@@ -85,25 +96,26 @@ class BulkLoader:
     def close(self) -> None:
         """Drop chunks not yet ingested (their offsets were never recorded) and stop the worker."""
         self._pending.clear()
-        if self._worker.poll() is None:
-            self._worker.kill()
-        self._worker.wait(timeout=30)
-        for stream in (self._worker.stdin, self._worker.stdout):
-            if stream is not None:
-                with contextlib.suppress(OSError):
-                    stream.close()
+        for worker in self._workers:
+            if worker.poll() is None:
+                worker.kill()
+            worker.wait(timeout=30)
+            for stream in (worker.stdin, worker.stdout):
+                if stream is not None:
+                    with contextlib.suppress(OSError):
+                        stream.close()
         # Files of chunks never ingested; this process's worker has exited, so none is in use.
         for leftover in self._directory.glob(f"chunk-{os.getpid()}-*"):
             leftover.unlink(missing_ok=True)
 
     def _ingest_oldest(self) -> None:
-        offsets, count = self._pending.popleft()
-        stdout = self._worker.stdout
+        offsets, count, worker = self._pending.popleft()
+        stdout = worker.stdout
         assert stdout is not None
         try:
             answer = pickle.load(stdout)
         except EOFError as exc:
-            raise BulkLoadError(f"the SST worker exited with code {self._worker.poll()}") from exc
+            raise BulkLoadError(f"the SST worker exited with code {worker.poll()}") from exc
         if isinstance(answer, str):
             raise BulkLoadError(f"the SST worker failed: {answer}")
         self._ingest(answer, offsets, count)
