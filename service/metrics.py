@@ -7,7 +7,7 @@ has its own registry, so several apps (tests, embedders) can live in one process
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -16,11 +16,49 @@ from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.registry import StoreRegistry
-from store import StoreState
+from store import StoreState, StoreStatus
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+# One value per store: name, help, and how to read it from a status (None: no sample).
+_STORE_GAUGES: tuple[tuple[str, str, Callable[[StoreStatus], float | None]], ...] = (
+    ("statestore_keys", "Approximate number of keys", lambda s: s.approximate_num_keys),
+    ("statestore_size_on_disk_bytes", "Size of the store's files", lambda s: s.size_on_disk_bytes),
+    (
+        "statestore_restore_remaining_records",
+        "Records left before the store is READY",
+        lambda s: s.restore.records_remaining if s.restore else 0,
+    ),
+    (
+        "statestore_seconds_since_last_contact",
+        "Seconds since the broker last answered the store's consumer (grows while it is unreachable)",
+        lambda s: s.seconds_since_last_contact,
+    ),
+    ("statestore_stale", "1 while a rebuild serves the last good copy", lambda s: 1.0 if s.stale else 0.0),
+    (
+        "statestore_block_cache_capacity_bytes",
+        "RocksDB block cache configured (engine.block_cache_bytes), every open copy",
+        lambda s: s.memory.block_cache_capacity_bytes if s.memory else None,
+    ),
+    (
+        "statestore_block_cache_usage_bytes",
+        "RocksDB block cache in use",
+        lambda s: s.memory.block_cache_usage_bytes if s.memory else None,
+    ),
+    (
+        "statestore_memtable_bytes",
+        "Writes held in memtables, not yet flushed",
+        lambda s: s.memory.memtable_bytes if s.memory else None,
+    ),
+    (
+        "statestore_read_cache_entries",
+        "Hot keys cached in front of RocksDB (at most engine.read_cache_entries)",
+        lambda s: s.memory.read_cache_entries if s.memory else None,
+    ),
+)
 
 
 class StoreCollector(Collector):
@@ -47,37 +85,9 @@ class StoreCollector(Collector):
         state = GaugeMetricFamily(
             "statestore_state", "1 for the store's current state", labels=["store", "state"]
         )
-        keys = GaugeMetricFamily("statestore_keys", "Approximate number of keys", labels=["store"])
-        size = GaugeMetricFamily(
-            "statestore_size_on_disk_bytes", "Size of the store's files", labels=["store"]
-        )
-        remaining = GaugeMetricFamily(
-            "statestore_restore_remaining_records", "Records left before the store is READY", labels=["store"]
-        )
-        contact = GaugeMetricFamily(
-            "statestore_seconds_since_last_contact",
-            "Seconds since the broker last answered the store's consumer (grows while it is unreachable)",
-            labels=["store"],
-        )
-        stale = GaugeMetricFamily(
-            "statestore_stale", "1 while a rebuild serves the last good copy", labels=["store"]
-        )
-        cache_capacity = GaugeMetricFamily(
-            "statestore_block_cache_capacity_bytes",
-            "RocksDB block cache configured (engine.block_cache_bytes), every open copy",
-            labels=["store"],
-        )
-        cache_usage = GaugeMetricFamily(
-            "statestore_block_cache_usage_bytes", "RocksDB block cache in use", labels=["store"]
-        )
-        memtables = GaugeMetricFamily(
-            "statestore_memtable_bytes", "Writes held in memtables, not yet flushed", labels=["store"]
-        )
-        read_cache = GaugeMetricFamily(
-            "statestore_read_cache_entries",
-            "Hot keys cached in front of RocksDB (at most engine.read_cache_entries)",
-            labels=["store"],
-        )
+        gauges = [
+            (GaugeMetricFamily(name, text, labels=["store"]), read) for name, text, read in _STORE_GAUGES
+        ]
         for served in self._stores.all():
             current = self._stores.state_of(served)
             for candidate in StoreState:
@@ -91,19 +101,12 @@ class StoreCollector(Collector):
                 lag.add_metric([served.name, str(partition)], records)
             for partition, offset in status.position.items():
                 position.add_metric([served.name, str(partition)], offset)
-            keys.add_metric([served.name], status.approximate_num_keys)
-            size.add_metric([served.name], status.size_on_disk_bytes)
-            remaining.add_metric([served.name], status.restore.records_remaining if status.restore else 0)
-            if status.seconds_since_last_contact is not None:
-                contact.add_metric([served.name], status.seconds_since_last_contact)
-            stale.add_metric([served.name], 1.0 if status.stale else 0.0)
-            if status.memory is not None:
-                cache_capacity.add_metric([served.name], status.memory.block_cache_capacity_bytes)
-                cache_usage.add_metric([served.name], status.memory.block_cache_usage_bytes)
-                memtables.add_metric([served.name], status.memory.memtable_bytes)
-                read_cache.add_metric([served.name], status.memory.read_cache_entries)
-        yield from (applied, null_keys, lag, position, state, keys, size, remaining, contact, stale)
-        yield from (cache_capacity, cache_usage, memtables, read_cache)
+            for gauge, read in gauges:
+                value = read(status)
+                if value is not None:
+                    gauge.add_metric([served.name], value)
+        yield from (applied, null_keys, lag, position, state)
+        yield from (gauge for gauge, _ in gauges)
 
 
 class Metrics:
