@@ -23,6 +23,16 @@ from typing import BinaryIO
 import rocksdict
 
 
+def _sst_options() -> rocksdict.Options:
+    # The database's own compression (store.engine), so ingested files need no rewrite to match.
+    options = rocksdict.Options(raw_mode=True)
+    options.set_compression_type(rocksdict.DBCompressionType.lz4())
+    return options
+
+
+_SST_OPTIONS = _sst_options()
+
+
 def sorted_last_per_key(
     keys: Sequence[bytes], values: Sequence[bytes | None]
 ) -> tuple[list[bytes], list[bytes | None]]:
@@ -38,7 +48,7 @@ def write_sst(path: Path, keys: Sequence[bytes], values: Sequence[bytes | None])
     if not sorted_keys:
         return None
     path.parent.mkdir(parents=True, exist_ok=True)
-    writer = rocksdict.SstFileWriter(rocksdict.Options(raw_mode=True))
+    writer = rocksdict.SstFileWriter(_SST_OPTIONS)
     writer.open(str(path))
     for key, value in zip(sorted_keys, sorted_values, strict=True):
         if value is None:

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from store import EngineTuning
 from store.bulkload import BulkLoader
 from store.engine import Engine
-from store.sst_worker import sorted_last_per_key
+from store.sst_worker import sorted_last_per_key, write_sst
 
 records = st.lists(st.tuples(st.binary(max_size=3), st.one_of(st.none(), st.binary(max_size=4))), max_size=60)
 
@@ -69,3 +69,12 @@ def test_chunks_built_by_several_workers_are_ingested_in_submission_order(tmp_pa
     engine.close()
     assert table == model
     assert not list((tmp_path / "bulk").glob("chunk-*"))
+
+
+def test_sst_files_are_compressed_like_the_database(tmp_path: Path) -> None:
+    path = write_sst(tmp_path / "chunk.sst", [b"k%04d" % i for i in range(1000)], [b"v" * 100] * 1000)
+    assert path is not None
+    # The file's properties block names its compression.
+    data = path.read_bytes()
+    assert b"LZ4" in data
+    assert b"Snappy" not in data
