@@ -1,121 +1,217 @@
-"""Bootstrap bulk loading: records sorted in bulk and written as SST files that RocksDB ingests.
+"""Bootstrap bulk restore: partitions consumed in worker processes, written as SST files, ingested.
 
 A WriteBatch loop is bound by per-call overhead in the binding; an SST file is written in key
-order with no memtable, compaction or lock work, and ingested in one call. Within a chunk the
-last record per key wins; across chunks, later ingested files win. Tombstones become deletes
-in the file, so they also remove keys written by earlier chunks.
+order with no memtable, compaction or lock work, and ingested in one call. Consuming a record
+(confluent-kafka builds a message object for each) costs about as much as sorting and writing
+it, and both are bound by the interpreter, so one process cannot overlap them: each worker
+process consumes its own share of the partitions and writes its own SST files, and the store's
+process only ingests them. Splitting by partition keeps every key's records in one worker, in
+order.
 
-Sorting and writing a chunk runs in worker processes, overlapped with consuming the next chunks
-(both are bound by the interpreter, so threads would not overlap). Two workers take chunks in
-turn: with keys in random order a chunk's sort and SST writes cost more than consuming it, and a
-second worker uses the CPU the consuming thread leaves idle. A chunk reaches the worker as
-a file of marshalled records next to the SST files: marshal writes lists of bytes several times
-faster than pickle (no memo), and one file write never waits on the worker, where a pipe needed
-a feeder thread contending for the GIL with the consuming one. Chunks are ingested strictly in
-order, and a chunk's offsets are recorded only after its file is ingested. Re-ingesting a chunk
-after a crash (its offsets had not been persisted) is harmless: replaying the same records from
-the same offsets ends in the same table.
+Within a chunk the last record per key wins; a worker's files are ingested in the order it wrote
+them, so later files win. Tombstones become deletes in the file, so they also remove keys written
+by earlier chunks. A chunk's offsets are recorded only after its file is ingested. Re-ingesting a
+chunk after a crash (its offsets had not been persisted) is harmless: replaying the same records
+from the same offsets ends in the same table. See ``store/restore_worker.py`` for the worker.
 """
 
 from __future__ import annotations
 
-import collections
 import contextlib
-import itertools
-import marshal
+import dataclasses
 import os
 import pickle
+import queue
+import signal
+import struct
 import subprocess
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Mapping
 from pathlib import Path
+from typing import IO, Any
 
-from store import sst_worker
+from store import restore_worker
+from store.config import EngineTuning
 
-Ingest = Callable[[Path | None, dict[int, int], int], None]
+_FRAME_HEADER = struct.Struct(">I")  # the workers' event frames: length, then a pickle
 
 
 class BulkLoadError(RuntimeError):
-    """The SST worker process failed; the materializer retries the session."""
+    """A restore worker process failed; the materializer retries the session."""
 
 
-class BulkLoader:
-    """Builds SST files for consecutive chunks in ``workers`` processes and ingests them in order.
+@dataclasses.dataclass(frozen=True, slots=True)
+class ChunkIngestable:
+    """A worker wrote a chunk's SST file (``None``: no record of the chunk had a key)."""
 
-    ``submit`` hands a chunk over and returns at once, unless ``max_in_flight`` chunks are
-    already being built, in which case it first ingests the oldest. ``drain`` ingests all.
+    sst_path: Path | None
+    next_offsets: dict[int, int]
+    records: int
+    null_keys: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class WorkerKafkaError:
+    """A worker's consumer reported an error: for ``partition``, or for the client (``None``)."""
+
+    code: int
+    text: str
+    fatal: bool
+    partition: int | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class WorkerCaughtUp:
+    """A worker read all its partitions up to their high watermarks and exited."""
+
+    next_offsets: dict[int, int]
+
+
+WorkerEvent = ChunkIngestable | WorkerKafkaError | WorkerCaughtUp
+
+
+def split_partitions(remaining: Mapping[int, int], workers: int) -> list[list[int]]:
+    """Partitions shared out so that each worker has about as many records left to read.
+
+    Largest first, each to the worker with the fewest records so far. Partitions with nothing
+    left still go to a worker (its fetches tell their true end), but never make one on their own.
+    """
+    busy = sorted((p for p, n in remaining.items() if n > 0), key=lambda p: (-remaining[p], p))
+    idle = sorted(p for p, n in remaining.items() if n <= 0)
+    count = max(1, min(workers, len(busy)))
+    shares: list[list[int]] = [[] for _ in range(count)]
+    loads = [0] * count
+    for partition in busy + idle:
+        lightest = min(range(count), key=lambda w: (loads[w], len(shares[w])))
+        shares[lightest].append(partition)
+        loads[lightest] += max(0, remaining[partition])
+    return [sorted(share) for share in shares if share]
+
+
+class BulkRestore:
+    """Worker processes restoring ``starts``' partitions of ``topic``, read as a stream of events.
+
+    ``starts`` maps each partition to the offset to read from (or ``OFFSET_BEGINNING``), ``lows``
+    to the first offset it holds, ``remaining`` to about how many records are left in it. Events
+    of one worker come in the order it sent them. ``close`` stops every worker and removes the
+    files not ingested.
     """
 
-    def __init__(self, directory: Path, ingest: Ingest, max_in_flight: int = 3, workers: int = 2) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        consumer_config: Mapping[str, Any],
+        topic: str,
+        starts: Mapping[int, int],
+        lows: Mapping[int, int],
+        remaining: Mapping[int, int],
+        tuning: EngineTuning,
+    ) -> None:
         self._directory = directory
-        self._ingest = ingest
-        self._max_in_flight = max(max_in_flight, workers)
-        self._numbers = itertools.count()
-        # Per chunk in flight, oldest first: its offsets, record count and the worker building it.
-        self._pending: collections.deque[tuple[dict[int, int], int, subprocess.Popen[bytes]]] = (
-            collections.deque()
+        self._events: queue.Queue[WorkerEvent | BulkLoadError] = queue.Queue()
+        shares = split_partitions(remaining, tuning.bulk_load_workers)
+        config = dict(consumer_config)
+        # Each worker's consumer buffers its own fetches: together they stay within the one limit.
+        config["queued.max.messages.kbytes"] = max(
+            32 * 1024, int(config.get("queued.max.messages.kbytes", 65536)) // len(shares)
         )
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-        self._workers = [
-            subprocess.Popen(
-                # -P: the script's own directory (this package's) stays off the worker's sys.path.
-                [sys.executable, "-P", str(Path(sst_worker.__file__))],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                env=env,
-            )
-            for _ in range(max(1, workers))
+        jobs = [
+            {
+                "consumer_config": config,
+                "topic": topic,
+                "starts": {p: starts[p] for p in share},
+                "lows": {p: lows[p] for p in share},
+                "chunk_records": tuning.bulk_load_chunk_records,
+                "poll_max_records": tuning.poll_max_records,
+                "poll_timeout_seconds": tuning.poll_timeout_seconds,
+                "gc_threshold": tuning.restore_gc_threshold,
+                "directory": str(directory),
+                # Unique per store process: a worker orphaned by a crashed store may still be
+                # finishing a file.
+                "file_prefix": f"chunk-{os.getpid()}-{number}",
+            }
+            for number, share in enumerate(shares)
         ]
-        self._next_worker = itertools.cycle(self._workers)
-
-    def submit(self, keys: list[bytes], values: list[bytes | None], offsets: dict[int, int]) -> None:
-        while len(self._pending) >= self._max_in_flight:
-            self._ingest_oldest()
-        # Unique per process: a worker orphaned by a crashed store may still be finishing a file.
-        stem = self._directory / f"chunk-{os.getpid()}-{next(self._numbers):08d}"
-        records, sst = stem.with_suffix(".records"), stem.with_suffix(".sst")
+        self.workers = len(jobs)
         try:
-            self._directory.mkdir(parents=True, exist_ok=True)
-            records.write_bytes(marshal.dumps((keys, values)))
+            directory.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise BulkLoadError(f"cannot write a bulk-load chunk to {records}: {exc}") from exc
-        worker = next(self._next_worker)
-        stdin = worker.stdin
+            raise BulkLoadError(f"cannot create the bulk-load directory {directory}: {exc}") from exc
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+            # numpy's BLAS needs no threads here, and none may run when the workers are forked.
+            "OPENBLAS_NUM_THREADS": "1",
+            "OMP_NUM_THREADS": "1",
+        }
+        self._process = subprocess.Popen(
+            # -P: the script's own directory (this package's) stays off the worker's sys.path.
+            [sys.executable, "-P", str(Path(restore_worker.__file__))],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+            start_new_session=True,  # its own process group: close() stops every worker at once
+        )
+        stdin, stdout = self._process.stdin, self._process.stdout
         assert stdin is not None
+        assert stdout is not None
         try:
-            pickle.dump((str(records), str(sst)), stdin, protocol=pickle.HIGHEST_PROTOCOL)
-            stdin.flush()
-        except (BrokenPipeError, ValueError) as exc:
-            raise BulkLoadError(f"the SST worker exited with code {worker.poll()}") from exc
-        self._pending.append((dict(offsets), len(keys), worker))
+            # The jobs go through the pipe, never the command line: they hold credentials.
+            pickle.dump(jobs, stdin, protocol=pickle.HIGHEST_PROTOCOL)
+            stdin.close()
+        except OSError as exc:
+            self.close()
+            raise BulkLoadError(f"the restore workers exited with code {self._process.poll()}") from exc
+        threading.Thread(target=self._read, args=(stdout,), name="restore-workers", daemon=True).start()
 
-    def drain(self) -> None:
-        while self._pending:
-            self._ingest_oldest()
+    def next_event(self, timeout: float) -> WorkerEvent | None:
+        """The next event of any worker, or ``None`` if none came within ``timeout`` seconds.
+
+        Raises ``BulkLoadError`` when a worker failed or exited without catching up.
+        """
+        try:
+            event = self._events.get(timeout=timeout)
+        except queue.Empty:
+            return None
+        if isinstance(event, BulkLoadError):
+            raise event
+        return event
 
     def close(self) -> None:
-        """Drop chunks not yet ingested (their offsets were never recorded) and stop the worker."""
-        self._pending.clear()
-        for worker in self._workers:
-            if worker.poll() is None:
-                worker.kill()
-            worker.wait(timeout=30)
-            for stream in (worker.stdin, worker.stdout):
-                if stream is not None:
-                    with contextlib.suppress(OSError):
-                        stream.close()
-        # Files of chunks never ingested; this process's worker has exited, so none is in use.
+        """Stop the workers and remove the files of chunks not ingested (their offsets were never
+        recorded)."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self._process.pid, signal.SIGKILL)
+        self._process.wait(timeout=30)
+        if self._process.stdout is not None:
+            with contextlib.suppress(OSError):
+                self._process.stdout.close()
         for leftover in self._directory.glob(f"chunk-{os.getpid()}-*"):
             leftover.unlink(missing_ok=True)
 
-    def _ingest_oldest(self) -> None:
-        offsets, count, worker = self._pending.popleft()
-        stdout = worker.stdout
-        assert stdout is not None
-        try:
-            answer = pickle.load(stdout)
-        except EOFError as exc:
-            raise BulkLoadError(f"the SST worker exited with code {worker.poll()}") from exc
-        if isinstance(answer, str):
-            raise BulkLoadError(f"the SST worker failed: {answer}")
-        self._ingest(answer, offsets, count)
+    def _read(self, stream: IO[bytes]) -> None:
+        caught_up = 0
+        while caught_up < self.workers:
+            try:
+                (length,) = _FRAME_HEADER.unpack(stream.read(_FRAME_HEADER.size))
+                worker, kind, *fields = pickle.loads(stream.read(length))
+            except (OSError, ValueError, EOFError, pickle.UnpicklingError, struct.error):
+                code = self._process.poll()
+                self._events.put(
+                    BulkLoadError(f"the restore workers exited (code {code}) before catching up")
+                )
+                return
+            if kind == "chunk":
+                path, offsets, records, null_keys = fields
+                self._events.put(
+                    ChunkIngestable(None if path is None else Path(path), offsets, records, null_keys)
+                )
+            elif kind == "kafka_error":
+                self._events.put(WorkerKafkaError(*fields))
+            elif kind == "done":
+                caught_up += 1
+                self._events.put(WorkerCaughtUp(fields[0]))
+            else:
+                self._events.put(BulkLoadError(f"restore worker {worker} failed: {fields[0]}"))
+                return

@@ -24,6 +24,9 @@ class EngineTuning:
     bulk_load_min_records: int = 200_000
     # Records per SST file written by the bulk loader.
     bulk_load_chunk_records: int = 250_000
+    # Worker processes of a bulk restore (each consumes its share of the partitions and writes its
+    # own SST files); never more than the partitions with records left.
+    bulk_load_workers: int = 3
     # While restoring, the cyclic garbage collector's first threshold is at least this (process
     # wide; see store.gc_pacing); 0 leaves it alone.
     restore_gc_threshold: int = 30_000

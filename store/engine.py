@@ -287,6 +287,18 @@ class Engine:
         for partition, next_offset in offsets.items():
             batch.put(_offset_key(partition), _OFFSET.pack(next_offset), self._meta_handle)
 
+    def defer_compactions(self, deferred: bool) -> None:
+        """Stop (``True``) or resume automatic compactions of the table.
+
+        While a bulk restore ingests its files, compacting them costs the restore a CPU it needs,
+        and each later file would be merged again; once resumed, RocksDB compacts them all at once.
+        Not persisted: a reopened store compacts as usual.
+        """
+        try:
+            self._db.set_options({"disable_auto_compactions": "true" if deferred else "false"})
+        except Exception as exc:
+            raise self._write_error(exc) from exc
+
     def write(self, batch: rocksdict.WriteBatch) -> None:
         """Apply ``batch`` atomically (WAL disabled: the topic is the log)."""
         try:

@@ -4,7 +4,9 @@ It holds a manually assigned consumer on every partition, turns each polled batc
 write (records, tombstones and the next offset of every partition touched), and decides when the
 store is READY: once every partition has reported end-of-partition, i.e. reached the high
 watermark that the fetch responses carry. The ListOffsets answer sampled at start is only a lower
-bound for the restore target (some brokers answer it too low).
+bound for the restore target (some brokers answer it too low). A store with many records to
+restore first reads them in worker processes (``store.bulkload``), then goes on from where they
+stopped.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any, Protocol
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from store.bulkload import BulkLoader
+from store.bulkload import BulkRestore, ChunkIngestable, WorkerCaughtUp, WorkerKafkaError
 from store.config import StoreConfig
 from store.engine import can_write
 from store.exceptions import StoreWriteError
@@ -31,6 +33,7 @@ from store.kafka import (
     RebuildRequired,
     TopicInfo,
     TransientSourceError,
+    consumer_config,
     describe_topic,
     new_admin,
     new_consumer,
@@ -72,6 +75,8 @@ class MaterializerTarget(Protocol):
     def maintain_history(self) -> None: ...
 
     def ingest(self, sst_path: Path | None, offsets: dict[int, int]) -> None: ...
+
+    def defer_compactions(self, deferred: bool) -> None: ...
 
     def rebuild(self, reason: str) -> None: ...
 
@@ -157,7 +162,7 @@ class Progress:
 
 
 class _Chunk:
-    """Records polled but not yet written: keys, values (None: tombstone), next offsets."""
+    """One poll's records: keys, values (None: tombstone), next offsets."""
 
     __slots__ = ("keys", "metas", "null_keys", "offsets", "values")
 
@@ -213,11 +218,6 @@ def _collect(messages: list[Any], chunk: _Chunk, with_metas: bool) -> list[Any]:
     if metas is not None:
         chunk.metas.extend(metas)
     return events
-
-
-def _unread(ends: dict[int, int], consumed: dict[int, int]) -> int:
-    """Offsets from what was read to the latest known ends (at least the records left to read)."""
-    return sum(max(0, end - consumed.get(partition, 0)) for partition, end in ends.items())
 
 
 class Materializer:
@@ -304,11 +304,14 @@ class Materializer:
             return
 
     def _on_client_error(self, error: KafkaError) -> None:
-        self.progress.note_error(f"kafka: {error.str()}")
-        if error.fatal():
-            self._log.error('store "%s": fatal Kafka client error: %s', self._config.name, error.str())
+        self._note_client_error(error.str(), error.fatal())
+
+    def _note_client_error(self, text: str, fatal: bool) -> None:
+        self.progress.note_error(f"kafka: {text}")
+        if fatal:
+            self._log.error('store "%s": fatal Kafka client error: %s', self._config.name, text)
         else:
-            self._log.info('store "%s": Kafka client: %s', self._config.name, error.str())
+            self._log.info('store "%s": Kafka client: %s', self._config.name, text)
 
     def _session(self, backoff: Backoff) -> None:
         """One consumer's life: from validating the stored offsets to a stop or a topology change."""
@@ -323,7 +326,7 @@ class Materializer:
         stored = self._validate_identity(info)
         consumer = new_consumer(config.name, config.kafka, self._on_client_error)
         try:
-            starts, targets = self._sample(consumer, info, stored)
+            starts, lows, targets = self._sample(consumer, info, stored)
             self.progress.end_offsets = dict(targets)
             if self._target.state is not StoreState.READY:
                 if self._target.state is not StoreState.REBUILDING:
@@ -337,14 +340,22 @@ class Materializer:
                     Position(starts) if stored else "the earliest offsets",
                     Position(targets),
                 )
-            consumer.assign(
-                [
-                    TopicPartition(config.topic, p, starts.get(p, OFFSET_BEGINNING))
-                    for p in range(info.partitions)
-                ]
-            )
-            backoff.reset()
-            self._consume(consumer, admin, info, targets)
+            bulk_caught_up: set[int] | None = None  # None: no bulk restore in this session yet
+            while not self._stop.is_set():
+                if bulk_caught_up is None and self._wants_bulk():
+                    bulk_caught_up = self._bulk_restore(info, dict(self._position()), lows, targets)
+                    if self._stop.is_set():
+                        return
+                position = self._position()
+                consumer.assign(
+                    [
+                        TopicPartition(config.topic, p, position.get(p, OFFSET_BEGINNING))
+                        for p in range(info.partitions)
+                    ]
+                )
+                backoff.reset()
+                if not self._consume(consumer, admin, info, targets, bulk_caught_up):
+                    return
         finally:
             consumer.close()
 
@@ -372,9 +383,11 @@ class Materializer:
 
     def _sample(
         self, consumer: Consumer, info: TopicInfo, stored: Position
-    ) -> tuple[dict[int, int], dict[int, int]]:
-        """Start offsets and (lower bounds of) end offsets per partition; checks stored offsets."""
+    ) -> tuple[dict[int, int], dict[int, int], dict[int, int]]:
+        """Stored start offsets, first offsets and (lower bounds of) end offsets per partition;
+        checks the stored offsets."""
         starts: dict[int, int] = {}
+        lows: dict[int, int] = {}
         targets: dict[int, int] = {}
         for partition in range(info.partitions):
             try:
@@ -391,44 +404,145 @@ class Materializer:
                         " (retention removed records the store never saw)"
                     )
                 starts[partition] = next_offset
+            lows[partition] = low
             targets[partition] = max(high, starts.get(partition, 0))
-        return starts, targets
+        return starts, lows, targets
 
-    def _consume(self, consumer: Consumer, admin: Any, info: TopicInfo, targets: dict[int, int]) -> None:
+    def _wants_bulk(self) -> bool:
+        minimum = self._tuning.bulk_load_min_records
+        return (
+            self._target.state is not StoreState.READY
+            and minimum > 0
+            and self.progress.remaining(self._position()) >= minimum
+        )
+
+    def _bulk_restore(
+        self, info: TopicInfo, starts: dict[int, int], lows: dict[int, int], targets: dict[int, int]
+    ) -> set[int]:
+        """Restore in worker processes (``store.bulkload``) until every partition is caught up, or a
+        stop; return the partitions caught up. Each chunk is ingested with its offsets as it comes."""
+        config, tuning, progress, target = self._config, self._tuning, self.progress, self._target
+        position = self._position()
+        remaining = {p: targets[p] - position.get(p, lows[p]) for p in range(info.partitions)}
+        self._log.info(
+            'store "%s": bulk restore of %d records in up to %d worker processes',
+            config.name,
+            sum(max(0, n) for n in remaining.values()),
+            tuning.bulk_load_workers,
+        )
+        caught_up: set[int] = set()
+        next_progress_log = time.monotonic() + tuning.progress_log_interval_seconds
+        with fewer_collections(tuning.restore_gc_threshold):
+            restore = BulkRestore(
+                config.path / "bulk",
+                consumer_config(config.name, config.kafka),
+                config.topic,
+                {p: starts.get(p, OFFSET_BEGINNING) for p in range(info.partitions)},
+                {p: starts.get(p, lows[p]) for p in range(info.partitions)},
+                remaining,
+                tuning,
+            )
+            try:
+                target.defer_compactions(True)
+                running = restore.workers
+                while running and not self._stop.is_set():
+                    event = restore.next_event(timeout=tuning.poll_timeout_seconds)
+                    if isinstance(event, ChunkIngestable):
+                        received_at = time.monotonic()
+                        target.ingest(event.sst_path, event.next_offsets)
+                        progress.count(event.records)
+                        progress.last_contact = received_at
+                        progress.note_healthy(received_at)
+                        self._note_null_keys(event.null_keys)
+                    elif isinstance(event, WorkerKafkaError):
+                        if event.partition is None:
+                            self._note_client_error(event.text, event.fatal)
+                        else:
+                            self._on_fetch_error(
+                                event.code, event.text, event.fatal, event.partition, caught_up
+                            )
+                    elif isinstance(event, WorkerCaughtUp):
+                        running -= 1
+                        caught_up.update(event.next_offsets)
+                        progress.last_contact = time.monotonic()
+                    now = time.monotonic()
+                    if now >= next_progress_log:
+                        next_progress_log = now + tuning.progress_log_interval_seconds
+                        self._log_restore_progress()
+            finally:
+                restore.close()
+                with contextlib.suppress(StoreWriteError):  # a closed copy compacts once reopened
+                    target.defer_compactions(False)
+        return caught_up
+
+    def _note_null_keys(self, count: int) -> None:
+        if count:
+            self.progress.null_keys += count
+            self._log.warning(
+                'store "%s": skipped %d records with a null key (total %d); a table needs keys',
+                self._config.name,
+                count,
+                self.progress.null_keys,
+            )
+
+    def _log_restore_progress(self) -> None:
+        progress = self.progress
+        self._log.info(
+            'store "%s" restoring: %d records applied, %d remaining, %.0f records/s',
+            self._config.name,
+            progress.restore_applied,
+            progress.remaining(self._position()),
+            progress.rate(),
+        )
+
+    def _consume(
+        self,
+        consumer: Consumer,
+        admin: Any,
+        info: TopicInfo,
+        targets: dict[int, int],
+        bulk_caught_up: set[int] | None,
+    ) -> bool:
+        """Poll and apply until stopped (``False``), or until the first fetches tell that enough
+        records are left for a bulk restore (``True``).
+
+        ``bulk_caught_up``: the partitions a bulk restore just read to their ends, ``None`` if none
+        ran in this session (the end offsets sampled before are only lower bounds).
+        """
         config, tuning, progress, target = self._config, self._tuning, self.progress, self._target
         topic = config.topic
         partitions = info.partitions
-        caught_up: set[int] = set()
+        caught_up: set[int] = set(bulk_caught_up or ())
         consumed: dict[int, int] = {}  # next offset after the last record read, per partition
         refined: set[int] = set()
         restoring = target.state is not StoreState.READY
-        from_scratch = restoring and not self._position()
-        bulk_loaded = False
-        loader: BulkLoader | None = None
-        chunk = _Chunk()
+        # Nothing was served yet: READY comes with every index built.
+        build_indexes_first = restoring and (not self._position() or bool(bulk_caught_up))
         next_metadata_check = time.monotonic() + tuning.metadata_check_interval_seconds
         next_progress_log = time.monotonic() + tuning.progress_log_interval_seconds
         next_checkpoint = time.monotonic() + tuning.checkpoint_interval_seconds
         next_history_prune = time.monotonic() + tuning.history_prune_interval_seconds
 
-        def ingest(path: Path | None, offsets: dict[int, int], count: int) -> None:
-            target.ingest(path, offsets)
-            progress.count(count)
-
-        def wants_bulk() -> bool:
-            return (
-                restoring
-                and tuning.bulk_load_min_records > 0
-                and progress.remaining(self._position()) >= tuning.bulk_load_min_records
-            )
-
-        if wants_bulk():
-            loader = BulkLoader(config.path / "bulk", ingest)
         pacing = contextlib.ExitStack()
         if restoring:
             pacing.enter_context(fewer_collections(tuning.restore_gc_threshold))
+
+        def finish_restore() -> None:
+            nonlocal restoring
+            if build_indexes_first:
+                target.build_indexes(self._stop)
+            target.checkpoint()
+            restoring = False
+            pacing.close()
+            self._become_ready(partitions)
+            # An index added to an existing store is built from the READY table, so reads of the
+            # store go on meanwhile (that index answers IndexNotReadyError).
+            target.build_indexes(self._stop)
+
         try:
             while not self._stop.is_set():
+                if restoring and len(caught_up) >= partitions:
+                    finish_restore()
                 polled_at = time.monotonic()
                 messages = consumer.consume(tuning.poll_max_records, 0)
                 if not messages:
@@ -436,76 +550,32 @@ class Materializer:
                     # would add the timeout to every partial batch (a restore's last one, each
                     # one of a trickle); waiting for one message returns as soon as any arrives.
                     messages = consumer.consume(1, tuning.poll_timeout_seconds)
-                if loader is None:
-                    chunk = _Chunk()
-                with_metas = loader is None and target.keeps_history
+                chunk = _Chunk()
+                with_metas = target.keeps_history
                 for message in _collect(messages, chunk, with_metas):
-                    self._on_fetch_error(message.error(), message, caught_up)
+                    error = message.error()
+                    self._on_fetch_error(
+                        error.code(), error.str(), error.fatal(), message.partition(), caught_up
+                    )
                 consumed.update(chunk.offsets)
-                keys, values, offsets = chunk.keys, chunk.values, chunk.offsets
-                nulls = chunk.null_keys
-                chunk.null_keys = 0
                 if messages:
                     progress.last_contact = time.monotonic()
-                if nulls:
-                    progress.null_keys += nulls
-                    self._log.warning(
-                        'store "%s": skipped %d records with a null key (total %d); a table needs keys',
-                        config.name,
-                        nulls,
-                        progress.null_keys,
-                    )
-                if loader is not None:
-                    if len(keys) >= tuning.bulk_load_chunk_records or (
-                        len(keys) >= tuning.poll_max_records
-                        and len(keys) >= _unread(progress.end_offsets, consumed)
-                    ):
-                        # Near the end, a chunk goes as soon as it is as large as what is left to
-                        # read, so chunks halve towards the end, and the last one, which nothing
-                        # overlaps, is small.
-                        loader.submit(keys, values, offsets)
-                        chunk = _Chunk()
-                elif offsets:
-                    target.apply(keys, values, offsets, chunk.metas if with_metas else None)
-                    progress.count(len(keys))
+                self._note_null_keys(chunk.null_keys)
+                if chunk.offsets:
+                    target.apply(chunk.keys, chunk.values, chunk.offsets, chunk.metas if with_metas else None)
+                    progress.count(len(chunk.keys))
                 if messages:
                     # Records (or an end of partition) arrived and were taken: earlier errors are over.
                     progress.note_healthy(polled_at)
                 self._refresh_end_offsets(consumer, topic, partitions, targets, refined, consumed, caught_up)
-                if loader is None and wants_bulk():
-                    # The true end offsets are known only after the first fetch responses.
-                    loader = BulkLoader(config.path / "bulk", ingest)
-                    chunk = _Chunk()
-
                 if restoring and len(caught_up) >= partitions:
-                    if loader is not None:
-                        if chunk.offsets:
-                            loader.submit(chunk.keys, chunk.values, chunk.offsets)
-                            chunk = _Chunk()
-                        loader.drain()
-                        loader.close()
-                        loader = None
-                        bulk_loaded = True
-                    if from_scratch or bulk_loaded:
-                        # Nothing was served yet: READY comes with every index built.
-                        target.build_indexes(self._stop)
-                    target.checkpoint()
-                    restoring = False
-                    pacing.close()
-                    self._become_ready(partitions)
-                    # An index added to an existing store is built from the READY table, so
-                    # reads of the store go on meanwhile (that index answers IndexNotReadyError).
-                    target.build_indexes(self._stop)
+                    finish_restore()
+                elif restoring and bulk_caught_up is None and self._wants_bulk():
+                    return True
                 now = time.monotonic()
                 if restoring and now >= next_progress_log:
                     next_progress_log = now + tuning.progress_log_interval_seconds
-                    self._log.info(
-                        'store "%s" restoring: %d records applied, %d remaining, %.0f records/s',
-                        config.name,
-                        progress.restore_applied,
-                        progress.remaining(self._position()),
-                        progress.rate(),
-                    )
+                    self._log_restore_progress()
                 if not restoring and now >= next_history_prune:
                     next_history_prune = now + tuning.history_prune_interval_seconds
                     target.maintain_history()
@@ -518,14 +588,9 @@ class Materializer:
                     # The broker answered: an idle topic is not a lost broker.
                     progress.last_contact = time.monotonic()
                     progress.note_healthy(now)
-            if loader is not None and chunk.offsets:
-                loader.submit(chunk.keys, chunk.values, chunk.offsets)
-            if loader is not None:
-                loader.drain()
         finally:
             pacing.close()
-            if loader is not None:
-                loader.close()
+        return False
 
     def _become_ready(self, partitions: int) -> None:
         progress = self.progress
@@ -541,25 +606,25 @@ class Materializer:
             progress.restore_applied / elapsed if elapsed > 0 else 0.0,
         )
 
-    def _on_fetch_error(self, error: KafkaError, message: Any, caught_up: set[int]) -> None:
-        code = error.code()
+    def _on_fetch_error(
+        self, code: int, text: str, fatal: bool, partition: int | None, caught_up: set[int]
+    ) -> None:
         if code == KafkaError._PARTITION_EOF:
-            caught_up.add(message.partition())
+            if partition is not None:
+                caught_up.add(partition)
             self.progress.last_contact = time.monotonic()
             return
-        where = f"{message.topic()}[{message.partition()}]" if message.topic() else "the topic"
+        where = f"{self._config.topic}[{partition}]" if partition is not None else "the topic"
         if code in OUT_OF_RANGE_CODES:
             raise RebuildRequired(
-                f"the stored offset of {where} is out of range ({error.str()}): the topic was truncated,"
+                f"the stored offset of {where} is out of range ({text}): the topic was truncated,"
                 " recreated, or its retention passed the store"
             )
         if code in TOPIC_GONE_CODES:
-            raise TransientSourceError(f"{where} is gone ({error.str()}); waiting for the topic")
-        if error.fatal():
-            raise TransientSourceError(
-                f"fatal consumer error on {where}: {error.str()}; recreating the consumer"
-            )
-        self.progress.note_error(f"kafka: {error.str()}")
+            raise TransientSourceError(f"{where} is gone ({text}); waiting for the topic")
+        if fatal:
+            raise TransientSourceError(f"fatal consumer error on {where}: {text}; recreating the consumer")
+        self.progress.note_error(f"kafka: {text}")
 
     def _refresh_end_offsets(
         self,

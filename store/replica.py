@@ -173,6 +173,10 @@ class Replica:
                 for key in keys:
                     cache.pop(key, None)
 
+    def defer_compactions(self, deferred: bool) -> None:
+        """Stop or resume automatic compactions while a bulk restore ingests files."""
+        self.engine.defer_compactions(deferred)
+
     def ingest(self, sst_path: Path | None, offsets: dict[int, int]) -> None:
         """Ingest a bootstrap chunk's SST file, then record the chunk's offsets."""
         engine = self.engine

@@ -294,6 +294,12 @@ class Store:
         """Ingest a bootstrap chunk's SST file, then record the chunk's offsets."""
         self._require_writer().ingest(sst_path, offsets)
 
+    def defer_compactions(self, deferred: bool) -> None:
+        """Stop or resume automatic compactions of the written copy while a bulk restore runs."""
+        writer = self._writer
+        if writer is not None:
+            writer.defer_compactions(deferred)
+
     def build_indexes(self, stop: threading.Event) -> None:
         self._require_writer().build_indexes(stop)
 

@@ -1,18 +1,29 @@
-"""The bulk loader: one chunk reduced to its last record per key, in byte order; chunks ingested in order."""
+"""The bulk restore: a chunk reduced to its last record per key in byte order; partitions shared
+out by records left; worker processes that read their partitions into SST files."""
 
 from __future__ import annotations
 
+import dataclasses
+import time
+from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+from confluent_kafka import OFFSET_BEGINNING
 from hypothesis import given
 from hypothesis import strategies as st
 
+from service.local_broker import LocalBroker
 from store import EngineTuning
-from store.bulkload import BulkLoader
+from store.bulkload import BulkLoadError, BulkRestore, ChunkIngestable, WorkerCaughtUp, split_partitions
 from store.engine import Engine
-from store.sst_worker import sorted_last_per_key, write_sst
+from store.kafka import consumer_config
+from store.restore_worker import last_per_key_order, sorted_last_per_key, write_sst
+from tests.support.kafka import latest_per_key, produce, topic_end
 
-records = st.lists(st.tuples(st.binary(max_size=3), st.one_of(st.none(), st.binary(max_size=4))), max_size=60)
+# Short keys with many shared prefixes and trailing zero bytes: the cases zero padding gets wrong.
+short_keys = st.binary(max_size=10).map(lambda b: b.rstrip(b"\x01") or b)
+records = st.lists(st.tuples(short_keys, st.one_of(st.none(), st.binary(max_size=4))), max_size=80)
 
 
 def test_last_occurrence_wins_and_tombstones_are_kept_as_none() -> None:
@@ -25,50 +36,53 @@ def test_empty_chunk() -> None:
     assert sorted_last_per_key([], []) == ([], [])
 
 
-@given(records)
-def test_equals_a_dict_model(chunk: list[tuple[bytes, bytes | None]]) -> None:
+def test_keys_that_differ_only_in_trailing_zero_bytes_are_distinct_and_in_byte_order() -> None:
+    keys = [b"a\x00", b"a", b"", b"a\x00\x00", b"\x00", b"a", b"b" * 8, b"b" * 8 + b"\x00"]
+    assert [keys[i] for i in last_per_key_order(keys)] == [
+        b"",
+        b"\x00",
+        b"a",
+        b"a\x00",
+        b"a\x00\x00",
+        b"b" * 8,
+        b"b" * 8 + b"\x00",
+    ]
+    assert last_per_key_order(keys)[2] == 5  # the second b"a"
+
+
+def _model(chunk: list[tuple[bytes, bytes | None]]) -> dict[bytes, bytes | None]:
     model: dict[bytes, bytes | None] = {}
     for key, value in chunk:
         model[key] = value
+    return model
+
+
+@given(records)
+def test_equals_a_dict_model(chunk: list[tuple[bytes, bytes | None]]) -> None:
+    model = _model(chunk)
     keys, values = sorted_last_per_key([k for k, _ in chunk], [v for _, v in chunk])
     assert keys == sorted(model)
-    assert len(set(keys)) == len(keys)
     assert dict(zip(keys, values, strict=True)) == model
 
 
-def test_chunks_built_by_several_workers_are_ingested_in_submission_order(tmp_path: Path) -> None:
-    engine = Engine(tmp_path / "db", EngineTuning())
-    ingested: list[tuple[dict[int, int], int]] = []
+@given(
+    st.lists(st.tuples(st.binary(min_size=16, max_size=16), st.binary(max_size=2)), max_size=60), st.data()
+)
+def test_fixed_width_keys_equal_a_dict_model(chunk: list[tuple[bytes, bytes]], data: st.DataObject) -> None:
+    # Repeats of earlier keys, so that later values must win.
+    chunk += [(key, b"again") for key, _ in data.draw(st.lists(st.sampled_from(chunk)))] if chunk else []
+    model = _model(chunk)  # type: ignore[arg-type]
+    keys, values = sorted_last_per_key([k for k, _ in chunk], [v for _, v in chunk])
+    assert keys == sorted(model)
+    assert dict(zip(keys, values, strict=True)) == model
 
-    def ingest(path: Path | None, offsets: dict[int, int], count: int) -> None:
-        if path is not None:
-            engine.ingest([path])
-        ingested.append((offsets, count))
 
-    model: dict[bytes, bytes] = {}
-    loader = BulkLoader(tmp_path / "bulk", ingest, max_in_flight=3, workers=2)
-    try:
-        for chunk in range(12):
-            # Every chunk rewrites the same keys; a later chunk must win whichever worker is faster.
-            size = 4000 if chunk % 2 == 0 else 50  # uneven chunks: the workers finish out of order
-            keys = [b"k%05d" % (i % 300) for i in range(size)]
-            values: list[bytes | None] = [
-                None if (i + chunk) % 7 == 0 else b"%d-%d" % (chunk, i) for i in range(size)
-            ]
-            for key, value in zip(keys, values, strict=True):
-                if value is None:
-                    model.pop(key, None)
-                else:
-                    model[key] = value
-            loader.submit(keys, values, {0: chunk + 1})
-        loader.drain()
-    finally:
-        loader.close()
-    assert [offsets for offsets, _ in ingested] == [{0: n + 1} for n in range(12)]
-    table = dict(engine.snapshot().items())
-    engine.close()
-    assert table == model
-    assert not list((tmp_path / "bulk").glob("chunk-*"))
+@given(st.lists(st.tuples(st.binary(min_size=60, max_size=80), st.binary(max_size=2)), max_size=30))
+def test_long_keys_take_the_plain_sort_and_equal_a_dict_model(chunk: list[tuple[bytes, bytes]]) -> None:
+    model = _model(chunk)  # type: ignore[arg-type]
+    keys, values = sorted_last_per_key([k for k, _ in chunk], [v for _, v in chunk])
+    assert keys == sorted(model)
+    assert dict(zip(keys, values, strict=True)) == model
 
 
 def test_sst_files_are_compressed_like_the_database(tmp_path: Path) -> None:
@@ -78,3 +92,110 @@ def test_sst_files_are_compressed_like_the_database(tmp_path: Path) -> None:
     data = path.read_bytes()
     assert b"LZ4" in data
     assert b"Snappy" not in data
+
+
+def test_partitions_are_shared_out_by_records_left() -> None:
+    assert split_partitions({0: 100, 1: 100, 2: 100}, 3) == [[0], [1], [2]]
+    # Four partitions on two workers: the two big ones apart, each with a small one.
+    assert sorted(split_partitions({0: 1000, 1: 10, 2: 990, 3: 20}, 2)) == [[0, 1], [2, 3]]
+    # An empty partition never gets a worker of its own, but is still read by one.
+    shares = split_partitions({0: 500, 1: 0, 2: 0}, 3)
+    assert len(shares) == 1
+    assert shares == [[0, 1, 2]]
+    assert split_partitions({0: 0}, 3) == [[0]]
+
+
+def _restore(
+    tmp_path: Path, bootstrap: str, topic: str, partitions: int, tuning: EngineTuning
+) -> tuple[dict[bytes, bytes], list[ChunkIngestable], dict[int, int]]:
+    engine = Engine(tmp_path / "db", tuning)
+    restore = BulkRestore(
+        tmp_path / "bulk",
+        consumer_config("bulk-test", {"bootstrap.servers": bootstrap}),
+        topic,
+        dict.fromkeys(range(partitions), OFFSET_BEGINNING),
+        dict.fromkeys(range(partitions), 0),
+        dict.fromkeys(range(partitions), 1000),
+        tuning,
+    )
+    chunks: list[ChunkIngestable] = []
+    ends: dict[int, int] = {}
+    try:
+        running = restore.workers
+        while running:
+            event = restore.next_event(timeout=30)
+            assert event is not None, "no event from the restore workers in 30 s"
+            if isinstance(event, ChunkIngestable):
+                if event.sst_path is not None:
+                    engine.ingest([event.sst_path])
+                chunks.append(event)
+            elif isinstance(event, WorkerCaughtUp):
+                running -= 1
+                ends.update(event.next_offsets)
+    finally:
+        restore.close()
+    table = dict(engine.snapshot().items())
+    engine.close()
+    return table, chunks, ends
+
+
+def test_workers_read_every_partition_to_its_end_in_order(
+    tmp_path: Path, broker: LocalBroker, make_topic: Callable[..., str]
+) -> None:
+    topic = make_topic(partitions=3)
+    # Every key rewritten several times (always on its one partition), some deleted.
+    records = [(b"k%04d" % (i % 700), None if i % 11 == 0 else b"v%d" % i) for i in range(6000)]
+    produce(broker.bootstrap_servers, topic, records)
+    tuning = dataclasses.replace(
+        EngineTuning(), bulk_load_chunk_records=500, bulk_load_workers=2, poll_max_records=100
+    )
+    table, chunks, ends = _restore(tmp_path, broker.bootstrap_servers, topic, 3, tuning)
+    assert table == latest_per_key(records)
+    assert ends == dict(topic_end(broker.bootstrap_servers, topic))
+    assert sum(chunk.records for chunk in chunks) == 6000
+    assert len(chunks) > 6
+    # Each partition's chunks come in offset order (each worker's files in the order written).
+    for partition in range(3):
+        seen = [c.next_offsets[partition] for c in chunks if partition in c.next_offsets]
+        assert seen == sorted(seen)
+    assert not list((tmp_path / "bulk").glob("chunk-*"))  # ingested files were moved, others removed
+
+
+def test_a_worker_that_fails_is_reported_and_close_stops_every_worker(tmp_path: Path) -> None:
+    tuning = dataclasses.replace(EngineTuning(), bulk_load_workers=2)
+    # A setting librdkafka refuses: the worker cannot create its consumer.
+    config = consumer_config("bulk-test", {"bootstrap.servers": "127.0.0.1:1", "fetch.wait.max.ms": "soon"})
+    restore = BulkRestore(
+        tmp_path / "bulk", config, "nowhere", {0: 0, 1: 0}, {0: 0, 1: 0}, {0: 9, 1: 9}, tuning
+    )
+    try:
+        assert restore.workers == 2
+        with pytest.raises(BulkLoadError, match=r"fetch\.wait\.max\.ms"):
+            restore.next_event(timeout=30)
+    finally:
+        restore.close()
+    assert restore._process.poll() is not None
+
+
+def test_compactions_wait_while_deferred_and_run_once_resumed(tmp_path: Path) -> None:
+    engine = Engine(tmp_path / "db", EngineTuning())
+    try:
+        engine.defer_compactions(True)
+        # Overlapping files (every one spans the whole key range) land in level 0.
+        for number in range(6):
+            keys = [b"k%05d" % i for i in range(number, 3000, 6)] + [b"z"]
+            path = write_sst(tmp_path / f"{number}.sst", keys, [b"v%d" % number] * len(keys))
+            assert path is not None
+            engine.ingest([path])
+        level0 = engine._db.property_int_value("rocksdb.num-files-at-level0")
+        # The first file went to the last level (nothing to overlap); the other five stay in level 0,
+        # more than its compaction trigger (4).
+        assert level0 == 5
+        engine.defer_compactions(False)
+        deadline = time.monotonic() + 30
+        while engine._db.property_int_value("rocksdb.num-files-at-level0") >= 4:
+            assert time.monotonic() < deadline, "level 0 was never compacted after compactions resumed"
+            time.sleep(0.05)
+        assert engine.snapshot()[b"z"] == b"v5"
+    finally:
+        engine.close()

@@ -1,0 +1,304 @@
+"""A bulk restore's worker processes, started as ``python -P .../store/restore_worker.py``.
+
+Each worker consumes its share of a topic's partitions itself, from the offsets it is given until
+it has caught up with them, and writes what it read as SST files, one per chunk of records: the
+last record of each key in the chunk, in byte order (tombstones as deletes). The parent ingests
+the files in the order each worker wrote them, recording each chunk's offsets with it.
+
+The process started reads a pickled list of jobs (dicts, see ``store.bulkload``) from stdin,
+imports what the workers need once, and forks one worker per job: importing numpy and
+confluent-kafka in every worker cost as much CPU as restoring a few hundred thousand records. It is
+single-threaded when it forks (no consumer exists in it yet). Workers write their events to stdout
+as frames (a 4-byte big-endian length, then a pickle of ``(worker, kind, ...)``), each in one
+``write`` of at most ``PIPE_BUF`` bytes, so frames of different workers never interleave:
+
+- ``(worker, "chunk", sst_path | None, next_offsets, records, null_keys)``: a chunk is written
+  (``None``: every record of it had a null key);
+- ``(worker, "kafka_error", code, text, fatal, partition | None)``: a fetch error
+  (``partition``) or a client error (``None``) the parent decides about; end of partition is
+  handled here;
+- ``(worker, "done", next_offsets)``: every partition is caught up; the worker exits;
+- ``(worker, "failed", text)``: an error, or the worker exited without a word; it is gone.
+
+A plain child process rather than ``multiprocessing``: it never re-imports the embedding
+application's ``__main__``. Run as a script it imports nothing of ours, so it starts without the
+``store`` package and its dependencies. Workers stop when their parent goes away, which stops
+when the store's process does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import pickle
+import select
+import signal
+import struct
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import rocksdict
+from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+
+# Longer keys are ordered by Python's sort: padding every key of a chunk to the longest would
+# cost more than it saves.
+_NUMPY_MAX_KEY_BYTES = 64
+# Writes to a pipe up to this size are atomic (POSIX guarantees at least 512; Linux has 4096).
+_ATOMIC_WRITE_BYTES = getattr(select, "PIPE_BUF", 512)
+_FRAME_HEADER = struct.Struct(">I")
+
+
+def _sst_options() -> rocksdict.Options:
+    # The database's own compression (store.engine), so ingested files need no rewrite to match.
+    options = rocksdict.Options(raw_mode=True)
+    options.set_compression_type(rocksdict.DBCompressionType.lz4())
+    return options
+
+
+_SST_OPTIONS = _sst_options()
+
+
+def last_per_key_order(keys: Sequence[bytes]) -> list[int]:
+    """Indexes into ``keys`` of the last occurrence of each distinct key, in byte order of the keys."""
+    if not keys:
+        return []
+    longest = max(map(len, keys))
+    if longest > _NUMPY_MAX_KEY_BYTES:
+        last = dict(zip(keys, range(len(keys)), strict=True))
+        return [last[key] for key in sorted(last)]
+    return _numpy_last_per_key_order(keys, longest)
+
+
+def _numpy_last_per_key_order(keys: Sequence[bytes], longest: int) -> list[int]:
+    """Keys as rows of big-endian 64-bit words, zero-padded, sorted with a stable ``lexsort``.
+
+    Zero padding alone would tie a key with the same key plus trailing zero bytes, so keys of
+    different lengths add their length as the last tie-breaker: a key that is a prefix of another
+    then sorts first, exactly as in byte order.
+    """
+    count = len(keys)
+    words = max(1, (longest + 7) // 8)
+    uniform = min(map(len, keys)) == longest
+    if uniform and longest == words * 8:
+        rows = np.frombuffer(b"".join(keys), dtype=">u8").reshape(count, words)
+    else:
+        padded = np.zeros((count, words * 8), dtype=np.uint8)
+        if longest:
+            padded[:, :longest] = np.array(keys, dtype=f"S{longest}").view(np.uint8).reshape(count, longest)
+        rows = padded.view(">u8")
+    # lexsort's last key is its primary one: the first word, then the next, ..., then the length.
+    sort_keys: list[Any] = [rows[:, word].astype(np.uint64) for word in reversed(range(words))]
+    lengths = None
+    if not uniform:
+        lengths = np.fromiter(map(len, keys), dtype=np.int64, count=count)
+        sort_keys.insert(0, lengths)
+    order = np.lexsort(sort_keys)  # stable: the last occurrence of a key ends its run
+    ordered = rows[order]
+    run_ends = np.ones(count, dtype=bool)
+    run_ends[:-1] = (ordered[1:] != ordered[:-1]).any(axis=1)
+    if lengths is not None:
+        ordered_lengths = lengths[order]
+        run_ends[:-1] |= ordered_lengths[1:] != ordered_lengths[:-1]
+    kept: list[int] = order[run_ends].tolist()
+    return kept
+
+
+def sorted_last_per_key(
+    keys: Sequence[bytes], values: Sequence[bytes | None]
+) -> tuple[list[bytes], list[bytes | None]]:
+    """Keys in byte order, each once, with the value of its last occurrence (None: tombstone)."""
+    order = last_per_key_order(keys)
+    return [keys[i] for i in order], [values[i] for i in order]
+
+
+def write_sst(path: Path, keys: Sequence[bytes], values: Sequence[bytes | None]) -> Path | None:
+    """Write one chunk to the SST file ``path``; ``None`` (and no file) if the chunk is empty."""
+    order = last_per_key_order(keys)
+    if not order:
+        return None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    writer = rocksdict.SstFileWriter(_SST_OPTIONS)
+    writer.open(str(path))
+    for i in order:
+        value = values[i]
+        if value is None:
+            del writer[keys[i]]
+        else:
+            writer[keys[i]] = value
+    writer.finish()
+    return path
+
+
+class _Restore:
+    """One worker's consume loop: a chunk is written when full, or as soon as it holds as many
+    records as are left to read, so chunks halve towards the end and the last one is small."""
+
+    def __init__(self, number: int, job: dict[str, Any], events: int) -> None:
+        self.number = number
+        self.job = job
+        self.events = events
+        self.topic: str = job["topic"]
+        self.starts: dict[int, int] = job["starts"]
+        # Next offset to read per partition; a partition is caught up once it reaches the high
+        # watermark of its last fetch response.
+        self.consumed: dict[int, int] = dict(job["lows"])
+        self.caught_up: set[int] = set()
+        self.parent = os.getppid()
+        self.chunks = 0
+        config = dict(job["consumer_config"])
+        config["error_cb"] = self._on_client_error
+        self.consumer = Consumer(config)
+
+    def emit(self, kind: str, *fields: object) -> None:
+        emit(self.events, self.number, kind, *fields)
+
+    def _on_client_error(self, error: KafkaError) -> None:
+        self.emit("kafka_error", error.code(), error.str(), error.fatal(), None)
+
+    def run(self) -> None:
+        job, consumer, topic = self.job, self.consumer, self.topic
+        partitions = sorted(self.starts)
+        watermarks = [TopicPartition(topic, p) for p in partitions]
+        # Knowing each leader first makes the assignment's start-offset lookup go out at once
+        # (without one, librdkafka retries it only after 500 ms).
+        for tp in watermarks:
+            consumer.get_watermark_offsets(tp, timeout=10)
+        consumer.assign([TopicPartition(topic, p, self.starts[p]) for p in partitions])
+        keys: list[bytes] = []
+        values: list[bytes | None] = []
+        offsets: dict[int, int] = {}
+        null_keys = 0
+        poll_max, poll_timeout = job["poll_max_records"], job["poll_timeout_seconds"]
+        chunk_records = job["chunk_records"]
+        while len(self.caught_up) < len(partitions):
+            if os.getppid() != self.parent:
+                return  # the parent is gone: nobody will ingest what this worker writes
+            messages = consumer.consume(poll_max, 0)
+            if not messages:
+                messages = consumer.consume(1, poll_timeout)
+            if any(map(Message.error, messages)):
+                for message in messages:
+                    error = message.error()
+                    if error is None:
+                        continue
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        self.caught_up.add(message.partition())  # type: ignore[arg-type]
+                    else:
+                        self.emit(
+                            "kafka_error", error.code(), error.str(), error.fatal(), message.partition()
+                        )
+                messages = [message for message in messages if message.error() is None]
+            if messages:
+                polled: list[bytes | None] = list(map(Message.key, messages))
+                polled_values = list(map(Message.value, messages))
+                backwards = list(map(Message.partition, reversed(messages)))
+                for partition in set(backwards):
+                    last = messages[len(messages) - 1 - backwards.index(partition)]
+                    offsets[partition] = self.consumed[partition] = last.offset() + 1  # type: ignore[index,operator]
+                if None in polled:
+                    kept = [i for i, key in enumerate(polled) if key is not None]
+                    null_keys += len(polled) - len(kept)
+                    polled = [polled[i] for i in kept]
+                    polled_values = [polled_values[i] for i in kept]
+                keys.extend(polled)  # type: ignore[arg-type]  # the null keys were dropped above
+                values.extend(polled_values)
+            unread = 0
+            for tp in watermarks:
+                high = consumer.get_watermark_offsets(tp, cached=True)[1]
+                if high >= 0:
+                    if self.consumed[tp.partition] >= high:
+                        self.caught_up.add(tp.partition)
+                    unread += max(0, high - self.consumed[tp.partition])
+            caught_up = len(self.caught_up) >= len(partitions)
+            if offsets and (
+                len(keys) >= chunk_records or caught_up or (len(keys) >= poll_max and 0 < unread <= len(keys))
+            ):
+                self._write_chunk(keys, values, offsets, null_keys)
+                keys, values, offsets, null_keys = [], [], {}, 0
+        self.emit("done", self.consumed)
+
+    def _write_chunk(
+        self, keys: list[bytes], values: list[bytes | None], offsets: dict[int, int], null_keys: int
+    ) -> None:
+        path = Path(self.job["directory"]) / f"{self.job['file_prefix']}-{self.chunks:06d}.sst"
+        self.chunks += 1
+        written = write_sst(path, keys, values)
+        self.emit("chunk", None if written is None else str(written), dict(offsets), len(keys), null_keys)
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+def emit(events: int, worker: int, kind: str, *fields: object) -> None:
+    """Write one event frame to the file descriptor ``events`` in a single atomic write."""
+    frame = pickle.dumps((worker, kind, *fields), protocol=pickle.HIGHEST_PROTOCOL)
+    if _FRAME_HEADER.size + len(frame) > _ATOMIC_WRITE_BYTES:
+        # Only error texts can be long; shortened, the frame fits.
+        frame = pickle.dumps((worker, kind, *(_shorten(f) for f in fields)), protocol=pickle.HIGHEST_PROTOCOL)
+    os.write(events, _FRAME_HEADER.pack(len(frame)) + frame)
+
+
+def _shorten(field: object) -> object:
+    return field[:200] + "..." if isinstance(field, str) and len(field) > 200 else field
+
+
+def run_worker(number: int, job: dict[str, Any], events: int) -> int:
+    """One worker's life, in the forked process: restore its partitions, report, return the exit code."""
+    if job.get("gc_threshold"):
+        gc.set_threshold(max(job["gc_threshold"], gc.get_threshold()[0]), *gc.get_threshold()[1:])
+    restore: _Restore | None = None
+    try:
+        restore = _Restore(number, job, events)
+        restore.run()
+    except BrokenPipeError:
+        return 1  # the parent stopped reading
+    except Exception as exc:  # reported to the parent, which retries the session
+        with contextlib.suppress(OSError):
+            emit(events, number, "failed", f"{type(exc).__name__}: {exc}")
+        return 1
+    finally:
+        if restore is not None:
+            restore.close()
+    return 0
+
+
+def main() -> int:
+    """Fork a worker per job read from stdin; wait for them; stop them if the parent goes away."""
+    jobs: list[dict[str, Any]] = pickle.load(sys.stdin.buffer)
+    events = sys.stdout.fileno()
+    parent = os.getppid()
+    workers: dict[int, int] = {}  # pid -> worker number
+    for number, job in enumerate(jobs):
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                code = run_worker(number, job, events)
+            finally:
+                os._exit(code)  # never back into this loop, whatever happened
+        workers[pid] = number
+    while workers:
+        pid, status = os.waitpid(-1, os.WNOHANG)
+        if pid:
+            number = workers.pop(pid)
+            if status != 0:
+                # A worker that reported its failure says so again here: the first word counts.
+                with contextlib.suppress(OSError):
+                    emit(events, number, "failed", f"the worker exited with status {status}")
+            continue
+        if os.getppid() != parent:  # the store's process is gone: nobody ingests these files
+            for pid in workers:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            return 1
+        time.sleep(0.2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
