@@ -99,7 +99,7 @@ class HistorySettings(BaseModel):
 
 
 class EngineSettings(BaseModel):
-    """Memory and durability knobs of a store's engine; unset keys keep the level above.
+    """Memory, durability and restore knobs of a store's engine; unset keys keep the level above.
 
     Sizes take bytes or a unit (``512MiB``, ``1GiB``). Per store and copy: the block cache, up to
     two write buffers per column family in use, and the hot-key read cache; a store being rebuilt
@@ -116,6 +116,9 @@ class EngineSettings(BaseModel):
     read_cache_entries: int | None = Field(default=None, ge=0)
     # How often a READY store flushes its memtables: at most this much is re-read after a crash.
     checkpoint_interval_seconds: float | None = Field(default=None, gt=0)
+    # Processes of a bulk restore (each reads its share of the partitions); about the CPU cores
+    # free for restoring. Each holds a chunk of records (about 60 MiB at 100-byte values) meanwhile.
+    bulk_load_workers: int | None = Field(default=None, ge=1, le=64)
 
     def apply(self, tuning: EngineTuning) -> EngineTuning:
         """``tuning`` with every key set here replacing its value."""

@@ -32,7 +32,7 @@ stores:
     indexes:
       - {name: by_category, field: category}
     history: {retention_ms: 86400000}
-    engine: {block_cache_bytes: 1GiB, checkpoint_interval_seconds: 10}
+    engine: {block_cache_bytes: 1GiB, checkpoint_interval_seconds: 10, bulk_load_workers: 6}
   - name: customers
     topic: customers
 engine:
@@ -137,7 +137,9 @@ def test_engine_settings_apply_to_every_store_and_a_store_overrides_them(config_
     assert customers == dataclasses.replace(
         default, block_cache_bytes=128 * 2**20, write_buffer_bytes=16 * 2**20, read_cache_entries=0
     )
-    assert products == dataclasses.replace(customers, block_cache_bytes=2**30, checkpoint_interval_seconds=10)
+    assert products == dataclasses.replace(
+        customers, block_cache_bytes=2**30, checkpoint_interval_seconds=10, bulk_load_workers=6
+    )
     assert type(products.block_cache_bytes) is int
 
 
