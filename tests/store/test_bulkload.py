@@ -4,6 +4,8 @@ out by records left; worker processes that read their partitions into SST files.
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -199,3 +201,49 @@ def test_compactions_wait_while_deferred_and_run_once_resumed(tmp_path: Path) ->
         assert engine.snapshot()[b"z"] == b"v5"
     finally:
         engine.close()
+
+
+_ORPHAN_PARENT = """
+import dataclasses, sys, time
+from pathlib import Path
+from store import EngineTuning
+from store.bulkload import BulkRestore
+from store.kafka import consumer_config
+restore = BulkRestore(
+    Path(sys.argv[1]), consumer_config("orphan", {"bootstrap.servers": "127.0.0.1:1"}), "t",
+    {0: -2, 1: -2}, {0: 0, 1: 0}, {0: 5, 1: 5}, dataclasses.replace(EngineTuning(), bulk_load_workers=2),
+)
+print(restore._process.pid, flush=True)
+time.sleep(120)
+"""
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
+
+
+def test_workers_stop_when_the_store_process_is_killed(tmp_path: Path) -> None:
+    parent = subprocess.Popen(
+        [sys.executable, "-c", _ORPHAN_PARENT, str(tmp_path / "bulk")], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert parent.stdout is not None
+        forker = int(parent.stdout.readline())
+        deadline = time.monotonic() + 30
+        workers: list[int] = []
+        while len(workers) < 2:  # both workers forked and waiting for the (absent) broker
+            assert time.monotonic() < deadline, "the workers were never forked"
+            children = Path(f"/proc/{forker}/task/{forker}/children")
+            workers = [int(pid) for pid in children.read_text().split()] if children.exists() else []
+            time.sleep(0.05)
+    finally:
+        parent.kill()  # SIGKILL: the store's process has no chance to stop its workers
+        parent.wait()
+    deadline = time.monotonic() + 30
+    while any(_running(pid) for pid in [forker, *workers]):
+        assert time.monotonic() < deadline, "restore workers outlived the store's process"
+        time.sleep(0.05)
