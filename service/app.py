@@ -99,7 +99,7 @@ def create_app(settings: Settings, stores: Mapping[str, ServableStore] | None = 
     app.state.metrics = metrics
     install_problem_handlers(app)
     # Added last, the metrics middleware is outermost: it also counts what the guard refuses.
-    app.add_middleware(RequestGuard, limits=settings.limits)
+    app.add_middleware(RequestGuard, limits=settings.limits, auth=settings.auth, on_refusal=metrics.refused)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     add_store_routes(app, settings, registry)
 

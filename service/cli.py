@@ -86,6 +86,7 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn  # noqa: PLC0415
 
     from service.app import create_app  # noqa: PLC0415
+    from service.connections import http_protocol  # noqa: PLC0415
     from service.settings import load_settings  # noqa: PLC0415
 
     settings = load_settings(args.config)
@@ -107,7 +108,7 @@ def _serve(args: argparse.Namespace) -> int:
         host=host,
         port=port,
         loop="uvloop",
-        http="httptools",
+        http=http_protocol(settings.limits),
         log_config=None,
         access_log=False,
         ssl_certfile=str(tls.certfile) if tls else None,

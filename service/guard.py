@@ -1,72 +1,128 @@
-"""Bounds on requests in flight: at most ``limits.max_concurrent_requests`` store requests at once
-(else ``429 too-many-requests``), at most ``limits.max_concurrent_requests_per_client`` of them from
-one client (else ``429 client-too-many-requests``), and none waiting past
+"""Bounds on requests in flight: at most ``limits.max_concurrent_requests_per_client`` store
+requests from one client (else ``429 client-too-many-requests``), at most
+``limits.max_concurrent_requests`` in all (else ``429 too-many-requests``), and none waiting past
 ``limits.request_timeout_ms`` (else ``503 request-timeout``). Probes and metrics are exempt, so a
 busy service still reports its health.
 
-A client is its bearer token when it sends one (all the executors of one Spark job share it), else
-its address: one greedy job or host takes its share of the instance, never all of it.
+A client is the configured token it sends (all the executors of one Spark job share it), else its
+address: one greedy job or host takes its share of the instance, never all of it. Only configured
+tokens count, so a client cannot dodge its share by sending a new made-up token with each request.
+An answer the client does not read does not hold its slot: see ``service.connections``.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import time
+from collections.abc import Callable
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.exceptions import ProblemError
 from service.problems import problem_body
-from service.settings import LimitSettings
+from service.settings import AuthSettings, LimitSettings
+
+logger = logging.getLogger(__name__)
 
 GUARDED_PREFIX = "/v1/"
 DEADLINE_KEY = "statestore.deadline"
+CLIENT_TOO_MANY_REQUESTS = "client-too-many-requests"
+TOO_MANY_REQUESTS = "too-many-requests"
+# A client (or the instance) kept at its limit is logged again after this long, not per refusal.
+WARNING_INTERVAL_SECONDS = 60.0
+
+
+class ClientIdentity:
+    """Who a request is from, for the per-client limit: ``token "<name>"`` when it sends a
+    configured token, else ``address <ip>``. The token itself is never kept."""
+
+    def __init__(self, auth: AuthSettings | None = None) -> None:
+        # Digest of a token -> its name; empty in open mode, where tokens identify nobody.
+        self._names = {t.sha256: t.name for t in auth.tokens} if auth and auth.mode == "tokens" else {}
+
+    def __call__(self, scope: Scope) -> str:
+        if self._names:
+            for header, value in scope.get("headers") or ():
+                if header == b"authorization":
+                    scheme, _, token = value.decode("latin-1").partition(" ")
+                    if scheme.lower() == "bearer":
+                        # Looked up by digest: the lookup's timing can tell nothing about a token.
+                        name = self._names.get(hashlib.sha256(token.strip().encode()).hexdigest())
+                        if name is not None:
+                            return f'token "{name}"'
+                    break
+        peer = scope.get("client")
+        return f"address {peer[0]}" if peer else "address unknown"
 
 
 class RequestGuard:
-    """ASGI middleware enforcing the concurrency limit and the request timeout."""
+    """ASGI middleware enforcing the concurrency limits and the request timeout.
 
-    def __init__(self, app: ASGIApp, limits: LimitSettings) -> None:
+    ``on_refusal`` is told the problem type of every request a limit refuses (for metrics).
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        limits: LimitSettings,
+        auth: AuthSettings | None = None,
+        on_refusal: Callable[[str], None] | None = None,
+    ) -> None:
         self.app = app
         self.max_in_flight = limits.max_concurrent_requests
         self.max_per_client = limits.max_concurrent_requests_per_client
         self.timeout = limits.request_timeout_ms / 1000
         self.retry_after = str(limits.retry_after_seconds)
+        self.identify = ClientIdentity(auth)
+        self.on_refusal = on_refusal
         self.in_flight = 0
         # Requests in flight per client; a client leaves the map when its last request ends.
         self.per_client: dict[str, int] = {}
+        # When each client in ``per_client`` (and the instance, under "") was last logged as full.
+        self._warned_at: dict[str, float] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not scope["path"].startswith(GUARDED_PREFIX):
             await self.app(scope, receive, send)
             return
-        if self.in_flight >= self.max_in_flight:
-            await _send_problem(
+        client = self.identify(scope)
+        held = self.per_client.get(client, 0)
+        # The client's own share is checked first: when both are reached, the client is the cause.
+        if held >= self.max_per_client:
+            self._warn(
+                client,
+                "%s has %d requests in flight, limits.max_concurrent_requests_per_client; it gets 429 %s"
+                " until some end (it should send fewer at once)",
+                client,
+                held,
+                CLIENT_TOO_MANY_REQUESTS,
+            )
+            await self._refuse(
                 scope,
                 send,
-                ProblemError(
-                    429,
-                    "too-many-requests",
-                    "Too many requests",
-                    f"{self.in_flight} requests are in flight, the most this instance takes; retry later",
-                    headers={"Retry-After": self.retry_after},
-                ),
+                CLIENT_TOO_MANY_REQUESTS,
+                "Too many requests from this client",
+                f"this client ({client}) has {held} requests in flight, the most one client may have"
+                " (limits.max_concurrent_requests_per_client); wait for answers before sending more,"
+                " or send from fewer threads or executors at once",
             )
             return
-        client = client_key(scope)
-        held = self.per_client.get(client, 0)
-        if held >= self.max_per_client:
-            await _send_problem(
+        if self.in_flight >= self.max_in_flight:
+            self._warn(
+                "",
+                "%d requests are in flight, limits.max_concurrent_requests; new ones get 429 %s"
+                " (the instance is at capacity: add replicas)",
+                self.in_flight,
+                TOO_MANY_REQUESTS,
+            )
+            await self._refuse(
                 scope,
                 send,
-                ProblemError(
-                    429,
-                    "client-too-many-requests",
-                    "Too many requests from this client",
-                    f"this client has {held} requests in flight, the most one client may have"
-                    " (limits.max_concurrent_requests_per_client); wait for answers before sending more",
-                    headers={"Retry-After": self.retry_after},
-                ),
+                TOO_MANY_REQUESTS,
+                "Too many requests",
+                f"{self.in_flight} requests are in flight, the most this instance takes"
+                " (limits.max_concurrent_requests); retry after Retry-After seconds",
             )
             return
         # Only waits can run long (min_position, a slow body); they honour this deadline, which
@@ -83,15 +139,20 @@ class RequestGuard:
                 self.per_client[client] = remaining
             else:
                 del self.per_client[client]
+                self._warned_at.pop(client, None)
 
+    def _warn(self, who: str, message: str, *args: object) -> None:
+        now = time.monotonic()
+        last = self._warned_at.get(who)
+        if last is None or now - last >= WARNING_INTERVAL_SECONDS:
+            self._warned_at[who] = now
+            logger.warning(message, *args)
 
-def client_key(scope: Scope) -> str:
-    """Who sent the request: a digest of its bearer token, else its address (never the secret)."""
-    for name, value in scope.get("headers") or ():
-        if name == b"authorization":
-            return "token:" + hashlib.sha256(value).hexdigest()[:32]
-    peer = scope.get("client")
-    return f"address:{peer[0]}" if peer else "address:unknown"
+    async def _refuse(self, scope: Scope, send: Send, slug: str, title: str, detail: str) -> None:
+        if self.on_refusal is not None:
+            self.on_refusal(slug)
+        problem = ProblemError(429, slug, title, detail, headers={"Retry-After": self.retry_after})
+        await _send_problem(scope, send, problem)
 
 
 def remaining_seconds(scope: Scope) -> float | None:

@@ -15,6 +15,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from service.guard import CLIENT_TOO_MANY_REQUESTS, TOO_MANY_REQUESTS
 from service.registry import StoreRegistry
 from store import StoreState, StoreStatus
 
@@ -127,6 +128,15 @@ class Metrics:
             buckets=_LATENCY_BUCKETS,
             registry=self.registry,
         )
+        self.refusals = Counter(
+            "statestore_http_requests_refused",
+            "Store requests refused by a concurrency limit, by problem type"
+            " (client-too-many-requests: one client's share; too-many-requests: the instance's)",
+            ["type"],
+            registry=self.registry,
+        )
+        for problem_type in (CLIENT_TOO_MANY_REQUESTS, TOO_MANY_REQUESTS):
+            self.refusals.labels(problem_type)  # shown as 0 before the first refusal
         self.registry.register(StoreCollector(stores))
         self._children: dict[tuple[str, str, str], tuple[Any, Any]] = {}
         # Route templates by endpoint, for routes that do not record themselves in the scope.
@@ -144,6 +154,10 @@ class Metrics:
             )
         children[0].inc()
         children[1].observe(seconds)
+
+    def refused(self, problem_type: str) -> None:
+        """Count one request a concurrency limit refused with ``problem_type``."""
+        self.refusals.labels(problem_type).inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -73,3 +73,12 @@ def test_a_greedy_client_is_throttled_while_another_is_served(make_service: Call
     body = assert_problem(refusals[0], 429, "client-too-many-requests")
     assert refusals[0].headers["Retry-After"] == "1"
     assert "max_concurrent_requests_per_client" in body["detail"]
+    # Each refusal is counted by its problem type.
+    metrics = httpx.get(f"{service.url}/metrics").text
+    counted = {
+        line.split("{", 1)[1].split("}", 1)[0]: float(line.rsplit(" ", 1)[1])
+        for line in metrics.splitlines()
+        if line.startswith("statestore_http_requests_refused_total{")
+    }
+    assert counted['type="client-too-many-requests"'] == greedy_answers["client-too-many-requests"]
+    assert counted['type="too-many-requests"'] == 0

@@ -3,11 +3,24 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
+import logging
 from typing import Any
 
-from service.guard import RequestGuard, client_key
-from service.settings import LimitSettings
+import pytest
+
+from service.guard import ClientIdentity, RequestGuard
+from service.settings import AuthSettings, LimitSettings
+
+GREEDY, POLITE, SECRET = b"greedy-job-token", b"dashboard-token", b"s3cret-token"
+TOKENS = AuthSettings(
+    mode="tokens",
+    tokens=[
+        {"name": name, "sha256": hashlib.sha256(token).hexdigest(), "stores": ["*"]}  # type: ignore[list-item]
+        for name, token in (("greedy-job", GREEDY), ("dashboard", POLITE), ("ops", SECRET))
+    ],
+)
 
 
 def scope(
@@ -22,10 +35,8 @@ class HeldApp:
 
     def __init__(self) -> None:
         self.release = asyncio.Event()
-        self.entered = 0
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        self.entered += 1
         await self.release.wait()
         if scope["path"].endswith("/boom"):
             raise RuntimeError("handler failed")
@@ -45,35 +56,60 @@ async def refusal(guard: RequestGuard, request: dict[str, Any]) -> tuple[int, di
     return sent[0]["status"], json.loads(sent[1]["body"])
 
 
+def slug(answer: tuple[int, dict[str, Any]] | None) -> tuple[int, str] | None:
+    return None if answer is None else (answer[0], answer[1]["type"].rsplit(":", 1)[-1])
+
+
+def guard_for(app: HeldApp, refused: list[str] | None = None, **limits: int) -> RequestGuard:
+    on_refusal = None if refused is None else refused.append
+    return RequestGuard(app, LimitSettings(**limits), TOKENS, on_refusal)  # type: ignore[arg-type]
+
+
 def test_one_client_gets_its_share_and_others_still_get_in() -> None:
     async def run() -> None:
         app = HeldApp()
-        limits = LimitSettings(max_concurrent_requests=5, max_concurrent_requests_per_client=2)
-        guard = RequestGuard(app, limits)  # type: ignore[arg-type]
-        assert await refusal(guard, scope(token=b"greedy")) is None
-        assert await refusal(guard, scope(token=b"greedy")) is None
-        status, body = await refusal(guard, scope(token=b"greedy")) or (0, {})
-        assert status == 429
-        assert body["type"].endswith(":client-too-many-requests")
-        assert "max_concurrent_requests_per_client" in body["detail"]
-        # Another token, and a client without one (known by its address), are let in.
-        assert await refusal(guard, scope(token=b"polite")) is None
+        refused: list[str] = []
+        guard = guard_for(app, refused, max_concurrent_requests=5, max_concurrent_requests_per_client=2)
+        assert await refusal(guard, scope(token=GREEDY)) is None
+        # The same token from another host is the same client (another executor of the job).
+        assert await refusal(guard, scope(token=GREEDY, host="10.0.0.9")) is None
+        answer = await refusal(guard, scope(token=GREEDY))
+        assert slug(answer) == (429, "client-too-many-requests")
+        assert answer is not None
+        assert 'token "greedy-job"' in answer[1]["detail"]
+        assert "limits.max_concurrent_requests_per_client" in answer[1]["detail"]
+        # Another token, and clients without one (known by their address), are let in.
+        assert await refusal(guard, scope(token=POLITE)) is None
         assert await refusal(guard, scope(host="10.0.0.2")) is None
         assert await refusal(guard, scope(host="10.0.0.3")) is None
-        # The instance is full now (5 in flight): the global limit answers.
-        status, body = await refusal(guard, scope(host="10.0.0.4")) or (0, {})
-        assert (status, body["type"].split(":")[-1]) == (429, "too-many-requests")
+        # The instance is full now (5 in flight): the instance's limit answers.
+        assert slug(await refusal(guard, scope(host="10.0.0.4"))) == (429, "too-many-requests")
         # Probes never count.
         assert await refusal(guard, scope(path="/healthz")) is None
         assert guard.per_client == {
-            client_key(scope(token=b"greedy")): 2,
-            client_key(scope(token=b"polite")): 1,
-            "address:10.0.0.2": 1,
-            "address:10.0.0.3": 1,
+            'token "greedy-job"': 2,
+            'token "dashboard"': 1,
+            "address 10.0.0.2": 1,
+            "address 10.0.0.3": 1,
         }
+        assert refused == ["client-too-many-requests", "too-many-requests"]
         app.release.set()
         await asyncio.sleep(0.01)
         assert (guard.in_flight, guard.per_client) == (0, {})
+
+    asyncio.run(run())
+
+
+def test_a_client_at_its_share_is_told_so_even_when_the_instance_is_full() -> None:
+    async def run() -> None:
+        app = HeldApp()
+        guard = guard_for(app, max_concurrent_requests=2, max_concurrent_requests_per_client=2)
+        for _ in range(2):
+            assert await refusal(guard, scope(token=GREEDY)) is None
+        # Both limits are reached; the client's own is the one it can act on.
+        assert slug(await refusal(guard, scope(token=GREEDY))) == (429, "client-too-many-requests")
+        assert slug(await refusal(guard, scope(token=POLITE))) == (429, "too-many-requests")
+        app.release.set()
 
     asyncio.run(run())
 
@@ -81,10 +117,10 @@ def test_one_client_gets_its_share_and_others_still_get_in() -> None:
 def test_a_failing_request_gives_its_slots_back() -> None:
     async def run() -> None:
         app = HeldApp()
-        guard = RequestGuard(app, LimitSettings(max_concurrent_requests_per_client=1))  # type: ignore[arg-type]
+        guard = guard_for(app, max_concurrent_requests_per_client=1)
         task = asyncio.ensure_future(guard(scope(path="/v1/stores/s/boom"), None, None))  # type: ignore[arg-type]
         await asyncio.sleep(0.01)
-        assert guard.per_client == {"address:10.0.0.1": 1}
+        assert guard.per_client == {"address 10.0.0.1": 1}
         app.release.set()
         await asyncio.gather(task, return_exceptions=True)
         assert (guard.in_flight, guard.per_client) == (0, {})
@@ -92,11 +128,41 @@ def test_a_failing_request_gives_its_slots_back() -> None:
     asyncio.run(run())
 
 
-def test_client_key_never_holds_the_token() -> None:
-    key = client_key(scope(token=b"s3cret"))
-    assert key.startswith("token:")
-    assert "s3cret" not in key
-    assert key != client_key(scope(token=b"other"))
-    # The same token from two hosts is one client (the executors of one job).
-    assert key == client_key(scope(token=b"s3cret", host="10.9.9.9"))
-    assert client_key({"type": "http", "headers": []}) == "address:unknown"
+def test_only_a_configured_token_names_a_client_and_the_token_is_never_kept() -> None:
+    identify = ClientIdentity(TOKENS)
+    assert identify(scope(token=SECRET)) == 'token "ops"'
+    assert identify(scope(token=b"  " + SECRET + b" ")) == 'token "ops"'
+    # A made-up token would otherwise be a new client per request, dodging its share: the address.
+    assert identify(scope(token=b"made-up-1", host="10.0.0.7")) == "address 10.0.0.7"
+    basic = {"type": "http", "headers": [(b"authorization", b"Basic " + SECRET)]}
+    assert identify(basic) == "address unknown"
+    # In open mode tokens identify nobody.
+    assert ClientIdentity(AuthSettings(mode="open"))(scope(token=SECRET)) == "address 10.0.0.1"
+    assert ClientIdentity()(scope(token=SECRET, host="::1")) == "address ::1"
+
+
+def test_a_client_kept_at_its_share_is_logged_once_a_minute_not_per_refusal(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def run() -> None:
+        app = HeldApp()
+        guard = guard_for(app, max_concurrent_requests_per_client=1)
+        assert await refusal(guard, scope(token=GREEDY)) is None
+        for _ in range(5):
+            assert slug(await refusal(guard, scope(token=GREEDY))) == (429, "client-too-many-requests")
+        assert slug(await refusal(guard, scope(token=GREEDY))) == (429, "client-too-many-requests")
+        app.release.set()
+        await asyncio.sleep(0.01)
+        # Once its requests are done the client starts afresh, and is logged again if it comes back.
+        app.release.clear()
+        assert await refusal(guard, scope(token=GREEDY)) is None
+        assert slug(await refusal(guard, scope(token=GREEDY))) == (429, "client-too-many-requests")
+        app.release.set()
+
+    with caplog.at_level(logging.WARNING, logger="service.guard"):
+        asyncio.run(run())
+    warnings = [r.getMessage() for r in caplog.records if r.name == "service.guard"]
+    assert len(warnings) == 2, warnings
+    assert 'token "greedy-job" has 1 requests in flight' in warnings[0]
+    assert "client-too-many-requests" in warnings[0]
+    assert all(token.decode() not in warnings[0] for token in (GREEDY, SECRET))
