@@ -134,6 +134,7 @@ class BulkRestore:
             for number, share in enumerate(shares)
         ]
         self.workers = len(jobs)
+        self._caught_up = 0  # workers that reported catching up (set by the reading thread)
         try:
             directory.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -181,9 +182,16 @@ class BulkRestore:
     def close(self) -> None:
         """Stop the workers and remove the files of chunks not ingested (their offsets were never
         recorded)."""
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self._process.pid, signal.SIGKILL)
-        self._process.wait(timeout=30)
+        process = self._process
+        if process.poll() is None:
+            if self._caught_up < self.workers:
+                process.terminate()  # it kills its workers and reaps them
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(process.pid, signal.SIGKILL)  # the whole group, workers included
+                process.wait(timeout=30)
         if self._process.stdout is not None:
             with contextlib.suppress(OSError):
                 self._process.stdout.close()
@@ -191,8 +199,7 @@ class BulkRestore:
             leftover.unlink(missing_ok=True)
 
     def _read(self, stream: IO[bytes]) -> None:
-        caught_up = 0
-        while caught_up < self.workers:
+        while self._caught_up < self.workers:
             try:
                 (length,) = _FRAME_HEADER.unpack(stream.read(_FRAME_HEADER.size))
                 worker, kind, *fields = pickle.loads(stream.read(length))
@@ -210,7 +217,7 @@ class BulkRestore:
             elif kind == "kafka_error":
                 self._events.put(WorkerKafkaError(*fields))
             elif kind == "done":
-                caught_up += 1
+                self._caught_up += 1
                 self._events.put(WorkerCaughtUp(fields[0]))
             else:
                 self._events.put(BulkLoadError(f"restore worker {worker} failed: {fields[0]}"))

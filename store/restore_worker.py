@@ -267,21 +267,50 @@ def run_worker(number: int, job: dict[str, Any], events: int) -> int:
     return 0
 
 
+class _Stop(Exception):
+    """SIGTERM: the parent no longer wants the workers."""
+
+
+def _on_sigterm(_signal: int, _frame: object) -> None:
+    raise _Stop
+
+
 def main() -> int:
-    """Fork a worker per job read from stdin; wait for them; stop them if the parent goes away."""
+    """Fork a worker per job read from stdin and wait for them. On SIGTERM, or when the parent goes
+    away, kill them and reap them: their parent may be a container's init that reaps nobody."""
     jobs: list[dict[str, Any]] = pickle.load(sys.stdin.buffer)
     events = sys.stdout.fileno()
     parent = os.getppid()
     workers: dict[int, int] = {}  # pid -> worker number
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    with contextlib.suppress(_Stop):
+        _fork_and_wait(jobs, events, parent, workers)
+    if not workers:
+        return 0
+    for pid in workers:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    for pid in workers:
+        with contextlib.suppress(OSError):
+            os.waitpid(pid, 0)
+    return 1
+
+
+def _fork_and_wait(jobs: list[dict[str, Any]], events: int, parent: int, workers: dict[int, int]) -> None:
+    # Held back while forking, so that every worker forked is in ``workers`` when it comes.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     for number, job in enumerate(jobs):
         pid = os.fork()
         if pid == 0:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
             code = 1
             try:
                 code = run_worker(number, job, events)
             finally:
                 os._exit(code)  # never back into this loop, whatever happened
         workers[pid] = number
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     while workers:
         pid, status = os.waitpid(-1, os.WNOHANG)
         if pid:
@@ -292,12 +321,8 @@ def main() -> int:
                     emit(events, number, "failed", f"the worker exited with status {status}")
             continue
         if os.getppid() != parent:  # the store's process is gone: nobody ingests these files
-            for pid in workers:
-                with contextlib.suppress(OSError):
-                    os.kill(pid, signal.SIGKILL)
-            return 1
+            return
         time.sleep(0.2)
-    return 0
 
 
 if __name__ == "__main__":

@@ -218,6 +218,18 @@ time.sleep(120)
 """
 
 
+def _forked_workers(forker: int, count: int) -> list[int]:
+    """The pids of the ``count`` workers ``forker`` forked, once they all exist."""
+    deadline = time.monotonic() + 30
+    while True:
+        children = Path(f"/proc/{forker}/task/{forker}/children")
+        workers = [int(pid) for pid in children.read_text().split()] if children.exists() else []
+        if len(workers) >= count:
+            return workers
+        assert time.monotonic() < deadline, f"{count} workers were never forked: {workers}"
+        time.sleep(0.05)
+
+
 def _running(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
@@ -233,13 +245,7 @@ def test_workers_stop_when_the_store_process_is_killed(tmp_path: Path) -> None:
     try:
         assert parent.stdout is not None
         forker = int(parent.stdout.readline())
-        deadline = time.monotonic() + 30
-        workers: list[int] = []
-        while len(workers) < 2:  # both workers forked and waiting for the (absent) broker
-            assert time.monotonic() < deadline, "the workers were never forked"
-            children = Path(f"/proc/{forker}/task/{forker}/children")
-            workers = [int(pid) for pid in children.read_text().split()] if children.exists() else []
-            time.sleep(0.05)
+        workers = _forked_workers(forker, 2)  # both waiting for the (absent) broker
     finally:
         parent.kill()  # SIGKILL: the store's process has no chance to stop its workers
         parent.wait()
@@ -247,3 +253,16 @@ def test_workers_stop_when_the_store_process_is_killed(tmp_path: Path) -> None:
     while any(_running(pid) for pid in [forker, *workers]):
         assert time.monotonic() < deadline, "restore workers outlived the store's process"
         time.sleep(0.05)
+
+
+def test_close_stops_waiting_workers_and_leaves_no_process_behind(tmp_path: Path) -> None:
+    tuning = dataclasses.replace(EngineTuning(), bulk_load_workers=2)
+    config = consumer_config("bulk-test", {"bootstrap.servers": "127.0.0.1:1"})
+    restore = BulkRestore(
+        tmp_path / "bulk", config, "nowhere", {0: -2, 1: -2}, {0: 0, 1: 0}, {0: 9, 1: 9}, tuning
+    )
+    workers = _forked_workers(restore._process.pid, 2)
+    restore.close()
+    assert restore._process.returncode is not None
+    # Reaped, not only killed: a container's init (the service itself) would never reap them.
+    assert not [pid for pid in workers if Path(f"/proc/{pid}").exists()]
