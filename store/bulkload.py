@@ -181,22 +181,29 @@ class BulkRestore:
 
     def close(self) -> None:
         """Stop the workers and remove the files of chunks not ingested (their offsets were never
-        recorded)."""
-        process = self._process
-        if process.poll() is None:
-            if self._caught_up < self.workers:
-                process.terminate()  # it kills its workers and reaps them
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(process.pid, signal.SIGKILL)  # the whole group, workers included
-                process.wait(timeout=30)
-        if self._process.stdout is not None:
-            with contextlib.suppress(OSError):
-                self._process.stdout.close()
+        recorded). Workers that all caught up are only closing their consumers: they end, and are
+        reaped, in the background, so the store does not wait for them to become READY."""
+        if self._caught_up >= self.workers:
+            threading.Thread(target=self._end, name="restore-workers-end", daemon=True).start()
+        else:
+            self._end(stop=True)
+        # Every worker has written its last file by now: it caught up, or it was stopped.
         for leftover in self._directory.glob(f"chunk-{os.getpid()}-*"):
             leftover.unlink(missing_ok=True)
+
+    def _end(self, stop: bool = False) -> None:
+        process = self._process
+        if stop and process.poll() is None:
+            process.terminate()  # it kills its workers and reaps them
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)  # the whole group, workers included
+            process.wait(timeout=30)
+        if process.stdout is not None:
+            with contextlib.suppress(OSError):
+                process.stdout.close()
 
     def _read(self, stream: IO[bytes]) -> None:
         while self._caught_up < self.workers:
