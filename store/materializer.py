@@ -343,7 +343,7 @@ class Materializer:
             bulk_caught_up: set[int] | None = None  # None: no bulk restore in this session yet
             while not self._stop.is_set():
                 if bulk_caught_up is None and self._wants_bulk():
-                    bulk_caught_up = self._bulk_restore(info, dict(self._position()), lows, targets)
+                    bulk_caught_up = self._bulk_restore(info, lows, targets)
                     if self._stop.is_set():
                         return
                 position = self._position()
@@ -416,11 +416,10 @@ class Materializer:
             and self.progress.remaining(self._position()) >= minimum
         )
 
-    def _bulk_restore(
-        self, info: TopicInfo, starts: dict[int, int], lows: dict[int, int], targets: dict[int, int]
-    ) -> set[int]:
-        """Restore in worker processes (``store.bulkload``) until every partition is caught up, or a
-        stop; return the partitions caught up. Each chunk is ingested with its offsets as it comes."""
+    def _bulk_restore(self, info: TopicInfo, lows: dict[int, int], targets: dict[int, int]) -> set[int]:
+        """Restore in worker processes (``store.bulkload``) from the stored position until every
+        partition is caught up, or a stop; return the partitions caught up. Each chunk is ingested
+        with its offsets as it comes."""
         config, tuning, progress, target = self._config, self._tuning, self.progress, self._target
         position = self._position()
         remaining = {p: targets[p] - position.get(p, lows[p]) for p in range(info.partitions)}
@@ -437,8 +436,8 @@ class Materializer:
                 config.path / "bulk",
                 consumer_config(config.name, config.kafka),
                 config.topic,
-                {p: starts.get(p, OFFSET_BEGINNING) for p in range(info.partitions)},
-                {p: starts.get(p, lows[p]) for p in range(info.partitions)},
+                {p: position.get(p, OFFSET_BEGINNING) for p in range(info.partitions)},
+                {p: position.get(p, lows[p]) for p in range(info.partitions)},
                 remaining,
                 tuning,
             )
@@ -540,9 +539,9 @@ class Materializer:
             target.build_indexes(self._stop)
 
         try:
+            if restoring and len(caught_up) >= partitions:
+                finish_restore()  # a bulk restore read everything: no poll to wait for
             while not self._stop.is_set():
-                if restoring and len(caught_up) >= partitions:
-                    finish_restore()
                 polled_at = time.monotonic()
                 messages = consumer.consume(tuning.poll_max_records, 0)
                 if not messages:
