@@ -22,7 +22,7 @@ from service.reads import Access
 from service.registry import StoreRegistry
 from service.routes import add_store_routes
 from service.settings import Settings, store_configs
-from store import ServableStore, Store, StoreState
+from store import RestoreSlots, ServableStore, Store, StoreState
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +57,8 @@ def create_app(settings: Settings, stores: Mapping[str, ServableStore] | None = 
     """
     owned: dict[str, Store] = {}
     if stores is None:
-        owned = {config.name: Store(config) for config in store_configs(settings)}
+        slots = RestoreSlots(settings.engine.max_concurrent_bulk_restores)
+        owned = {config.name: Store(config, slots) for config in store_configs(settings)}
         stores = owned
     registry = StoreRegistry(settings, stores)
     metrics = Metrics(registry)

@@ -62,6 +62,7 @@ def store_info(registry: StoreRegistry, served: ServedStore) -> dict[str, Any]:
             "records_remaining": restore.records_remaining,
             "records_per_second": restore.records_per_second,
             "target": str(restore.target),
+            "mode": restore.mode.value,
         },
         records_applied_total=status.records_applied_total,
         null_key_records=status.null_key_records,

@@ -122,9 +122,18 @@ class EngineSettings(BaseModel):
 
     def apply(self, tuning: EngineTuning) -> EngineTuning:
         """``tuning`` with every key set here replacing its value."""
-        changes = {name: value for name, value in self.model_dump().items() if value is not None}
+        dumped = self.model_dump(include=set(EngineSettings.model_fields))
+        changes = {name: value for name, value in dumped.items() if value is not None}
         changes = {name: int(v) if isinstance(v, ByteSize) else v for name, v in changes.items()}
         return dataclasses.replace(tuning, **changes)
+
+
+class ServiceEngineSettings(EngineSettings):
+    """The top-level ``engine`` section: every store's knobs, and the service-wide ones."""
+
+    # Bulk restores running at once across the stores; the others restore record by record
+    # until a slot is free. Each takes about two cores and a few hundred MiB while it runs.
+    max_concurrent_bulk_restores: int = Field(default=1, ge=1, le=16)
 
 
 class StoreSettings(BaseModel):
@@ -262,7 +271,7 @@ class Settings(BaseSettings):
     limits: LimitSettings = Field(default_factory=LimitSettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)
     # Engine knobs for every store; a store's own ``engine`` section overrides them.
-    engine: EngineSettings = Field(default_factory=EngineSettings)
+    engine: ServiceEngineSettings = Field(default_factory=ServiceEngineSettings)
 
     @classmethod
     def settings_customise_sources(

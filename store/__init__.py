@@ -41,7 +41,8 @@ from store.protocol import (
     ServableStore,
     StoreStatus,
 )
-from store.state import StoreState
+from store.restore_slots import RestoreSlots
+from store.state import RestoreMode, StoreState
 from store.store import Store
 
 __all__ = [
@@ -60,7 +61,9 @@ __all__ = [
     "Position",
     "PositionNotReachedError",
     "ReadOnlyKeyValueStore",
+    "RestoreMode",
     "RestoreProgress",
+    "RestoreSlots",
     "ScanLimitError",
     "ScanPage",
     "ServableStore",

@@ -39,7 +39,8 @@ from store.kafka import (
     new_consumer,
 )
 from store.position import Position
-from store.state import StoreState
+from store.restore_slots import RestoreSlots
+from store.state import RestoreMode, StoreState
 
 logger = logging.getLogger(__name__)
 
@@ -120,6 +121,7 @@ class Progress:
         self.restore_applied = 0
         self.applied_total = 0
         self.null_keys = 0
+        self.restore_mode = RestoreMode.RECORDS
         self.last_error: str | None = None
         self.last_error_at = 0.0
         self.last_contact: float | None = None
@@ -224,12 +226,17 @@ class Materializer:
     """Runs the consume-apply loop on its own thread until ``stop()``; never dies on broker errors."""
 
     def __init__(
-        self, config: StoreConfig, target: MaterializerTarget, position: Callable[[], Position]
+        self,
+        config: StoreConfig,
+        target: MaterializerTarget,
+        position: Callable[[], Position],
+        restore_slots: RestoreSlots,
     ) -> None:
         self._config = config
         self._target = target
         self._position = position
         self._tuning = config.tuning
+        self._restore_slots = restore_slots
         self.progress = Progress()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"materializer-{config.name}", daemon=True)
@@ -343,7 +350,12 @@ class Materializer:
             bulk_caught_up: set[int] | None = None  # None: no bulk restore in this session yet
             while not self._stop.is_set():
                 if bulk_caught_up is None and self._wants_bulk():
-                    bulk_caught_up = self._bulk_restore(info, lows, targets)
+                    if not self._wait_for_bulk_slot():
+                        return
+                    try:
+                        bulk_caught_up = self._bulk_restore(info, lows, targets)
+                    finally:
+                        self._restore_slots.release()
                     if self._stop.is_set():
                         return
                 position = self._position()
@@ -416,6 +428,32 @@ class Materializer:
             and self.progress.remaining(self._position()) >= minimum
         )
 
+    def _wait_for_bulk_slot(self) -> bool:
+        """Take a bulk restore slot, waiting while other stores hold them all; ``False`` on a stop."""
+        slots = self._restore_slots
+        if slots.try_acquire():
+            return True
+        waiting_since = time.monotonic()
+        self.progress.restore_mode = RestoreMode.WAITING
+        self._log.info(
+            'store "%s": %d records to restore; waiting for another store\'s bulk restore to end'
+            " (engine.max_concurrent_bulk_restores: %d at once)",
+            self._config.name,
+            self.progress.remaining(self._position()),
+            slots.limit,
+        )
+        try:
+            if not slots.acquire(self._stop):
+                return False
+        finally:
+            self.progress.restore_mode = RestoreMode.RECORDS
+        self._log.info(
+            'store "%s": bulk restore slot free after %.1fs of waiting',
+            self._config.name,
+            time.monotonic() - waiting_since,
+        )
+        return True
+
     def _bulk_restore(self, info: TopicInfo, lows: dict[int, int], targets: dict[int, int]) -> set[int]:
         """Restore in worker processes (``store.bulkload``) from the stored position until every
         partition is caught up, or a stop; return the partitions caught up. Each chunk is ingested
@@ -442,6 +480,7 @@ class Materializer:
                 tuning,
             )
             try:
+                progress.restore_mode = RestoreMode.BULK
                 target.defer_compactions(True)
                 running = restore.workers
                 while running and not self._stop.is_set():
@@ -469,6 +508,7 @@ class Materializer:
                         next_progress_log = now + tuning.progress_log_interval_seconds
                         self._log_restore_progress()
             finally:
+                progress.restore_mode = RestoreMode.RECORDS
                 restore.close()
                 with contextlib.suppress(StoreWriteError):  # a closed copy compacts once reopened
                     target.defer_compactions(False)

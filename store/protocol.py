@@ -12,7 +12,7 @@ from contextlib import AbstractContextManager
 from typing import Protocol, runtime_checkable
 
 from store.position import Position
-from store.state import StoreState
+from store.state import RestoreMode, StoreState
 
 MAX_SCAN_LIMIT = 10_000
 """The largest page a prefix scan returns, whatever is asked: scans are always bounded."""
@@ -71,6 +71,7 @@ class RestoreProgress:
     records_remaining: int  # records still below the sampled end offsets
     records_per_second: float  # recent apply rate
     target: Position  # the end offsets being restored to
+    mode: RestoreMode = RestoreMode.RECORDS
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -23,3 +23,11 @@ class StoreState(enum.Enum):
     def serving(self) -> bool:
         """Whether reads of this store give answers (only a READY store has caught up)."""
         return self is StoreState.READY
+
+
+class RestoreMode(enum.Enum):
+    """How a restoring store reads the topic now."""
+
+    BULK = "bulk"  # worker processes write SST files that the store ingests
+    RECORDS = "records"  # record batches applied by the store's own consumer
+    WAITING = "waiting"  # for a bulk restore slot other stores hold (engine.max_concurrent_bulk_restores)

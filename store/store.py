@@ -25,6 +25,7 @@ from store.protocol import (
     StoreStatus,
 )
 from store.replica import Replica
+from store.restore_slots import PROCESS_RESTORE_SLOTS, RestoreSlots
 from store.state import StoreState
 
 logger = logging.getLogger(__name__)
@@ -44,10 +45,14 @@ class Store:
     When the stored offsets become invalid (topic recreated, retention passed the store), a READY
     store rebuilds into a second directory while readers keep the last good copy (the state is
     REBUILDING and ``status().stale`` is true); the rebuilt copy replaces it atomically once READY.
+
+    ``restore_slots`` limits how many stores bulk-restore at once (``store.restore_slots``); stores
+    not given one share a process-wide limit of one.
     """
 
-    def __init__(self, config: StoreConfig) -> None:
+    def __init__(self, config: StoreConfig, restore_slots: RestoreSlots | None = None) -> None:
         self.config = config
+        self._restore_slots = PROCESS_RESTORE_SLOTS if restore_slots is None else restore_slots
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
         self._state = StoreState.CREATED
@@ -70,6 +75,11 @@ class Store:
     @property
     def name(self) -> str:
         return self.config.name
+
+    @property
+    def restore_slots(self) -> RestoreSlots:
+        """The limit on concurrent bulk restores this store shares with others."""
+        return self._restore_slots
 
     @property
     def state(self) -> StoreState:
@@ -101,7 +111,7 @@ class Store:
             self._directory_lock.release()
             raise
         self._serving = self._writer = replica
-        self._materializer = Materializer(self.config, self, self.writer_position)
+        self._materializer = Materializer(self.config, self, self.writer_position, self._restore_slots)
         if replica is not None:
             logger.info(
                 'store "%s" opened at %s (topic "%s", stored position %s)',
@@ -220,6 +230,7 @@ class Store:
                 records_remaining=progress.remaining(writing),
                 records_per_second=progress.rate(),
                 target=Position(progress.restore_target),
+                mode=progress.restore_mode,
             )
         indexes = {}
         if serving is not None:

@@ -112,7 +112,11 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
             },
         ],
         "limits": {"max_batch_keys": 20_000, "max_scan_limit": 5_000},
-        "engine": {"block_cache_bytes": "512MiB", "read_cache_entries": 50_000},
+        "engine": {
+            "block_cache_bytes": "512MiB",
+            "read_cache_entries": 50_000,
+            "max_concurrent_bulk_restores": 2,
+        },
         "resources": {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {"cpu": "4", "memory": "12Gi"}},
         "persistence": {"storageClass": "fast-ssd", "size": "200Gi"},
         "podDisruptionBudget": {"minAvailable": 2},
@@ -224,6 +228,11 @@ def test_kubernetes_validation_catches_a_broken_manifest(rendered: dict[str, Ren
         ({"auth": {"tokens": [{"name": "a", "sha256": INLINE_HASH}]}}, "stores"),
         ({"engine": {"block_cache_bytes": "lots"}}, "block_cache_bytes"),
         ({"engine": {"read_cache_bytes": 1}}, "read_cache_bytes"),
+        ({"engine": {"max_concurrent_bulk_restores": 0}}, "max_concurrent_bulk_restores"),
+        (
+            {"stores": [{"name": "p", "topic": "p", "engine": {"max_concurrent_bulk_restores": 2}}]},
+            "max_concurrent_bulk_restores",
+        ),
         ({"auth": {"tokens": [{"name": "a", "sha256": INLINE_HASH, "stores": []}]}}, "stores"),
     ],
 )
@@ -480,6 +489,7 @@ def test_engine_sizing_passes_through(rendered: dict[str, Rendered], load_pod_se
     assert tunings["positions"].block_cache_bytes == 2 * 2**30
     assert tunings["products"].block_cache_bytes == 512 * 2**20
     assert {t.read_cache_entries for t in tunings.values()} == {50_000}
+    assert settings.engine.max_concurrent_bulk_restores == 2
 
 
 def test_a_config_the_service_refuses_is_refused(tmp_path: Path) -> None:

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from service.app import create_app
 from service.exceptions import ConfigError
 from service.settings import load_settings, store_configs
-from store import EngineTuning, HistorySpec, IndexSpec
+from store import EngineTuning, HistorySpec, IndexSpec, Store
 
 YAML = """
 kafka:
@@ -39,6 +40,7 @@ engine:
   block_cache_bytes: 128MiB
   write_buffer_bytes: 16777216
   read_cache_entries: 0
+  max_concurrent_bulk_restores: 2
 limits:
   max_batch_keys: 500
 auth:
@@ -145,7 +147,19 @@ def test_engine_settings_apply_to_every_store_and_a_store_overrides_them(config_
 
 def test_without_an_engine_section_the_engine_defaults_hold(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("STATESTORE_STORES", '[{"name": "t1", "topic": "topic-1"}]')
-    assert [c.tuning for c in store_configs(load_settings())] == [EngineTuning()]
+    settings = load_settings()
+    assert [c.tuning for c in store_configs(settings)] == [EngineTuning()]
+    assert settings.engine.max_concurrent_bulk_restores == 1
+
+
+def test_the_stores_of_a_service_share_one_bulk_restore_limit(config_file: Path) -> None:
+    app = create_app(load_settings(config_file))  # builds the stores; starting them waits for lifespan
+    stores = [served.store for served in app.state.registry.all()]
+    assert len(stores) == 2
+    assert all(isinstance(store, Store) for store in stores)
+    slots = {id(store.restore_slots) for store in stores if isinstance(store, Store)}
+    assert len(slots) == 1
+    assert stores[0].restore_slots.limit == 2  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize(
@@ -173,6 +187,16 @@ def test_without_an_engine_section_the_engine_defaults_hold(monkeypatch: pytest.
         ("block_cache_bytes: 128MiB", "block_cache_bytes: lots", "block_cache_bytes"),
         ("block_cache_bytes: 128MiB", "block_cache_bytes: 1KiB", "block_cache_bytes"),
         ("read_cache_entries: 0", "read_cache_entries: -1", "read_cache_entries"),
+        (
+            "max_concurrent_bulk_restores: 2",
+            "max_concurrent_bulk_restores: 0",
+            "max_concurrent_bulk_restores",
+        ),
+        (
+            "bulk_load_workers: 6}",
+            "bulk_load_workers: 6, max_concurrent_bulk_restores: 2}",
+            "max_concurrent_bulk_restores",
+        ),
         ("read_cache_entries: 0", "read_cache_bytes: 0", "read_cache_bytes"),
     ],
 )

@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import Producer
 
 from service.local_broker import LocalBroker
-from store import EngineTuning, HistorySpec, IndexSpec, Store, StoreConfig, StoreError
+from store import EngineTuning, HistorySpec, IndexSpec, RestoreSlots, Store, StoreConfig, StoreError
 from tests.support.kafka import make_producer
 from tests.support.stores import FAST
 
@@ -20,9 +20,10 @@ def make_store(broker: LocalBroker, state_dir: Path) -> Iterator[Callable[..., S
     """Factory: a started real ``Store`` over ``topic``; every store is stopped at teardown.
 
     Defaults: the session broker, the test's state dir, store name ``s``, ``FAST`` tuning, no
-    indexes, no history.
+    indexes, no history, one bulk restore at a time among this test's stores.
     """
     stores: list[Store] = []
+    slots = RestoreSlots(1)  # per test: a store another test left behind cannot hold the slot
 
     def make(
         topic: str,
@@ -35,6 +36,7 @@ def make_store(broker: LocalBroker, state_dir: Path) -> Iterator[Callable[..., S
         start: bool = True,
         indexes: tuple[IndexSpec, ...] = (),
         history: HistorySpec | None = None,
+        restore_slots: RestoreSlots | None = None,
     ) -> Store:
         config = StoreConfig(
             name=name,
@@ -45,7 +47,7 @@ def make_store(broker: LocalBroker, state_dir: Path) -> Iterator[Callable[..., S
             indexes=indexes,
             history=history,
         )
-        store = Store(config)
+        store = Store(config, restore_slots or slots)
         stores.append(store)
         if start:
             store.start()

@@ -17,6 +17,7 @@ import store.materializer as materializer_module
 from store import Position, StoreConfig
 from store.kafka import RebuildRequired, TopicInfo, TransientSourceError
 from store.materializer import Materializer
+from store.restore_slots import RestoreSlots
 
 
 class RecordingConsumer:
@@ -35,6 +36,7 @@ def check(
         StoreConfig("s", "t", {"bootstrap.servers": "unused:9092"}, Path("unused")),
         None,
         Position,  # type: ignore[arg-type]
+        RestoreSlots(1),
     )
     consumer = RecordingConsumer()
     targets = dict.fromkeys(range(partitions), 100)
