@@ -286,7 +286,7 @@ def test_indexes_equal_the_model_after_kill_9_during_bootstrap_and_while_records
 ) -> None:
     tuning = CRASH_PATHS[path]
     topic = make_topic(partitions=3)
-    base = json_rows(20_000, keys=4_000, seed=31)
+    base = json_rows(40_000, keys=4_000, seed=31)
     base_end = produce_tracked(make_producer(broker.bootstrap_servers, **{"linger.ms": 50}), topic, base)
     settings: dict[str, Any] = {
         "bootstrap_servers": broker.bootstrap_servers,
