@@ -73,6 +73,11 @@ class LocalBroker:
     def running(self) -> bool:
         return self._process is not None and self._process.poll() is None
 
+    @property
+    def pid(self) -> int | None:
+        """The broker process's id while it runs (benchmarks leave it out of what they measure)."""
+        return self._process.pid if self.running and self._process is not None else None
+
     def start(self, timeout: float = 15.0) -> None:
         """Start the broker and wait until it accepts connections."""
         if self.running:
