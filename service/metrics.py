@@ -17,7 +17,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.guard import CLIENT_TOO_MANY_REQUESTS, TOO_MANY_REQUESTS
 from service.registry import StoreRegistry
-from store import StoreState, StoreStatus
+from store import RestoreMode, StoreState, StoreStatus
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -32,6 +32,11 @@ _STORE_GAUGES: tuple[tuple[str, str, Callable[[StoreStatus], float | None]], ...
         "statestore_restore_remaining_records",
         "Records left before the store is READY",
         lambda s: s.restore.records_remaining if s.restore else 0,
+    ),
+    (
+        "statestore_restore_waiting",
+        "1 while the store waits for another store's bulk restore (engine.max_concurrent_bulk_restores)",
+        lambda s: 1.0 if s.restore is not None and s.restore.mode is RestoreMode.WAITING else 0.0,
     ),
     (
         "statestore_seconds_since_last_contact",

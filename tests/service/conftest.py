@@ -12,7 +12,7 @@ import pytest
 
 from service.app import create_app
 from service.settings import Settings
-from store import InMemoryStore, ServableStore
+from store import InMemoryStore, RestoreProgress, ServableStore, StoreState, StoreStatus
 from tests.support.server import serve_app
 
 
@@ -24,6 +24,17 @@ class Service:
     client: httpx.Client
     stores: Mapping[str, ServableStore]
     settings: Settings
+
+
+class RestoringStore(InMemoryStore):
+    """An in-memory store whose status shows it restoring with ``progress``."""
+
+    def __init__(self, name: str, progress: RestoreProgress) -> None:
+        super().__init__(name, state=StoreState.RESTORING)
+        self.progress = progress
+
+    def status(self) -> StoreStatus:
+        return dataclasses.replace(super().status(), restore=self.progress)
 
 
 def product_store() -> InMemoryStore:

@@ -6,8 +6,14 @@ from collections.abc import Callable
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from store import IndexSpec, InMemoryStore
-from tests.service.conftest import Service
+from store import (
+    IndexSpec,
+    InMemoryStore,
+    Position,
+    RestoreMode,
+    RestoreProgress,
+)
+from tests.service.conftest import RestoringStore, Service
 
 
 def samples(service: Service) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
@@ -45,6 +51,22 @@ def test_store_figures(service: Service) -> None:
     assert found[("statestore_lag_records", frozenset({("store", "products"), ("partition", "0")}))] == 0
     assert found[("statestore_state", frozenset({("store", "products"), ("state", "READY")}))] == 1
     assert found[("statestore_state", frozenset({("store", "products"), ("state", "RESTORING")}))] == 0
+    assert found[("statestore_restore_waiting", products)] == 0
+
+
+def test_a_store_waiting_for_a_bulk_restore_slot_is_shown(make_service: Callable[..., Service]) -> None:
+    waiting = RestoreProgress(
+        records_applied=0,
+        records_remaining=250_000,
+        records_per_second=0.0,
+        target=Position({0: 250_000}),
+        mode=RestoreMode.WAITING,
+    )
+    service = make_service({"queued": RestoringStore("queued", waiting)})
+    found = samples(service)
+    queued = frozenset({("store", "queued")})
+    assert found[("statestore_restore_waiting", queued)] == 1
+    assert found[("statestore_restore_remaining_records", queued)] == 250_000
 
 
 def test_index_lookups_and_as_of_reads_are_counted_per_route_template(

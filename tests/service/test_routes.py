@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import base64
-import dataclasses
 from collections.abc import Callable
 
 import pytest
 
-from store import InMemoryStore, Position, RestoreMode, RestoreProgress, StoreState, StoreStatus
-from tests.service.conftest import Service, assert_problem
+from store import InMemoryStore, Position, RestoreMode, RestoreProgress, StoreState
+from tests.service.conftest import RestoringStore, Service, assert_problem
 
 POSITION = "Statestore-Position"
 
@@ -41,24 +40,17 @@ def test_readyz_is_503_while_a_store_restores_and_200_once_ready(
     assert service.client.get("/readyz").status_code == 200
 
 
-class BulkRestoringStore(InMemoryStore):
-    """A store halfway through a bulk restore."""
-
-    def status(self) -> StoreStatus:
-        progress = RestoreProgress(
-            records_applied=600,
-            records_remaining=400,
-            records_per_second=12_345.0,
-            target=Position({0: 1000}),
-            mode=RestoreMode.BULK,
-        )
-        return dataclasses.replace(super().status(), restore=progress)
-
-
 def test_store_info_shows_how_far_a_restore_is_and_how_it_reads(
     make_service: Callable[..., Service],
 ) -> None:
-    service = make_service({"products": BulkRestoringStore("products", state=StoreState.RESTORING)})
+    progress = RestoreProgress(
+        records_applied=600,
+        records_remaining=400,
+        records_per_second=12_345.0,
+        target=Position({0: 1000}),
+        mode=RestoreMode.BULK,
+    )
+    service = make_service({"products": RestoringStore("products", progress)})
     restore = service.client.get("/v1/stores/products").json()["restore"]
     assert restore == {
         "records_applied": 600,
