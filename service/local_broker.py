@@ -76,7 +76,8 @@ class LocalBroker:
     @property
     def pid(self) -> int | None:
         """The broker process's id while it runs (benchmarks leave it out of what they measure)."""
-        return self._process.pid if self.running and self._process is not None else None
+        process = self._process
+        return process.pid if process is not None and process.poll() is None else None
 
     def start(self, timeout: float = 15.0) -> None:
         """Start the broker and wait until it accepts connections."""

@@ -92,8 +92,9 @@ def split_partitions(remaining: Mapping[int, int], workers: int) -> list[list[in
 class BulkRestore:
     """Worker processes restoring ``starts``' partitions of ``topic``, read as a stream of events.
 
-    ``starts`` maps each partition to the offset to read from (or ``OFFSET_BEGINNING``), ``lows``
-    to the first offset it holds, ``remaining`` to about how many records are left in it. Events
+    ``starts`` maps each partition to the offset to read from (or ``OFFSET_BEGINNING``),
+    ``next_offsets`` to that offset as a number (the partition's first offset where ``starts``
+    says ``OFFSET_BEGINNING``), ``remaining`` to about how many records are left in it. Events
     of one worker come in the order it sent them. ``close`` stops every worker and removes the
     files not ingested.
     """
@@ -104,7 +105,7 @@ class BulkRestore:
         consumer_config: Mapping[str, Any],
         topic: str,
         starts: Mapping[int, int],
-        lows: Mapping[int, int],
+        next_offsets: Mapping[int, int],
         remaining: Mapping[int, int],
         tuning: EngineTuning,
     ) -> None:
@@ -121,7 +122,7 @@ class BulkRestore:
                 "consumer_config": config,
                 "topic": topic,
                 "starts": {p: starts[p] for p in share},
-                "lows": {p: lows[p] for p in share},
+                "next_offsets": {p: next_offsets[p] for p in share},
                 "chunk_records": tuning.bulk_load_chunk_records,
                 "poll_max_records": tuning.poll_max_records,
                 "poll_timeout_seconds": tuning.poll_timeout_seconds,

@@ -146,7 +146,7 @@ class _Restore:
         self.starts: dict[int, int] = job["starts"]
         # Next offset to read per partition; a partition is caught up once it reaches the high
         # watermark of its last fetch response.
-        self.consumed: dict[int, int] = dict(job["lows"])
+        self.consumed: dict[int, int] = dict(job["next_offsets"])
         self.caught_up: set[int] = set()
         self.parent = os.getppid()
         self.chunks = 0
