@@ -15,8 +15,8 @@ Needs only httpx and pyarrow (``pip install 'statestore[client]'``)::
         tickers.get("AAPL")                          # the same answer on every replica, every retry
 """
 
-from clients.aio import AsyncStatestoreClient
-from clients.client import StatestoreClient
+from clients.aio import AsyncConsistentStore, AsyncPinnedStore, AsyncStatestoreClient
+from clients.client import ConsistentStore, PinnedStore, StatestoreClient
 from clients.exceptions import (
     BadRequestError,
     ClientTooManyRequestsError,
@@ -40,7 +40,6 @@ from clients.exceptions import (
 from clients.options import ClientOptions
 from clients.position import Position
 from clients.retry import RetryPolicy
-from clients.views import AsyncConsistentStore, AsyncPinnedStore, ConsistentStore, PinnedStore
 from clients.wire import StoreInfo
 
 __all__ = [

@@ -9,7 +9,7 @@ import base64
 import binascii
 import dataclasses
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 from urllib.parse import quote
 
@@ -155,13 +155,6 @@ def dedupe(keys: Sequence[bytes]) -> tuple[list[bytes], list[int]]:
     index_of: dict[bytes, int] = {}
     positions = [index_of.setdefault(k, len(index_of)) for k in keys]
     return list(index_of), positions
-
-
-def chunks(items: Sequence[bytes], size: int) -> Iterator[Sequence[bytes]]:
-    if size < 1:
-        raise ValueError(f"batch size must be at least 1, got {size}")
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
 
 
 def encode_keys(keys: Sequence[bytes] | pa.Array) -> bytes:
