@@ -14,7 +14,7 @@ import httpx
 import pyarrow as pa
 
 from clients import indexes
-from clients.base import BaseClient, ReadAt, Row
+from clients.base import BaseClient, IndexReadAt, IndexRowsAt, ReadAt, Row
 from clients.flow import Attempt, Emit, Flow, Sleep, Step, Thrown, Together, Walk, gathered
 from clients.indexes import IndexValue
 from clients.position import Position, PositionLike
@@ -112,30 +112,16 @@ class AsyncStatestoreClient(BaseClient[httpx.AsyncClient, httpx.AsyncBaseTranspo
         return await self._run(self._get_arrow_flow(store, keys, read))
 
     async def index_arrow(
-        self,
-        store: str,
-        index: str,
-        values: pa.Array,
-        *,
-        limit_per_value: int = indexes.DEFAULT_LIMIT_PER_VALUE,
-        **read: Unpack[ReadAt],
+        self, store: str, index: str, values: pa.Array, **read: Unpack[IndexReadAt]
     ) -> pa.Table:
         """The rows of many distinct indexed values (see :meth:`StatestoreClient.index_arrow`)."""
-        return await self._run(self._index_arrow_flow(store, index, values, limit_per_value, read))
+        return await self._run(self._index_arrow_flow(store, index, values, read))
 
     async def index_get_many(
-        self,
-        store: str,
-        index: str,
-        values: Sequence[IndexValue],
-        *,
-        limit_per_value: int = indexes.DEFAULT_LIMIT_PER_VALUE,
-        binary_keys: bool = False,
-        **read: Unpack[ReadAt],
+        self, store: str, index: str, values: Sequence[IndexValue], **read: Unpack[IndexRowsAt]
     ) -> dict[IndexValue, list[Row]]:
         """For every value, its ``(row key, value)`` rows in row-key order (``[]`` when none match)."""
-        flow = self._index_get_many_flow(store, index, values, limit_per_value, binary_keys, read)
-        return await self._run(flow)
+        return await self._run(self._index_get_many_flow(store, index, values, read))
 
     async def consistent(self, store: str, position: PositionLike | None = None) -> AsyncConsistentStore:
         """A view of ``store`` whose reads are all exactly as of ``position`` (default: its position now)."""

@@ -46,6 +46,22 @@ class ReadAt(TypedDict, total=False):
     deadline: float | None
 
 
+class IndexReadAt(ReadAt, total=False):
+    """The keywords of a batch index read: those of every read, and ``limit_per_value=``.
+
+    ``limit_per_value`` is the number of rows per value one batch answer holds (default 1,000);
+    a value with more rows is paged on with GET.
+    """
+
+    limit_per_value: int
+
+
+class IndexRowsAt(IndexReadAt, total=False):
+    """The keywords of a batch index read, and ``binary_keys=True`` for row keys as ``bytes``."""
+
+    binary_keys: bool
+
+
 def pinned_at(read: ReadAt) -> tuple[PositionLike | None, PositionLike | None]:
     """``(min_position, as_of)`` of a read, refused before anything is sent when both are given."""
     min_position, as_of = read.get("min_position"), read.get("as_of")
@@ -259,9 +275,10 @@ class BaseClient(ABC, Generic[HttpT, TransportT, RowsT]):
         yield from pager.every_page(self._sender(read.get("deadline")), None, floor_of(min_position))
 
     def _index_arrow_flow(
-        self, store: str, index: str, values: pa.Array, limit_per_value: int, read: ReadAt
+        self, store: str, index: str, values: pa.Array, read: IndexReadAt
     ) -> Flow[pa.Table]:
         min_position, as_of = pinned_at(read)
+        limit_per_value = read.get("limit_per_value", indexes.DEFAULT_LIMIT_PER_VALUE)
         deadline = self._deadline(read.get("deadline"))
         parts: list[pa.Table] = []
         for chunk in self._batches(values, deadline, f"index lookup on store {store!r}"):
@@ -281,15 +298,9 @@ class BaseClient(ABC, Generic[HttpT, TransportT, RowsT]):
         return pa.concat_tables(parts)
 
     def _index_get_many_flow(
-        self,
-        store: str,
-        index: str,
-        values: Sequence[IndexValue],
-        limit_per_value: int,
-        binary_keys: bool,
-        read: ReadAt,
+        self, store: str, index: str, values: Sequence[IndexValue], read: IndexRowsAt
     ) -> Flow[dict[IndexValue, list[Row]]]:
         texts = [indexes.index_text(v) for v in values]
         unique = pa.array(list(dict.fromkeys(texts)), pa.string())
-        table = yield from self._index_arrow_flow(store, index, unique, limit_per_value, read)
-        return indexes.grouped_rows(table, values, texts, binary_keys)
+        table = yield from self._index_arrow_flow(store, index, unique, read)
+        return indexes.grouped_rows(table, values, texts, read.get("binary_keys", False))

@@ -15,7 +15,7 @@ import httpx
 import pyarrow as pa
 
 from clients import indexes
-from clients.base import BaseClient, ReadAt, Row
+from clients.base import BaseClient, IndexReadAt, IndexRowsAt, ReadAt, Row
 from clients.flow import Attempt, Emit, Flow, Sleep, Step, Thrown, Together, Walk, gathered
 from clients.indexes import IndexValue
 from clients.position import Position, PositionLike
@@ -134,15 +134,7 @@ class StatestoreClient(BaseClient[httpx.Client, httpx.BaseTransport, Iterator[Ro
         """
         return self._run(self._get_arrow_flow(store, keys, read))
 
-    def index_arrow(
-        self,
-        store: str,
-        index: str,
-        values: pa.Array,
-        *,
-        limit_per_value: int = indexes.DEFAULT_LIMIT_PER_VALUE,
-        **read: Unpack[ReadAt],
-    ) -> pa.Table:
+    def index_arrow(self, store: str, index: str, values: pa.Array, **read: Unpack[IndexReadAt]) -> pa.Table:
         """The rows of many distinct indexed values: a table ``value: string, key: binary, row: binary``.
 
         Each value's rows are together, in request order and row-key order; a value without rows has
@@ -150,24 +142,16 @@ class StatestoreClient(BaseClient[httpx.Client, httpx.BaseTransport, Iterator[Ro
         with more than ``limit_per_value`` rows is paged on with GET (exactly ``as_of``, or at least
         the batch's position). The building block of the Spark index join.
         """
-        return self._run(self._index_arrow_flow(store, index, values, limit_per_value, read))
+        return self._run(self._index_arrow_flow(store, index, values, read))
 
     def index_get_many(
-        self,
-        store: str,
-        index: str,
-        values: Sequence[IndexValue],
-        *,
-        limit_per_value: int = indexes.DEFAULT_LIMIT_PER_VALUE,
-        binary_keys: bool = False,
-        **read: Unpack[ReadAt],
+        self, store: str, index: str, values: Sequence[IndexValue], **read: Unpack[IndexRowsAt]
     ) -> dict[IndexValue, list[Row]]:
         """For every value, its ``(row key, value)`` rows in row-key order (``[]`` when none match).
 
         ``client.index_get_many("positions", "by_ticker", ["AAPL", "MSFT"])``; values are asked once.
         """
-        flow = self._index_get_many_flow(store, index, values, limit_per_value, binary_keys, read)
-        return self._run(flow)
+        return self._run(self._index_get_many_flow(store, index, values, read))
 
     def consistent(self, store: str, position: PositionLike | None = None) -> ConsistentStore:
         """A view of ``store`` whose reads are all exactly as of ``position`` (default: its position now).

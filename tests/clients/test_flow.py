@@ -142,7 +142,7 @@ def test_sent_raises_a_refusal_at_once_and_gives_up_when_attempts_or_deadline_ru
         Call("GET", "/v1/stores/s/keys/k", {"min_position": "0:9"}), Deadline(1.0, clock=clock), OPTIONS
     )
     next(steps)
-    clock.now += 0.95  # no backoff fits in what is left
+    clock.now += 1.0  # the attempt took the whole deadline: no retry can fit
     with pytest.raises(DeadlineExceededError) as late:
         steps.send(problem(503, "position-not-reached"))
     assert isinstance(late.value.last_error, PositionNotReachedError)
@@ -240,7 +240,9 @@ def test_index_arrow_pages_on_a_value_beyond_the_batch_at_the_batch_position() -
 
     script = Script(answer)
     with StatestoreClient(URL) as client:
-        table = script.run(client._index_arrow_flow("p", "by_t", pa.array(["NONE", "BIG"]), 2, {}))
+        table = script.run(
+            client._index_arrow_flow("p", "by_t", pa.array(["NONE", "BIG"]), {"limit_per_value": 2})
+        )
     pages = script.attempts[1:]
     assert [a.call.path for a in pages] == ["/v1/stores/p/indexes/by_t/BIG"] * 2
     assert [a.params["after"] for a in pages] == ["azI=", "azM="]
