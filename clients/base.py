@@ -3,7 +3,8 @@
 :class:`BaseClient` builds the requests, retries, batches, pages and decodes, all as flows
 (:mod:`clients.flow`) that do no I/O; :class:`clients.client.StatestoreClient` runs them with blocking
 httpx calls and :class:`clients.aio.AsyncStatestoreClient` with asyncio. Each flavour adds only its
-driver and the thin public methods that run one flow each.
+driver and the thin public methods that run one flow each. A flow may also run several flows at once
+(``flow.Together``): one call can send its parts concurrently and merge the answers.
 """
 
 from __future__ import annotations
