@@ -4,7 +4,7 @@ VENV  ?= .venv
 PY    := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint typecheck bench clean
+.PHONY: setup demo test lint typecheck bench constraints clean
 
 # uv from the PATH when there is one, else the one `make setup` installs into .venv: nothing is ever
 # installed into the system Python (which Debian and Ubuntu mark externally managed, PEP 668).
@@ -47,6 +47,11 @@ typecheck: $(STAMP)
 bench: $(STAMP)
 	@command -v redis-server >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq redis-server; }
 	$(PY) -m bench all
+
+## constraints: re-pin deploy/constraints.txt (what the images install) to pyproject.toml's server and spark extras
+constraints: $(STAMP)
+	$(UV) pip compile pyproject.toml --extra server --extra spark --universal --python-version 3.11 \
+	  --custom-compile-command 'make constraints' --quiet -o deploy/constraints.txt
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

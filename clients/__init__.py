@@ -40,6 +40,7 @@ from clients.exceptions import (
 from clients.options import ClientOptions
 from clients.position import Position
 from clients.retry import RetryPolicy
+from clients.version import __version__
 from clients.views import AsyncConsistentStore, AsyncPinnedStore, ConsistentStore, PinnedStore
 from clients.wire import StoreInfo
 
@@ -72,4 +73,5 @@ __all__ = [
     "UnauthorizedError",
     "UnknownIndexError",
     "UnknownStoreError",
+    "__version__",
 ]
