@@ -15,10 +15,11 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from service import openapi_docs as docs
+from service.auth import Auth
 from service.guard import RequestGuard
 from service.metrics import CONTENT_TYPE, Metrics, MetricsMiddleware
 from service.problems import install_problem_handlers
-from service.reads import Access
+from service.reads import Reader
 from service.registry import StoreRegistry
 from service.routes import add_store_routes
 from service.settings import Settings, store_configs
@@ -62,11 +63,17 @@ def create_app(settings: Settings, stores: Mapping[str, ServableStore] | None = 
         stores = owned
     registry = StoreRegistry(settings, stores)
     metrics = Metrics(registry)
-    access = Access(settings)
+    auth = Auth(settings.auth)
+    reader = Reader(registry, settings)
     protect_metrics = settings.auth.metrics == "token"
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if settings.limits.max_position_waiters is not None:
+            logger.warning(
+                "limits.max_position_waiters is set but limits nothing: position waits hold no thread,"
+                " and limits.max_concurrent_requests_per_client bounds them per client; remove it"
+            )
         if settings.auth.mode == "open":
             logger.warning(
                 "auth.mode is 'open': every client may read every store;"
@@ -77,6 +84,7 @@ def create_app(settings: Settings, stores: Mapping[str, ServableStore] | None = 
         try:
             yield
         finally:
+            reader.close()
             for thread in starters:
                 await anyio.to_thread.run_sync(thread.join)
             for name, store in owned.items():
@@ -102,7 +110,7 @@ def create_app(settings: Settings, stores: Mapping[str, ServableStore] | None = 
     # Added last, the metrics middleware is outermost: it also counts what the guard refuses.
     app.add_middleware(RequestGuard, limits=settings.limits, auth=settings.auth, on_refusal=metrics.refused)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
-    add_store_routes(app, settings, registry)
+    add_store_routes(app, settings, registry, auth, reader)
 
     @app.get("/healthz", response_class=Response, responses=docs.HEALTH_RESPONSES, summary="Liveness")
     async def healthz() -> Response:
@@ -123,7 +131,7 @@ def create_app(settings: Settings, stores: Mapping[str, ServableStore] | None = 
     )
     async def prometheus_metrics(request: Request) -> Response:
         if protect_metrics:
-            access.allowed_stores(request)  # 401 without a valid token
+            auth.allowed_stores(request)  # 401 without a valid token
         # Scraping asks every store for its status, which may touch the disk.
         return Response(await anyio.to_thread.run_sync(metrics.render), media_type=CONTENT_TYPE)
 

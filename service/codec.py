@@ -11,10 +11,10 @@ from urllib.parse import parse_qsl, unquote_to_bytes
 import orjson
 from starlette.requests import Request
 
+from service.catalogue import BAD_KEY_ENCODING
 from service.exceptions import ProblemError
 
 KeyEncoding = Literal["utf8", "base64"]
-KEY_ENCODINGS: tuple[str, ...] = ("utf8", "base64")
 
 VALUE_MEDIA_TYPES = {
     "json": "application/json",
@@ -26,7 +26,7 @@ _BASE64_TEXT = re.compile(r"^[A-Za-z0-9+/_-]*={0,2}$")
 
 
 def bad_key_encoding(detail: str) -> ProblemError:
-    return ProblemError(400, "bad-key-encoding", "Bad key encoding", detail)
+    return BAD_KEY_ENCODING(detail)
 
 
 def key_encoding(name: str | None) -> KeyEncoding:

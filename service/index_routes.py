@@ -12,7 +12,17 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from service import openapi_docs as docs
-from service.bodies import JSON, batch_media_type, check_batch, malformed, read_body, too_large
+from service.auth import Auth
+from service.bodies import (
+    JSON,
+    batch_media_type,
+    check_batch,
+    check_key_length,
+    malformed,
+    read_body,
+    too_large,
+)
+from service.catalogue import PAGE_TOO_LARGE
 from service.codec import (
     KeyEncoding,
     bad_key_encoding,
@@ -22,11 +32,10 @@ from service.codec import (
     key_encoding,
     strict_query,
 )
-from service.exceptions import ProblemError
-from service.reads import Access, Reader, find_store, int_param
-from service.registry import ServedStore, StoreRegistry
+from service.reads import Reader, find_store, int_param
+from service.registry import StoreRegistry
 from service.settings import LimitSettings, Settings
-from store import IndexNotReadyError, ReadOnlyKeyValueStore, ScanPage, UnknownIndexError
+from store import ReadOnlyKeyValueStore, ScanPage
 
 POSITION = docs.POSITION_HEADER
 INDEX_ROUTE = "/v1/stores/{store}/indexes/{index}/{value:path}"
@@ -39,63 +48,11 @@ _ARROW_ANSWER = pa.schema(
 )
 
 
-class IndexLookup:
-    """Reads of one index of one store, with the store's errors turned into problems."""
-
-    def __init__(
-        self, registry: StoreRegistry, served: ServedStore, index: str, limits: LimitSettings
-    ) -> None:
-        self._registry = registry
-        self._served = served
-        self._index = index
-        self._retry_after = limits.retry_after_seconds
-
-    def scan(self, view: ReadOnlyKeyValueStore, value: bytes, after: bytes | None, limit: int) -> ScanPage:
-        try:
-            return view.index_scan(self._index, value, after=after, limit=limit)
-        except IndexNotReadyError as exc:
-            raise self._not_ready() from exc
-        except UnknownIndexError as exc:
-            if self._is_building():
-                raise self._not_ready() from exc
-            raise ProblemError(
-                404,
-                "unknown-index",
-                "Unknown index",
-                f'store "{self._served.name}" has no index "{self._index}";'
-                f" its indexes are listed by GET /v1/stores/{self._served.name}",
-                extras={"store": self._served.name, "index": self._index},
-            ) from exc
-
-    def _is_building(self) -> bool:
-        """Whether the store declares the index and is building it (some views know only ready ones)."""
-        status = self._registry.status_of(self._served)
-        index = status.indexes.get(self._index) if status is not None else None
-        return index is not None and index.state != "ready"
-
-    def _not_ready(self) -> ProblemError:
-        return ProblemError(
-            503,
-            "index-not-ready",
-            "Index not ready",
-            f'index "{self._index}" of store "{self._served.name}" is being built; retry shortly'
-            f" (GET /v1/stores/{self._served.name} shows its progress)",
-            extras={"store": self._served.name, "index": self._index},
-            headers={"Retry-After": str(self._retry_after)},
-        )
-
-
 def add_index_routes(
-    app: FastAPI, settings: Settings, registry: StoreRegistry, access: Access, reader: Reader
+    app: FastAPI, settings: Settings, registry: StoreRegistry, auth: Auth, reader: Reader
 ) -> None:
     """Add ``GET .../indexes/{index}/{value}`` and ``POST .../indexes/{index}:batchGet``."""
     limits = settings.limits
-
-    def check_length(name: str, data: bytes) -> None:
-        if len(data) > limits.max_key_bytes:
-            raise too_large(
-                "key-too-large", "Key too large", f"{name} has {len(data)} bytes", limits.max_key_bytes
-            )
 
     @app.get(
         INDEX_ROUTE,
@@ -114,8 +71,8 @@ def add_index_routes(
         summary="One page of the rows whose indexed field equals a value, ordered by row key",
     )
     async def index_lookup(request: Request) -> Response:
-        served = find_store(registry, access, request)
-        lookup = IndexLookup(registry, served, request.path_params["index"], limits)
+        served = find_store(registry, auth, request)
+        index = request.path_params["index"]
         query = request.query_params
         encoding = key_encoding(query.get("key_encoding"))
         limit = _page_limit(int_param(query, "limit", DEFAULT_PAGE, 1) or DEFAULT_PAGE, limits)
@@ -123,11 +80,11 @@ def add_index_routes(
         # Read from the raw query string: the parsed one replaces bytes that are not UTF-8.
         after_text = strict_query(request).get("after")
         after = None if after_text is None else decode_key_text(after_text, encoding)
-        check_length("the indexed value", value)
-        check_length("after", after or b"")
+        check_key_length("the indexed value", value, limits.max_key_bytes)
+        check_key_length("after", after or b"", limits.max_key_bytes)
 
         def read(view: ReadOnlyKeyValueStore) -> ScanPage:
-            return lookup.scan(view, value, after, limit)
+            return view.index_scan(index, value, after=after, limit=limit)
 
         page, position = await reader.read(served, request, read)
         answer = {
@@ -154,8 +111,8 @@ def add_index_routes(
         summary="The rows of many indexed values at once (JSON or Arrow)",
     )
     async def index_batch(request: Request) -> Response:
-        served = find_store(registry, access, request)
-        lookup = IndexLookup(registry, served, request.path_params["index"], limits)
+        served = find_store(registry, auth, request)
+        index = request.path_params["index"]
         media_type = batch_media_type(request, "values")
         query = request.query_params
         limit = int_param(query, "limit_per_value", DEFAULT_LIMIT_PER_VALUE, 1) or DEFAULT_LIMIT_PER_VALUE
@@ -185,7 +142,7 @@ def add_index_routes(
             pages: dict[bytes, ScanPage] = {}
             for value in values:
                 if value not in pages:
-                    pages[value] = lookup.scan(view, value, None, limit)
+                    pages[value] = view.index_scan(index, value, limit=limit)
             return pages
 
         # Many values may take a while to look up: off the event loop, so other requests go on.
@@ -213,9 +170,7 @@ def add_index_routes(
 
 def _page_limit(limit: int, limits: LimitSettings) -> int:
     if limit > limits.max_scan_limit:
-        raise too_large(
-            "page-too-large", "Page too large", f"limit {limit} is above the maximum", limits.max_scan_limit
-        )
+        raise too_large(PAGE_TOO_LARGE, f"limit {limit} is above the maximum", limits.max_scan_limit)
     return limit
 
 

@@ -15,7 +15,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.guard import CLIENT_TOO_MANY_REQUESTS, TOO_MANY_REQUESTS
+from service.catalogue import CLIENT_TOO_MANY_REQUESTS, TOO_MANY_REQUESTS
 from service.registry import StoreRegistry
 from store import RestoreMode, StoreState, StoreStatus
 
@@ -140,8 +140,8 @@ class Metrics:
             ["type"],
             registry=self.registry,
         )
-        for problem_type in (CLIENT_TOO_MANY_REQUESTS, TOO_MANY_REQUESTS):
-            self.refusals.labels(problem_type)  # shown as 0 before the first refusal
+        for refusal in (CLIENT_TOO_MANY_REQUESTS, TOO_MANY_REQUESTS):
+            self.refusals.labels(refusal.slug)  # shown as 0 before the first refusal
         self.registry.register(StoreCollector(stores))
         self._children: dict[tuple[str, str, str], tuple[Any, Any]] = {}
         # Route templates by endpoint, for routes that do not record themselves in the scope.

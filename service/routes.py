@@ -14,7 +14,17 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from service import openapi_docs as docs
-from service.bodies import JSON, batch_media_type, check_batch, malformed, read_body, too_large
+from service.auth import Auth
+from service.bodies import (
+    JSON,
+    batch_media_type,
+    check_batch,
+    check_key_length,
+    malformed,
+    read_body,
+    too_large,
+)
+from service.catalogue import KEY_NOT_FOUND, PAGE_TOO_LARGE
 from service.codec import (
     decode_key_text,
     decode_path_key,
@@ -24,9 +34,8 @@ from service.codec import (
     strict_query,
     values_document,
 )
-from service.exceptions import ProblemError
 from service.index_routes import add_index_routes
-from service.reads import Access, Reader, find_store, int_param
+from service.reads import Reader, find_store, int_param
 from service.registry import ServedStore, StoreRegistry
 from service.settings import Settings
 from store import ReadOnlyKeyValueStore, ScanPage
@@ -96,18 +105,18 @@ def _history_info(served: ServedStore) -> dict[str, Any] | None:
     }
 
 
-def add_store_routes(app: FastAPI, settings: Settings, registry: StoreRegistry) -> None:
-    """Add the store routes, reading from ``registry`` within ``settings.limits``.
+def add_store_routes(
+    app: FastAPI, settings: Settings, registry: StoreRegistry, auth: Auth, reader: Reader
+) -> None:
+    """Add the store routes, reading from ``registry`` with ``reader`` within ``settings.limits``.
 
     They go on the app itself, not an included router: every router level costs a matching pass
     on each request. The key lookup comes first because it is the most frequent request.
     """
     limits = settings.limits
-    access = Access(settings)
-    reader = Reader(registry, settings)
 
     async def get_key(request: Request) -> Response:
-        served = find_store(registry, access, request)
+        served = find_store(registry, auth, request)
         query = request.query_params
         encoding = key_encoding(query.get("key_encoding"))
         # The raw path keeps bytes that are not UTF-8 and slashes that were percent-encoded.
@@ -115,16 +124,10 @@ def add_store_routes(app: FastAPI, settings: Settings, registry: StoreRegistry) 
         parts = raw_path.split(b"/", 5) if isinstance(raw_path, bytes) else []
         raw_segment = parts[5] if len(parts) == 6 else quote(request.path_params["key"]).encode()
         key = decode_path_key(raw_segment, encoding)
-        if len(key) > limits.max_key_bytes:
-            raise too_large(
-                "key-too-large", "Key too large", f"the key has {len(key)} bytes", limits.max_key_bytes
-            )
+        check_key_length("the key", key, limits.max_key_bytes)
         value, position = await reader.read(served, request, lambda view: view.get(key))
         if value is None:
-            raise ProblemError(
-                404,
-                "key-not-found",
-                "Key not found",
+            raise KEY_NOT_FOUND(
                 f'store "{served.name}" has no such key',
                 extras={"store": served.name},
                 headers={POSITION: str(position)},
@@ -152,7 +155,7 @@ def add_store_routes(app: FastAPI, settings: Settings, registry: StoreRegistry) 
         summary="List the stores",
     )
     async def list_stores(request: Request) -> Response:
-        allowed = access.allowed_stores(request)
+        allowed = auth.allowed_stores(request)
         stores = [store_info(registry, s) for s in registry.all() if allowed is None or s.name in allowed]
         return Response(orjson.dumps({"stores": stores}), media_type=JSON)
 
@@ -164,7 +167,7 @@ def add_store_routes(app: FastAPI, settings: Settings, registry: StoreRegistry) 
         summary="One store's status",
     )
     async def get_store(request: Request) -> Response:
-        served = find_store(registry, access, request)
+        served = find_store(registry, auth, request)
         info = store_info(registry, served)
         return Response(orjson.dumps(info), media_type=JSON, headers={POSITION: info["position"]})
 
@@ -179,7 +182,7 @@ def add_store_routes(app: FastAPI, settings: Settings, registry: StoreRegistry) 
         summary="The values of many keys, in request order (JSON or Arrow)",
     )
     async def batch_get(request: Request) -> Response:
-        served = find_store(registry, access, request)
+        served = find_store(registry, auth, request)
         media_type = batch_media_type(request, "keys")
         body = await read_body(request, limits)
         if media_type == JSON:
@@ -213,27 +216,19 @@ def add_store_routes(app: FastAPI, settings: Settings, registry: StoreRegistry) 
         summary="One page of the keys starting with a prefix, byte-ordered",
     )
     async def scan(request: Request) -> Response:
-        served = find_store(registry, access, request)
+        served = find_store(registry, auth, request)
         query = request.query_params
         encoding = key_encoding(query.get("key_encoding"))
         limit = int_param(query, "limit", 100, 1) or 100
         if limit > limits.max_scan_limit:
-            raise too_large(
-                "page-too-large",
-                "Page too large",
-                f"limit {limit} is above the maximum",
-                limits.max_scan_limit,
-            )
+            raise too_large(PAGE_TOO_LARGE, f"limit {limit} is above the maximum", limits.max_scan_limit)
         # Read from the raw query string: the parsed one replaces bytes that are not UTF-8.
         strict = strict_query(request)
         prefix = decode_key_text(strict.get("prefix", ""), encoding)
         after_text = strict.get("after")
         after = None if after_text is None else decode_key_text(after_text, encoding)
-        for name, key in (("prefix", prefix), ("after", after or b"")):
-            if len(key) > limits.max_key_bytes:
-                raise too_large(
-                    "key-too-large", "Key too large", f"{name} has {len(key)} bytes", limits.max_key_bytes
-                )
+        check_key_length("prefix", prefix, limits.max_key_bytes)
+        check_key_length("after", after or b"", limits.max_key_bytes)
 
         def read(view: ReadOnlyKeyValueStore) -> ScanPage:
             return view.prefix_scan(prefix, after=after, limit=limit)
@@ -247,7 +242,7 @@ def add_store_routes(app: FastAPI, settings: Settings, registry: StoreRegistry) 
         }
         return Response(orjson.dumps(answer), media_type=JSON, headers={POSITION: str(position)})
 
-    add_index_routes(app, settings, registry, access, reader)
+    add_index_routes(app, settings, registry, auth, reader)
 
 
 def _json_keys(body: bytes, query_encoding: str | None, max_keys: int) -> list[bytes]:

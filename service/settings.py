@@ -184,8 +184,9 @@ class LimitSettings(BaseModel):
     max_key_bytes: int = Field(default=4096, ge=1)
     max_body_bytes: int = Field(default=16 * 1024 * 1024, ge=1)
     min_position_timeout_seconds: float = Field(default=5.0, ge=0)
-    # Requests waiting for a min_position at once; each holds a worker thread while it waits.
-    max_position_waiters: int = Field(default=64, ge=1)
+    # Accepted so that configurations setting it still load, and ignored (a warning says so): a
+    # position wait holds no thread, and max_concurrent_requests_per_client bounds one client's.
+    max_position_waiters: int | None = Field(default=None, ge=1)
     # Store requests served at once; more get 429 too-many-requests.
     max_concurrent_requests: int = Field(default=1024, ge=1)
     # Store requests served at once for one client (a bearer token, else an address); more get
