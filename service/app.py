@@ -23,7 +23,7 @@ from service.reads import Reader
 from service.registry import StoreRegistry
 from service.routes import add_store_routes
 from service.settings import Settings, store_configs
-from store import RestoreSlots, ServableStore, Store, StoreState
+from store import RestoreSlots, ServableStore, Store
 
 logger = logging.getLogger(__name__)
 
@@ -118,8 +118,10 @@ def create_app(settings: Settings, stores: Mapping[str, ServableStore] | None = 
 
     @app.get("/readyz", response_class=Response, responses=docs.READY_RESPONSES, summary="Readiness")
     async def readyz() -> Response:
+        # Ready means "answers reads": a store rebuilding behind its last good copy still does,
+        # and all replicas rebuild at once when a topic is recreated.
         states = {served.name: registry.state_of(served) for served in registry.all()}
-        ready = all(state is StoreState.READY for state in states.values())
+        ready = all(registry.readable(served) for served in registry.all())
         body = {
             "status": "ready" if ready else "not-ready",
             "stores": {n: s.value for n, s in states.items()},
