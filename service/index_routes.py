@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote, unquote_to_bytes
 
+import anyio
 import orjson
 import pyarrow as pa
 from fastapi import FastAPI
@@ -12,6 +13,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from service import openapi_docs as docs
+from service.arrow_body import read_column
 from service.auth import Auth
 from service.bodies import (
     JSON,
@@ -124,7 +126,7 @@ def add_index_routes(
             texts = _json_values(document, limits.max_batch_keys)
         else:
             encoding = "base64"
-            texts = _arrow_values(body)
+            texts = await anyio.to_thread.run_sync(_arrow_values, body, limits)
         try:
             values = [text.encode() for text in texts]
         except UnicodeEncodeError as exc:
@@ -232,18 +234,13 @@ def _json_values(document: dict[str, Any], max_values: int) -> list[str]:
     return list(texts)
 
 
-def _arrow_values(body: bytes) -> list[str]:
-    try:
-        table = pa.ipc.open_stream(body).read_all()
-    except (pa.ArrowException, OSError, ValueError) as exc:
-        raise malformed(f"the body is not an Arrow IPC stream: {exc}") from exc
-    if "value" not in table.column_names:
-        raise malformed(
-            "the Arrow stream needs a column named 'value'", [{"loc": ["body", "value"], "msg": "missing"}]
-        )
-    column = table.column("value")
-    if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
-        raise malformed(f"the 'value' column must be string, not {column.type}")
+def _is_text_type(data_type: pa.DataType) -> bool:
+    return bool(pa.types.is_string(data_type) or pa.types.is_large_string(data_type))
+
+
+def _arrow_values(body: bytes, limits: LimitSettings) -> list[str]:
+    """The ``value`` column of an Arrow batch body, checked before decompressing."""
+    column = read_column(body, "value", _is_text_type, limits.max_batch_keys, limits.max_body_bytes)
     if column.null_count:
         raise malformed("the 'value' column holds nulls; every row needs a value")
     texts: list[str] = column.to_pylist()

@@ -6,6 +6,7 @@ import dataclasses
 from typing import Any
 from urllib.parse import quote
 
+import anyio
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -14,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from service import openapi_docs as docs
+from service.arrow_body import read_column
 from service.auth import Auth
 from service.bodies import (
     JSON,
@@ -37,7 +39,7 @@ from service.codec import (
 from service.index_routes import add_index_routes
 from service.reads import Reader, find_store, int_param
 from service.registry import ServedStore, StoreRegistry
-from service.settings import Settings
+from service.settings import LimitSettings, Settings
 from store import ReadOnlyKeyValueStore, ScanPage
 
 POSITION = docs.POSITION_HEADER
@@ -193,9 +195,8 @@ def add_store_routes(
             values, position = await reader.read(served, request, lambda view: view.get_many(keys))
             answer = values_document(values, served.value_format, str(position))
             return Response(answer, media_type=JSON, headers={POSITION: str(position)})
-        key_column = _arrow_keys(body)
-        longest = pc.max(pc.binary_length(key_column)).as_py() or 0
-        check_batch(len(key_column), longest, limits.max_batch_keys, limits.max_key_bytes)
+        # Decoding a large Arrow body takes a while: off the event loop.
+        key_column = await anyio.to_thread.run_sync(_arrow_keys, body, limits)
         keys = key_column.to_pylist()
         values, position = await reader.read(served, request, lambda view: view.get_many(keys))
         table = pa.table({"key": key_column, "value": pa.array(values, type=pa.binary())})
@@ -276,24 +277,21 @@ def _json_keys(body: bytes, query_encoding: str | None, max_keys: int) -> list[b
     return [decode_key_text(t, encoding) for t in texts]
 
 
-def _arrow_keys(body: bytes) -> pa.Array:
-    try:
-        table = pa.ipc.open_stream(body).read_all()
-    except (pa.ArrowException, OSError, ValueError) as exc:
-        raise malformed(f"the body is not an Arrow IPC stream: {exc}") from exc
-    if "key" not in table.column_names:
-        raise malformed(
-            "the Arrow stream needs a column named 'key'", [{"loc": ["body", "key"], "msg": "missing"}]
-        )
-    column = table.column("key")
-    if (
-        pa.types.is_string(column.type)
-        or pa.types.is_large_string(column.type)
-        or pa.types.is_large_binary(column.type)
-    ):
-        column = column.cast(pa.binary())
-    elif not pa.types.is_binary(column.type):
-        raise malformed(f"the 'key' column must be binary or string, not {column.type}")
+def _is_key_type(data_type: pa.DataType) -> bool:
+    return bool(
+        pa.types.is_binary(data_type)
+        or pa.types.is_large_binary(data_type)
+        or pa.types.is_string(data_type)
+        or pa.types.is_large_string(data_type)
+    )
+
+
+def _arrow_keys(body: bytes, limits: LimitSettings) -> pa.Array:
+    """The ``key`` column of an Arrow batch body, as ``binary``, checked before decompressing."""
+    column = read_column(body, "key", _is_key_type, limits.max_batch_keys, limits.max_body_bytes)
     if column.null_count:
         raise malformed("the 'key' column holds nulls; every row needs a key")
-    return column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    keys = column.combine_chunks()
+    longest = pc.max(pc.binary_length(keys)).as_py() or 0
+    check_batch(len(keys), longest, limits.max_batch_keys, limits.max_key_bytes)
+    return keys if pa.types.is_binary(keys.type) else keys.cast(pa.binary())

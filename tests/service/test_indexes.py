@@ -272,6 +272,33 @@ def test_batch_malformed_arrow(positions: Service, body: bytes) -> None:
     )
 
 
+def test_batch_arrow_columns_besides_value_and_bodies_over_the_limit_once_decompressed_are_refused(
+    make_service: Callable[..., Service],
+) -> None:
+    service = make_service(
+        {"positions": positions_store()}, configs=[POSITIONS_CONFIG], limits={"max_body_bytes": 4096}
+    )
+    two_columns = pa.table({"value": pa.array(["AAPL"]), "pad": pa.array([b"x"])})
+    squeezed = pa.table({"value": pa.array(["A" * 1000] * 8)})
+    bodies = []
+    for table in (two_columns, squeezed):
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(
+            sink, table.schema, options=pa.ipc.IpcWriteOptions(compression="zstd")
+        ) as writer:
+            writer.write_table(table)
+        bodies.append(sink.getvalue().to_pybytes())
+    headers = {"content-type": ARROW}
+    assert (
+        "'pad'"
+        in assert_problem(
+            service.client.post(BATCH, content=bodies[0], headers=headers), 400, "malformed-request"
+        )["detail"]
+    )
+    assert len(bodies[1]) < 4096
+    assert_problem(service.client.post(BATCH, content=bodies[1], headers=headers), 413, "body-too-large")
+
+
 def test_batch_arrow_without_value_column(positions: Service) -> None:
     table = pa.table({"key": pa.array(["AAPL"])})
     sink = pa.BufferOutputStream()
