@@ -24,7 +24,7 @@ from service.bodies import (
     read_body,
     too_large,
 )
-from service.catalogue import PAGE_TOO_LARGE
+from service.catalogue import ANSWER_TOO_LARGE, PAGE_TOO_LARGE
 from service.codec import (
     KeyEncoding,
     bad_key_encoding,
@@ -37,7 +37,7 @@ from service.codec import (
 from service.reads import Reader, find_store, int_param
 from service.registry import StoreRegistry
 from service.settings import LimitSettings, Settings
-from store import ReadOnlyKeyValueStore, ScanPage
+from store import Position, ReadOnlyKeyValueStore, ScanPage
 
 POSITION = docs.POSITION_HEADER
 INDEX_ROUTE = "/v1/stores/{store}/indexes/{index}/{value:path}"
@@ -139,35 +139,50 @@ def add_index_routes(
             "values",
         )
         limit = _page_limit(limit, limits)
+        # Each value is answered once, however often it was asked.
+        texts = list(dict.fromkeys(texts))
+        values = list(dict.fromkeys(values))
 
-        def read(view: ReadOnlyKeyValueStore) -> dict[bytes, ScanPage]:
-            pages: dict[bytes, ScanPage] = {}
-            for value in values:
-                if value not in pages:
-                    pages[value] = view.index_scan(index, value, limit=limit)
-            return pages
+        def answer(view: ReadOnlyKeyValueStore) -> bytes:
+            pages = _pages(view, index, values, limit, limits.max_answer_rows)
+            if media_type == JSON:
+                return _json_answer(texts, pages, encoding, served.value_format, view.position())
+            return _arrow_answer(texts, pages)
 
-        # Many values may take a while to look up: off the event loop, so other requests go on.
-        pages, position = await reader.read(served, request, read, in_thread=True)
-        headers = {POSITION: str(position)}
-        if media_type == JSON:
-            fmt = served.value_format
-            results = [
-                {
-                    "value": text,
-                    "items": _items(pages[value], encoding, fmt),
-                    "next_after": _cursor(pages[value], encoding),
-                }
-                for text, value in zip(texts, values, strict=True)
-            ]
-            return Response(
-                orjson.dumps({"results": results, "position": str(position)}),
-                media_type=JSON,
-                headers=headers,
+        # Many values take a while to look up and to encode: off the event loop, so others go on.
+        content, position = await reader.read(served, request, answer, in_thread=True)
+        media = JSON if media_type == JSON else docs.ARROW_MEDIA_TYPE
+        return Response(content, media_type=media, headers={POSITION: str(position)})
+
+
+def _pages(
+    view: ReadOnlyKeyValueStore, index: str, values: list[bytes], limit: int, max_rows: int
+) -> list[ScanPage]:
+    """One page per value; ``413 answer-too-large`` as soon as the answer would pass ``max_rows``."""
+    pages: list[ScanPage] = []
+    rows = 0
+    for value in values:
+        page = view.index_scan(index, value, limit=limit)
+        rows += max(1, len(page.items))  # a value without matches still takes a row (Arrow)
+        if rows > max_rows:
+            raise too_large(
+                ANSWER_TOO_LARGE,
+                f"the answer would hold more than {max_rows} rows (limits.max_answer_rows);"
+                " ask for fewer values at once or a lower limit_per_value, and page on with GET",
+                max_rows,
             )
-        return Response(
-            _arrow_answer(texts, values, pages), media_type=docs.ARROW_MEDIA_TYPE, headers=headers
-        )
+        pages.append(page)
+    return pages
+
+
+def _json_answer(
+    texts: list[str], pages: list[ScanPage], encoding: KeyEncoding, value_format: str, position: Position
+) -> bytes:
+    results = [
+        {"value": text, "items": _items(page, encoding, value_format), "next_after": _cursor(page, encoding)}
+        for text, page in zip(texts, pages, strict=True)
+    ]
+    return orjson.dumps({"results": results, "position": str(position)})
 
 
 def _page_limit(limit: int, limits: LimitSettings) -> int:
@@ -247,14 +262,13 @@ def _arrow_values(body: bytes, limits: LimitSettings) -> list[str]:
     return texts
 
 
-def _arrow_answer(texts: list[str], values: list[bytes], pages: dict[bytes, ScanPage]) -> bytes:
+def _arrow_answer(texts: list[str], pages: list[ScanPage]) -> bytes:
     """One row per matching row of each value asked (one null row when none match), in request order."""
     answer_values: list[str] = []
     keys: list[bytes | None] = []
     rows: list[bytes | None] = []
     cursors: list[bytes | None] = []
-    for text, value in zip(texts, values, strict=True):
-        page = pages[value]
+    for text, page in zip(texts, pages, strict=True):
         if not page.items:
             answer_values.append(text)
             keys.append(None)

@@ -183,6 +183,9 @@ class LimitSettings(BaseModel):
     max_scan_limit: int = Field(default=MAX_SCAN_LIMIT, ge=1, le=MAX_SCAN_LIMIT)
     max_key_bytes: int = Field(default=4096, ge=1)
     max_body_bytes: int = Field(default=16 * 1024 * 1024, ge=1)
+    # Rows one index batch answer may hold (every value's matches, one row for a value without);
+    # more get 413 answer-too-large, so a small request cannot ask for a huge answer.
+    max_answer_rows: int = Field(default=100_000, ge=1)
     min_position_timeout_seconds: float = Field(default=5.0, ge=0)
     # Accepted so that configurations setting it still load, and ignored (a warning says so): a
     # position wait holds no thread, and max_concurrent_requests_per_client bounds one client's.
