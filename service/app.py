@@ -23,6 +23,7 @@ from service.reads import Reader
 from service.registry import StoreRegistry
 from service.routes import add_store_routes
 from service.settings import Settings, store_configs
+from service.values import BadValues
 from store import RestoreSlots, ServableStore, Store
 
 logger = logging.getLogger(__name__)
@@ -65,6 +66,7 @@ def create_app(settings: Settings, stores: Mapping[str, ServableStore] | None = 
     metrics = Metrics(registry)
     auth = Auth(settings.auth)
     reader = Reader(registry, settings)
+    bad_values = BadValues(metrics.invalid_value)
     protect_metrics = settings.auth.metrics == "token"
 
     @contextlib.asynccontextmanager
@@ -110,7 +112,7 @@ def create_app(settings: Settings, stores: Mapping[str, ServableStore] | None = 
     # Added last, the metrics middleware is outermost: it also counts what the guard refuses.
     app.add_middleware(RequestGuard, limits=settings.limits, auth=settings.auth, on_refusal=metrics.refused)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
-    add_store_routes(app, settings, registry, auth, reader)
+    add_store_routes(app, settings, registry, auth, reader, bad_values)
 
     @app.get("/healthz", response_class=Response, responses=docs.HEALTH_RESPONSES, summary="Liveness")
     async def healthz() -> Response:

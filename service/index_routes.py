@@ -30,13 +30,13 @@ from service.codec import (
     bad_key_encoding,
     decode_key_text,
     encode_key,
-    json_value,
     key_encoding,
     strict_query,
 )
 from service.reads import Reader, find_store, int_param
 from service.registry import StoreRegistry
 from service.settings import LimitSettings, Settings
+from service.values import BadValues, JsonAnswer
 from store import Position, ReadOnlyKeyValueStore, ScanPage
 
 POSITION = docs.POSITION_HEADER
@@ -51,7 +51,12 @@ _ARROW_ANSWER = pa.schema(
 
 
 def add_index_routes(
-    app: FastAPI, settings: Settings, registry: StoreRegistry, auth: Auth, reader: Reader
+    app: FastAPI,
+    settings: Settings,
+    registry: StoreRegistry,
+    auth: Auth,
+    reader: Reader,
+    bad_values: BadValues,
 ) -> None:
     """Add ``GET .../indexes/{index}/{value}`` and ``POST .../indexes/{index}:batchGet``."""
     limits = settings.limits
@@ -89,12 +94,13 @@ def add_index_routes(
             return view.index_scan(index, value, after=after, limit=limit)
 
         page, position = await reader.read(served, request, read)
-        answer = {
-            "items": _items(page, encoding, served.value_format),
-            "next_after": None if page.next_after is None else encode_key(page.next_after, encoding),
+        answer = JsonAnswer(served.name, served.value_format, encoding, bad_values)
+        document = {
+            "items": answer.items(page.items),
+            "next_after": _cursor(page, encoding),
             "position": str(position),
         }
-        return Response(orjson.dumps(answer), media_type=JSON, headers={POSITION: str(position)})
+        return Response(answer.document(document), media_type=JSON, headers={POSITION: str(position)})
 
     @app.post(
         INDEX_BATCH_ROUTE,
@@ -146,7 +152,8 @@ def add_index_routes(
         def answer(view: ReadOnlyKeyValueStore) -> bytes:
             pages = _pages(view, index, values, limit, limits.max_answer_rows)
             if media_type == JSON:
-                return _json_answer(texts, pages, encoding, served.value_format, view.position())
+                json_answer = JsonAnswer(served.name, served.value_format, encoding, bad_values)
+                return _json_answer(texts, pages, json_answer, view.position())
             return _arrow_answer(texts, pages)
 
         # Many values take a while to look up and to encode: off the event loop, so others go on.
@@ -175,14 +182,12 @@ def _pages(
     return pages
 
 
-def _json_answer(
-    texts: list[str], pages: list[ScanPage], encoding: KeyEncoding, value_format: str, position: Position
-) -> bytes:
+def _json_answer(texts: list[str], pages: list[ScanPage], answer: JsonAnswer, position: Position) -> bytes:
     results = [
-        {"value": text, "items": _items(page, encoding, value_format), "next_after": _cursor(page, encoding)}
+        {"value": text, "items": answer.items(page.items), "next_after": _cursor(page, answer.encoding)}
         for text, page in zip(texts, pages, strict=True)
     ]
-    return orjson.dumps({"results": results, "position": str(position)})
+    return answer.document({"results": results, "position": str(position)})
 
 
 def _page_limit(limit: int, limits: LimitSettings) -> int:
@@ -204,10 +209,6 @@ def _path_value(request: Request) -> bytes:
             "the indexed value in the path is not valid UTF-8 once percent-decoded; indexed values are text"
         ) from exc
     return value
-
-
-def _items(page: ScanPage, encoding: KeyEncoding, value_format: str) -> list[dict[str, Any]]:
-    return [{"key": encode_key(k, encoding), "value": json_value(v, value_format)} for k, v in page.items]
 
 
 def _cursor(page: ScanPage, encoding: KeyEncoding) -> str | None:

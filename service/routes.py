@@ -26,20 +26,20 @@ from service.bodies import (
     read_body,
     too_large,
 )
-from service.catalogue import KEY_NOT_FOUND, PAGE_TOO_LARGE
+from service.catalogue import KEY_NOT_FOUND, PAGE_TOO_LARGE, VALUE_NOT_JSON
 from service.codec import (
+    KeyEncoding,
     decode_key_text,
     decode_path_key,
     encode_key,
-    json_value,
     key_encoding,
     strict_query,
-    values_document,
 )
 from service.index_routes import add_index_routes
 from service.reads import Reader, find_store, int_param
 from service.registry import ServedStore, StoreRegistry
 from service.settings import LimitSettings, Settings
+from service.values import BadValues, JsonAnswer, not_json_detail
 from store import ReadOnlyKeyValueStore, ScanPage
 
 POSITION = docs.POSITION_HEADER
@@ -108,9 +108,15 @@ def _history_info(served: ServedStore) -> dict[str, Any] | None:
 
 
 def add_store_routes(
-    app: FastAPI, settings: Settings, registry: StoreRegistry, auth: Auth, reader: Reader
+    app: FastAPI,
+    settings: Settings,
+    registry: StoreRegistry,
+    auth: Auth,
+    reader: Reader,
+    bad_values: BadValues,
 ) -> None:
-    """Add the store routes, reading from ``registry`` with ``reader`` within ``settings.limits``.
+    """Add the store routes, reading from ``registry`` with ``reader`` within ``settings.limits``;
+    ``bad_values`` finds the values of JSON stores that are not JSON.
 
     They go on the app itself, not an included router: every router level costs a matching pass
     on each request. The key lookup comes first because it is the most frequent request.
@@ -131,6 +137,12 @@ def add_store_routes(
         if value is None:
             raise KEY_NOT_FOUND(
                 f'store "{served.name}" has no such key',
+                extras={"store": served.name},
+                headers={POSITION: str(position)},
+            )
+        if served.value_format == "json" and not bad_values.is_json(served.name, key, value):
+            raise VALUE_NOT_JSON(
+                not_json_detail(served.name),
                 extras={"store": served.name},
                 headers={POSITION: str(position)},
             )
@@ -188,13 +200,14 @@ def add_store_routes(
         media_type = batch_media_type(request, "keys")
         body = await read_body(request, limits)
         if media_type == JSON:
-            keys = _json_keys(body, request.query_params.get("key_encoding"), limits.max_batch_keys)
+            encoding, keys = _json_keys(body, request.query_params.get("key_encoding"), limits.max_batch_keys)
             check_batch(
                 len(keys), max(map(len, keys), default=0), limits.max_batch_keys, limits.max_key_bytes
             )
             values, position = await reader.read(served, request, lambda view: view.get_many(keys))
-            answer = values_document(values, served.value_format, str(position))
-            return Response(answer, media_type=JSON, headers={POSITION: str(position)})
+            answer = JsonAnswer(served.name, served.value_format, encoding, bad_values)
+            document = {"values": answer.values(keys, values), "position": str(position)}
+            return Response(answer.document(document), media_type=JSON, headers={POSITION: str(position)})
         # Decoding a large Arrow body takes a while: off the event loop.
         key_column = await anyio.to_thread.run_sync(_arrow_keys, body, limits)
         keys = key_column.to_pylist()
@@ -235,18 +248,19 @@ def add_store_routes(
             return view.prefix_scan(prefix, after=after, limit=limit)
 
         page, position = await reader.read(served, request, read)
-        fmt = served.value_format
-        answer = {
-            "items": [{"key": encode_key(k, encoding), "value": json_value(v, fmt)} for k, v in page.items],
+        answer = JsonAnswer(served.name, served.value_format, encoding, bad_values)
+        document = {
+            "items": answer.items(page.items),
             "next_after": None if page.next_after is None else encode_key(page.next_after, encoding),
             "position": str(position),
         }
-        return Response(orjson.dumps(answer), media_type=JSON, headers={POSITION: str(position)})
+        return Response(answer.document(document), media_type=JSON, headers={POSITION: str(position)})
 
-    add_index_routes(app, settings, registry, auth, reader)
+    add_index_routes(app, settings, registry, auth, reader, bad_values)
 
 
-def _json_keys(body: bytes, query_encoding: str | None, max_keys: int) -> list[bytes]:
+def _json_keys(body: bytes, query_encoding: str | None, max_keys: int) -> tuple[KeyEncoding, list[bytes]]:
+    """The key encoding and the keys of a JSON batch body."""
     try:
         document = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
@@ -265,7 +279,7 @@ def _json_keys(body: bytes, query_encoding: str | None, max_keys: int) -> list[b
     )
     if encoding == "utf8":
         try:
-            return [t.encode() for t in texts]
+            return encoding, [t.encode() for t in texts]
         except AttributeError as exc:  # only str has .encode() among JSON values
             raise not_strings from exc
         except UnicodeEncodeError as exc:
@@ -274,7 +288,7 @@ def _json_keys(body: bytes, query_encoding: str | None, max_keys: int) -> list[b
             ) from exc
     if not all(isinstance(t, str) for t in texts):
         raise not_strings
-    return [decode_key_text(t, encoding) for t in texts]
+    return encoding, [decode_key_text(t, encoding) for t in texts]
 
 
 def _is_key_type(data_type: pa.DataType) -> bool:
