@@ -23,6 +23,7 @@ from service.catalogue import CLIENT_TOO_MANY_REQUESTS, REQUEST_TIMEOUT, TOO_MAN
 from service.exceptions import ProblemError
 from service.problems import problem_body
 from service.settings import AuthSettings, LimitSettings
+from service.throttled_log import ThrottledWarnings
 
 logger = logging.getLogger(__name__)
 
@@ -55,8 +56,8 @@ class RequestGuard:
         self.in_flight = 0
         # Requests in flight per client; a client leaves the map when its last request ends.
         self.per_client: dict[str, int] = {}
-        # When each client in ``per_client`` (and the instance, under "") was last logged as full.
-        self._warned_at: dict[str, float] = {}
+        # Clients in ``per_client`` (and the instance, under "") logged as full.
+        self._warnings = ThrottledWarnings(logger, WARNING_INTERVAL_SECONDS)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not scope["path"].startswith(GUARDED_PREFIX):
@@ -66,7 +67,7 @@ class RequestGuard:
         held = self.per_client.get(client, 0)
         # The client's own share is checked first: when both are reached, the client is the cause.
         if held >= self.max_per_client:
-            self._warn(
+            self._warnings.warn(
                 client,
                 "%s has %d requests in flight, limits.max_concurrent_requests_per_client; it gets 429 %s"
                 " until some end (it should send fewer at once)",
@@ -84,7 +85,7 @@ class RequestGuard:
             )
             return
         if self.in_flight >= self.max_in_flight:
-            self._warn(
+            self._warnings.warn(
                 "",
                 "%d requests are in flight, limits.max_concurrent_requests; new ones get 429 %s"
                 " (the instance is at capacity: add replicas)",
@@ -113,14 +114,7 @@ class RequestGuard:
                 self.per_client[client] = remaining
             else:
                 del self.per_client[client]
-                self._warned_at.pop(client, None)
-
-    def _warn(self, who: str, message: str, *args: object) -> None:
-        now = time.monotonic()
-        last = self._warned_at.get(who)
-        if last is None or now - last >= WARNING_INTERVAL_SECONDS:
-            self._warned_at[who] = now
-            logger.warning(message, *args)
+                self._warnings.forget(client)
 
     async def _refuse(self, scope: Scope, send: Send, refusal: ProblemType, detail: str) -> None:
         if self.on_refusal is not None:

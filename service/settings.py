@@ -197,6 +197,15 @@ class LimitSettings(BaseModel):
     max_concurrent_requests_per_client: int = Field(default=256, ge=1)
     # A store request running longer (e.g. waiting for min_position) gets 503 request-timeout.
     request_timeout_ms: int = Field(default=30_000, ge=1)
+    # A connection whose request head (request line and headers) is not complete this long after
+    # it opened, or after the request's first byte, is closed.
+    request_head_timeout_ms: int = Field(default=10_000, ge=1)
+    # A keep-alive connection with no request in progress is closed after this long.
+    idle_connection_timeout_ms: int = Field(default=5_000, ge=1)
+    # Connections open at once from one address; more are closed as soon as they open. One
+    # client cannot use more than its share of requests anyway (max_concurrent_requests_per_client);
+    # behind a proxy that hides the clients' addresses, raise it.
+    max_connections_per_client: int = Field(default=256, ge=1)
     # Seconds a client is told to wait (Retry-After) when a store is not ready or behind.
     retry_after_seconds: int = Field(default=1, ge=1)
 

@@ -94,28 +94,7 @@ def test_console_script_help() -> None:
 
 
 def test_serve_over_tls_with_overrides(tmp_path: Path) -> None:
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(
-        [
-            "openssl",
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=127.0.0.1",
-            "-keyout",
-            str(key),
-            "-out",
-            str(cert),
-        ],
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )
+    cert, key = _self_signed(tmp_path, "service")
     config = tmp_path / "statestore.yaml"
     config.write_text(
         f"state_dir: {tmp_path / 'state'}\n"
@@ -161,8 +140,10 @@ def test_serve_over_tls_with_overrides(tmp_path: Path) -> None:
 def _self_signed(directory: Path, name: str) -> tuple[Path, Path]:
     cert, key = directory / f"{name}.pem", directory / f"{name}.key"
     subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1"]
-        + ["-keyout", str(key), "-out", str(cert)],
+        [
+            *("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"),
+            *("-subj", "/CN=127.0.0.1", "-keyout", str(key), "-out", str(cert)),
+        ],
         check=True,
         capture_output=True,
         timeout=60,
