@@ -170,7 +170,7 @@ GET_KEY_RESPONSES: dict[int | str, Any] = {
             "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
         },
     },
-    **problems(400, 401, 403, 404, 410, 413, 422, 429, 503),
+    **problems(400, 401, 403, 404, 410, 413, 422, 429, 502, 503),
 }
 
 BATCH_REQUEST_BODY: dict[str, Any] = {

@@ -8,6 +8,7 @@ setting: a :class:`~service.exceptions.ConfigError`.
 
 from __future__ import annotations
 
+import errno
 import ssl
 import tempfile
 from pathlib import Path
@@ -17,6 +18,8 @@ from pydantic import SecretStr
 
 from service.exceptions import ConfigError
 from service.settings import Settings, TlsSettings
+
+_VOLUME_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
 def check_startup(settings: Settings) -> None:
@@ -63,12 +66,17 @@ def check_kafka(settings: Settings) -> None:
 
 
 def check_state_dir(state_dir: Path) -> None:
-    """``state_dir`` exists or can be made, and files can be written in it."""
+    """``state_dir`` exists or can be made, and files can be created in it.
+
+    A full volume is no configuration mistake: the stores wait for space (docs/operations.md).
+    """
     try:
         state_dir.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=state_dir, prefix=".statestore-write-check-"):
             pass
     except OSError as exc:
+        if exc.errno in _VOLUME_FULL:
+            return
         raise ConfigError(
             f"state_dir: {state_dir} is not a directory the service can write"
             f" ({exc.strerror or exc}); give it a writable directory (the chart mounts a volume there)"
