@@ -64,10 +64,9 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     assert capsys.readouterr().out.startswith("statestore ")
 
 
-def test_serve_with_invalid_config_exits_2_naming_the_problem(tmp_path: Path) -> None:
-    config = tmp_path / "statestore.yaml"
-    config.write_text("stores:\n  - {name: a, topic: t}\n  - {name: a, topic: u}\n")
-    done = subprocess.run(
+def serve_once(config: Path) -> subprocess.CompletedProcess[str]:
+    """``statestore serve --config config`` run to its end (what a configuration mistake gives)."""
+    return subprocess.run(
         [sys.executable, "-m", "service.cli", "serve", "--config", str(config)],
         capture_output=True,
         text=True,
@@ -75,6 +74,12 @@ def test_serve_with_invalid_config_exits_2_naming_the_problem(tmp_path: Path) ->
         check=False,
         cwd=REPO,
     )
+
+
+def test_serve_with_invalid_config_exits_2_naming_the_problem(tmp_path: Path) -> None:
+    config = tmp_path / "statestore.yaml"
+    config.write_text("stores:\n  - {name: a, topic: t}\n  - {name: a, topic: u}\n")
+    done = serve_once(config)
     assert done.returncode == 2
     assert "unique" in done.stderr
 
@@ -189,14 +194,7 @@ def test_a_configuration_mistake_is_one_line_naming_the_setting_and_exit_2(
 ) -> None:
     config = tmp_path / "statestore.yaml"
     config.write_text(_config_mistake(tmp_path, mistake))
-    done = subprocess.run(
-        [sys.executable, "-m", "service.cli", "serve", "--config", str(config)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        cwd=REPO,
-    )
+    done = serve_once(config)
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert done.returncode == 2, done.stderr[-2000:]
     assert len(lines) == 1, lines
