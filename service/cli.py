@@ -100,8 +100,10 @@ def _serve(args: argparse.Namespace) -> int:
     from service.app import create_app  # noqa: PLC0415
     from service.connections import http_protocol  # noqa: PLC0415
     from service.settings import load_settings  # noqa: PLC0415
+    from service.startup import check_startup  # noqa: PLC0415
 
     settings = load_settings(args.config)
+    check_startup(settings)
     host = args.host or settings.http.host
     port = settings.http.port if args.port is None else args.port
     tls = settings.http.tls
