@@ -4,7 +4,7 @@ VENV  ?= .venv
 PY    := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint typecheck bench clean
+.PHONY: setup demo test browser lint typecheck bench clean
 
 $(STAMP): pyproject.toml
 	@command -v uv >/dev/null 2>&1 || python3 -m pip install --quiet uv
@@ -22,8 +22,12 @@ demo: $(STAMP)
 	$(VENV)/bin/statestore demo
 
 ## test: lint, type-check and run the whole test suite (what CI runs)
-test: $(STAMP) lint typecheck
+test: $(STAMP) browser lint typecheck
 	$(PY) -m pytest -q
+
+# The status page's tests drive a headless Chromium; install it and its driver when missing.
+browser:
+	@command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq chromium chromium-driver; }
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

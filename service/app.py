@@ -15,13 +15,16 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from service import openapi_docs as docs
-from service.guard import RequestGuard
+from service.access_log import AccessLogMiddleware
+from service.api_docs import add_api_docs
+from service.guard import ClientIdentity, RequestGuard
 from service.metrics import CONTENT_TYPE, Metrics, MetricsMiddleware
 from service.problems import install_problem_handlers
 from service.reads import Access
 from service.registry import StoreRegistry
 from service.routes import add_store_routes
 from service.settings import Settings, store_configs
+from service.status_page import add_status_page
 from store import RestoreSlots, ServableStore, Store, StoreState
 
 logger = logging.getLogger(__name__)
@@ -36,7 +39,7 @@ def _start_in_background(registry: StoreRegistry, stores: Mapping[str, Store]) -
         try:
             store.start()
         except Exception as exc:  # one store failing to start must not stop the others or the service
-            logger.exception("store %s failed to start", store.name)
+            logger.exception("store %s failed to start", store.name, extra={"store": store.name})
             registry.record_start_error(store.name, f"{type(exc).__name__}: {exc}")
 
     threads = [
@@ -84,7 +87,7 @@ def create_app(settings: Settings, stores: Mapping[str, ServableStore] | None = 
                     try:
                         await anyio.to_thread.run_sync(store.stop)
                     except Exception:  # stopping one store must not keep the others open
-                        logger.exception("store %s failed to stop cleanly", name)
+                        logger.exception("store %s failed to stop cleanly", name, extra={"store": name})
 
     app = FastAPI(
         title="statestore",
@@ -92,7 +95,7 @@ def create_app(settings: Settings, stores: Mapping[str, ServableStore] | None = 
         description="Read-only lookups in tables materialized from compacted Kafka topics.",
         lifespan=lifespan,
         redirect_slashes=False,
-        docs_url="/docs",
+        docs_url=None,  # served by add_api_docs, from the package rather than a CDN
         redoc_url=None,
     )
     app.state.registry = registry
@@ -102,7 +105,11 @@ def create_app(settings: Settings, stores: Mapping[str, ServableStore] | None = 
     # Added last, the metrics middleware is outermost: it also counts what the guard refuses.
     app.add_middleware(RequestGuard, limits=settings.limits, auth=settings.auth, on_refusal=metrics.refused)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
+    if settings.logging.access_log:
+        app.add_middleware(AccessLogMiddleware, identify=ClientIdentity(settings.auth))
     add_store_routes(app, settings, registry)
+    add_status_page(app, settings, registry)
+    add_api_docs(app)
 
     @app.get("/healthz", response_class=Response, responses=docs.HEALTH_RESPONSES, summary="Liveness")
     async def healthz() -> Response:
