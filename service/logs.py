@@ -4,7 +4,9 @@ A JSON line is one object: ``time`` (UTC, ISO 8601), ``level``, ``logger``, ``me
 ``store``, ``position`` and ``error`` where they are known, and any other field a caller passed
 with ``extra=`` (for example the access log's ``method``, ``path`` and ``code``). ``store`` comes
 from ``extra={"store": ...}``, else from the ``store "<name>"`` that store lines start with;
+``position`` from ``extra``, else from the ``position <partition:offset,...>`` a line names;
 ``error`` from ``extra``, else from the exception being logged (its traceback in ``traceback``).
+Fields without a value are left out.
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ _STANDARD_ATTRIBUTES = frozenset(logging.LogRecord("", 0, "", 0, "", None, None)
     "taskName",
 }
 _STORE_PREFIX = re.compile(r'^store "([^"]+)"')
+_POSITION = re.compile(r"\bposition (\d+:\d+(?:,\d+:\d+)*)")
+# Fields some libraries add that only make sense on a terminal.
+_DROPPED = frozenset({"color_message"})
 
 
 class JsonFormatter(logging.Formatter):
@@ -43,9 +48,15 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": message,
         }
-        extras = {k: v for k, v in record.__dict__.items() if k not in _STANDARD_ATTRIBUTES}
+        extras = {
+            k: v
+            for k, v in record.__dict__.items()
+            if k not in _STANDARD_ATTRIBUTES and k not in _DROPPED and v is not None
+        }
         if "store" not in extras and (named := _STORE_PREFIX.match(message)):
             line["store"] = named.group(1)
+        if "position" not in extras and (at := _POSITION.search(message)):
+            line["position"] = at.group(1)
         line.update(extras)
         if record.exc_info and record.exc_info[1] is not None:
             exc = record.exc_info[1]

@@ -53,6 +53,18 @@ def test_the_store_comes_from_extra_or_from_the_line_naming_it() -> None:
     assert (explicit["store"], explicit["position"]) == ("orders", "0:5")
 
 
+def test_the_position_comes_from_extra_or_from_the_line_naming_it() -> None:
+    line = formatted(record('store "products" READY at position 0:48,1:52: 100 records applied'))
+    assert line["position"] == "0:48,1:52"
+    assert "position" not in formatted(record('store "products" opened (stored position none)'))
+
+
+def test_empty_and_terminal_only_fields_are_left_out() -> None:
+    line = formatted(record("Started server process", color_message="\x1b[36m", token=None))
+    assert "color_message" not in line
+    assert "token" not in line
+
+
 def test_an_exception_gives_the_error_and_its_traceback() -> None:
     try:
         raise OSError("No space left on device")
