@@ -6,6 +6,7 @@ distribution, which ships them as package data.
 
 from __future__ import annotations
 
+import functools
 from importlib import resources
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from fastapi import FastAPI
 from fastapi.openapi.docs import get_swagger_ui_html
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import FileResponse, HTMLResponse, Response
+from starlette.responses import HTMLResponse, Response
 
 DOCS_PATH = "/docs"
 ASSETS_PACKAGE = "fastapi_offline"
@@ -32,12 +33,19 @@ def asset_directory() -> Path:
     return Path(str(resources.files(ASSETS_PACKAGE) / "static"))
 
 
-def add_api_docs(app: FastAPI) -> None:
-    """Serve Swagger UI for ``app``'s OpenAPI document at ``/docs`` (``app`` has ``docs_url=None``)."""
+@functools.cache
+def _asset_bytes() -> dict[str, bytes]:
+    """Every asset's content, read once per process (about 1.7 MB)."""
     directory = asset_directory()
     missing = [file for file, _ in _ASSETS.values() if not (directory / file).is_file()]
     if missing:
         raise RuntimeError(f"Swagger UI assets {missing} are missing from {directory}; reinstall statestore")
+    return {name: (directory / file).read_bytes() for name, (file, _) in _ASSETS.items()}
+
+
+def add_api_docs(app: FastAPI) -> None:
+    """Serve Swagger UI for ``app``'s OpenAPI document at ``/docs`` (``app`` has ``docs_url=None``)."""
+    assets = _asset_bytes()
 
     @app.get(DOCS_PATH, include_in_schema=False)
     async def swagger_ui(request: Request) -> HTMLResponse:
@@ -54,8 +62,7 @@ def add_api_docs(app: FastAPI) -> None:
 
     @app.get(DOCS_PATH + "/{asset}", include_in_schema=False)
     async def swagger_asset(asset: str) -> Response:
-        found = _ASSETS.get(asset)
-        if found is None:
+        if asset not in assets:
             raise HTTPException(404)  # answered as the usual route-not-found problem
-        file, media_type = found
-        return FileResponse(directory / file, media_type=media_type, headers={"Cache-Control": _CACHE})
+        _, media_type = _ASSETS[asset]
+        return Response(assets[asset], media_type=media_type, headers={"Cache-Control": _CACHE})
