@@ -287,3 +287,18 @@ def test_a_store_moving_to_ready_loses_its_progress_bar(scene: Service) -> None:
     assert not page.find("progress")
     assert page.find("section", data_store="customers", data_state="READY")
     assert customers.state is StoreState.READY
+
+
+class NotStarted(ShownStore):
+    """A store still being constructed: it has no status to give yet."""
+
+    def status(self) -> Any:
+        raise RuntimeError("not started")
+
+
+def test_a_store_without_a_status_yet_is_shown_as_it_is(make_service: Callable[..., Service]) -> None:
+    service = make_service({"products": NotStarted("products", StoreState.CREATED)})
+    response, page = page_of(service)
+    assert response.status_code == 200
+    assert page.find("section", data_store="products", data_state="CREATED")
+    assert "catching up with its topic" in page.text
