@@ -99,11 +99,11 @@ def test_with_tokens_the_browser_asks_for_one_and_keeps_it_in_the_tab(browser: B
         browser.open(url + "/")
         assert "A token is needed" in browser.text("main")
         browser.page.find_element("name", "token").send_keys("wrong")
-        browser.page.find_element("css selector", "#token-form button").click()
+        browser.click("#token-form button")
         browser.wait_for_text("main", "The token sent was not accepted")
 
         browser.page.find_element("name", "token").send_keys(TOKEN)
-        browser.page.find_element("css selector", "#token-form button").click()
+        browser.click("#token-form button")
         browser.wait_for_state("products", "READY")
         # The token reads products only: the other stores are not shown.
         assert browser.store_state("customers") is None
@@ -111,7 +111,7 @@ def test_with_tokens_the_browser_asks_for_one_and_keeps_it_in_the_tab(browser: B
         browser.page.refresh()
         browser.wait_for_state("products", "READY")
 
-        browser.page.find_element("id", "forget-token").click()
+        browser.click("#forget-token")
         browser.wait_for_text("main", "A token is needed")
         assert same_origin(browser, url) == []
 

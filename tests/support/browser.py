@@ -16,7 +16,6 @@ from typing import Any
 from selenium import webdriver
 from selenium.common.exceptions import TimeoutException
 from selenium.webdriver.chrome.service import Service
-from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
 CHROMIUM_FLAGS = (
@@ -85,8 +84,14 @@ class Browser:
         except TimeoutException:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}") from None
 
+    # Each read is one script run: the page replaces its body as it refreshes, so an element found
+    # by one WebDriver call may be gone by the next.
+
     def texts(self, selector: str) -> list[str]:
-        return [element.text for element in self.page.find_elements(By.CSS_SELECTOR, selector)]
+        found = self.script(
+            "return [...document.querySelectorAll(arguments[0])].map(e => e.innerText)", selector
+        )
+        return [str(text) for text in found]
 
     def text(self, selector: str) -> str:
         found = self.texts(selector)
@@ -94,14 +99,27 @@ class Browser:
         return found[0]
 
     def attribute(self, selector: str, name: str) -> str | None:
-        found = self.page.find_elements(By.CSS_SELECTOR, selector)
+        found = self.script(
+            "const e = document.querySelector(arguments[0]); return e ? [e.getAttribute(arguments[1])] : []",
+            selector,
+            name,
+        )
         assert found, f"nothing on the page matches {selector!r}"
-        value = found[0].get_attribute(name)
-        return None if value is None else str(value)
+        return None if found[0] is None else str(found[0])
 
     def store_state(self, store: str) -> str | None:
-        found = self.page.find_elements(By.CSS_SELECTOR, f'[data-store="{store}"]')
-        return found[0].get_attribute("data-state") if found else None
+        state = self.script(
+            'const e = document.querySelector(`[data-store="${arguments[0]}"]`);'
+            " return e ? e.dataset.state : null",
+            store,
+        )
+        return None if state is None else str(state)
+
+    def click(self, selector: str) -> None:
+        """Click the element ``selector`` finds (found and clicked in one script run)."""
+        assert self.script(
+            "const e = document.querySelector(arguments[0]); if (e) e.click(); return !!e", selector
+        ), f"nothing on the page matches {selector!r}"
 
     def wait_for_state(self, store: str, state: str) -> None:
         self.wait_for(lambda: self.store_state(store) == state, f"store {store} to show {state}")
