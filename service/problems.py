@@ -18,6 +18,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from service.exceptions import ProblemError
+from store import StoreCorruptError
 
 logger = logging.getLogger(__name__)
 
@@ -113,6 +114,27 @@ async def _on_validation_error(request: Request, exc: Exception) -> Response:
     return problem_response(problem, _instance(request))
 
 
+def store_corrupt(store: str, retry_after: int) -> ProblemError:
+    """503 ``store-corrupt``: a read of the store's files failed (corruption, I/O error), so its copy
+    answers nothing until a copy rebuilt from the topic replaces it. The store logs it once."""
+    return ProblemError(
+        503,
+        "store-corrupt",
+        "Store corrupt",
+        f'store "{store}" found corruption in its files and answers no read from them; it is rebuilding'
+        f" from its topic and answers again once rebuilt (GET /v1/stores/{store} shows progress)",
+        extras={"store": store},
+        headers={"Retry-After": str(retry_after)},
+    )
+
+
+async def _on_store_corrupt(request: Request, exc: Exception) -> Response:
+    # Not logged here: the store logs a corrupt copy once, not once per request.
+    retry_after = request.app.state.settings.limits.retry_after_seconds
+    problem = store_corrupt(str(request.path_params.get("store", "")), retry_after)
+    return problem_response(problem, _instance(request))
+
+
 async def _on_unexpected(request: Request, exc: Exception) -> Response:
     logger.exception("unexpected error answering %s %s", request.method, request.url.path)
     problem = ProblemError(
@@ -126,6 +148,7 @@ def install_problem_handlers(app: FastAPI) -> None:
     app.add_exception_handler(ProblemError, _on_problem)
     app.add_exception_handler(StarletteHTTPException, _on_http_exception)
     app.add_exception_handler(RequestValidationError, _on_validation_error)
+    app.add_exception_handler(StoreCorruptError, _on_store_corrupt)
     app.add_exception_handler(Exception, _on_unexpected)
 
 

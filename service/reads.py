@@ -20,6 +20,7 @@ from starlette.requests import Request
 
 from service.exceptions import ProblemError
 from service.guard import remaining_seconds, request_timeout
+from service.problems import store_corrupt
 from service.registry import ServedStore, StoreRegistry
 from service.settings import Settings
 from store import (
@@ -165,6 +166,8 @@ class Reader:
     ) -> tuple[T, Position] | Position:
         """The read and its position, or only the store's position while it is below the one asked."""
         if not self._registry.readable(served):
+            if served.store.corruption is not None:
+                raise store_corrupt(served.name, self._limits.retry_after_seconds)
             raise not_ready(served, self._registry.state_of(served), self._limits.retry_after_seconds)
         try:
             with served.store.view(as_of) as view:

@@ -31,6 +31,7 @@ SLUGS = {
     "request-timeout": (503, e.RequestTimeoutError),
     "unknown-index": (404, e.UnknownIndexError),
     "index-not-ready": (503, e.IndexNotReadyError),
+    "store-corrupt": (503, e.StoreCorruptError),
     "history-not-kept": (400, e.HistoryNotKeptError),
     "history-expired": (410, e.HistoryExpiredError),
 }
