@@ -195,7 +195,9 @@ def test_the_background_verification_finds_corruption_nobody_read_and_a_restart_
     db = materialized(own_broker, start_service, tmp_path)
     environment = engine_env(verify_interval_seconds="0.2")
     service = start_service(own_broker.bootstrap_servers, STORES, env=environment)
-    service.wait_for(lambda: service.info("items")["verification_passes"] >= 1, 60, "a clean verification")
+    service.wait_ready()
+    passes = service.info("items")["verification_passes"]
+    service.wait_for(lambda: service.info("items")["verification_passes"] > passes, 60, "a clean pass")
     assert metric(service, "statestore_verification_passes_total") >= 1
     with paused(own_broker):
         flipped = flip_first_block(db, SMALLEST.encode())
