@@ -111,7 +111,10 @@ def create_app(settings: Settings, stores: Mapping[str, ServableStore] | None = 
     @app.get("/readyz", response_class=Response, responses=docs.READY_RESPONSES, summary="Readiness")
     async def readyz() -> Response:
         states = {served.name: registry.state_of(served) for served in registry.all()}
-        ready = all(state is StoreState.READY for state in states.values())
+        # A store whose copy was found corrupt answers no read, even before its rebuild begins.
+        ready = all(state is StoreState.READY for state in states.values()) and not any(
+            served.store.corruption is not None for served in registry.all()
+        )
         body = {
             "status": "ready" if ready else "not-ready",
             "stores": {n: s.value for n, s in states.items()},
