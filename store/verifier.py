@@ -80,15 +80,15 @@ class Verifier:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                completed = self._verify_pass()
+                completed = self.verify_once()
             except Exception:  # the verifier must never die; the store's reads go on without it
                 logger.exception('store "%s": verification failed unexpectedly; retrying', self._target.name)
                 completed = False
             self._stop.wait(self._interval if completed else min(self._interval, _IDLE_RETRY_SECONDS))
 
-    def _verify_pass(self) -> bool:
-        """One pass over every column family; ``False`` if it could not complete (stop, no copy,
-        corruption found, or the copy was replaced meanwhile)."""
+    def verify_once(self) -> bool:
+        """One paced pass over every column family, on the calling thread; ``False`` if it could
+        not complete (stop, no copy, corruption found, or the copy was replaced meanwhile)."""
         target = self._target
         started = time.monotonic()
         copy: object | None = None
