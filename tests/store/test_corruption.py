@@ -139,23 +139,41 @@ READS: dict[str, tuple[bool, Callable[[ReadOnlyKeyValueStore], Any]]] = {
 }
 
 
-def corrupted_store(
+@dataclasses.dataclass
+class Damaged:
+    """A store restarted on a table damaged while it was stopped, and what it must hold."""
+
+    store: Store
+    topic: str
+    model: dict[bytes, bytes]
+    end: Position
+
+
+@pytest.fixture
+def damaged(
     make_topic: Callable[..., str], make_store: Callable[..., Store], producer: Producer, state_dir: Path
-) -> tuple[Store, str, dict[bytes, bytes], Position]:
-    """A READY store (index, history) whose table's first data block went bad while it was stopped."""
-    topic = make_topic(partitions=3)
-    records = [(b"key-%05d" % i, value(i)) for i in range(KEYS)]
-    end = produce_tracked(producer, topic, records)
-    first = make_store(topic, tuning=TUNING, indexes=INDEXES, history=HISTORY)
-    assert first.wait_until_ready(60)
-    assert first.wait_for_indexes(60)
-    first.stop()
-    compact(state_dir / "s" / "db")
-    flip_first_block(state_dir / "s" / "db", SMALLEST)
-    store = make_store(topic, tuning=TUNING, indexes=INDEXES, history=HISTORY)
-    assert store.wait_until_ready(60)
-    assert store.wait_for_indexes(60)
-    return store, topic, latest_per_key(records), end
+) -> Callable[..., Damaged]:
+    """Factory: materialize ``KEYS`` keys (index and history unless ``plain``), stop, compact the
+    files (see ``tests.support.damage.compact``), flip bytes in the first block of the file that
+    starts at ``first_key``, and start the store again (READY)."""
+
+    def make(first_key: bytes = SMALLEST, *, plain: bool = False) -> Damaged:
+        options: dict[str, Any] = {} if plain else {"indexes": INDEXES, "history": HISTORY}
+        topic = make_topic(partitions=3)
+        records = [(b"key-%05d" % i, value(i)) for i in range(KEYS)]
+        end = produce_tracked(producer, topic, records)
+        first = make_store(topic, tuning=TUNING, **options)
+        assert first.wait_until_ready(60)
+        assert first.wait_for_indexes(60)
+        first.stop()
+        compact(state_dir / "s" / "db")
+        flip_first_block(state_dir / "s" / "db", first_key)
+        store = make_store(topic, tuning=TUNING, **options)
+        assert store.wait_until_ready(60)
+        assert store.wait_for_indexes(60)
+        return Damaged(store, topic, latest_per_key(records), end)
+
+    return make
 
 
 def wait_rebuilt(store: Store, timeout: float = 60) -> None:
@@ -174,15 +192,11 @@ def corruption_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
 
 @pytest.mark.parametrize("read", sorted(READS))
 def test_a_read_that_meets_corruption_raises_and_the_store_rebuilds_exactly(
-    make_topic: Callable[..., str],
-    make_store: Callable[..., Store],
-    producer: Producer,
-    state_dir: Path,
-    caplog: pytest.LogCaptureFixture,
-    read: str,
+    damaged: Callable[..., Damaged], caplog: pytest.LogCaptureFixture, read: str
 ) -> None:
     caplog.set_level(logging.INFO, logger="store")
-    store, _topic, model, end = corrupted_store(make_topic, make_store, producer, state_dir)
+    case = damaged()
+    store = case.store
     as_of, do_read = READS[read]
     with (
         pytest.raises(StoreReadError) as failed,
@@ -191,23 +205,20 @@ def test_a_read_that_meets_corruption_raises_and_the_store_rebuilds_exactly(
         do_read(view)
     assert str(failed.value.file).endswith(".sst")
     wait_rebuilt(store)
-    assert_equals_model(store, model, end)
+    assert_equals_model(store, case.model, case.end)
     assert store.status().records_applied_total == KEYS, "the store was not rebuilt from the topic"
     assert len(corruption_lines(caplog)) == 1, corruption_lines(caplog)
     assert "a read found corruption" in corruption_lines(caplog)[0]
 
 
 def test_corruption_the_materializer_meets_while_applying_a_record_rebuilds_the_store(
-    make_topic: Callable[..., str],
-    make_store: Callable[..., Store],
-    producer: Producer,
-    state_dir: Path,
-    caplog: pytest.LogCaptureFixture,
+    damaged: Callable[..., Damaged], producer: Producer, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="store")
-    store, topic, model, end = corrupted_store(make_topic, make_store, producer, state_dir)
+    case = damaged()
+    store, model = case.store, case.model
     # Keeping the index right needs the row's current value: the materializer reads the bad block.
-    end = end.merged(produce_tracked(producer, topic, [(SMALLEST, value(1))]))
+    end = case.end.merged(produce_tracked(producer, case.topic, [(SMALLEST, value(1))]))
     model[SMALLEST] = value(1)
     wait_rebuilt(store)
     assert store.wait_for_position(end, 60)
@@ -219,25 +230,12 @@ def test_corruption_the_materializer_meets_while_applying_a_record_rebuilds_the_
 
 
 def test_corrupt_metadata_found_at_open_discards_the_copy_and_restores_it_from_the_topic(
-    make_topic: Callable[..., str],
-    make_store: Callable[..., Store],
-    producer: Producer,
-    state_dir: Path,
-    caplog: pytest.LogCaptureFixture,
+    damaged: Callable[..., Damaged], caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="store")
-    topic = make_topic(partitions=3)
-    records = [(b"key-%05d" % i, value(i)) for i in range(KEYS)]
-    end = produce_tracked(producer, topic, records)
-    first = make_store(topic, tuning=TUNING)
-    assert first.wait_until_ready(60)
-    first.stop()
-    compact(state_dir / "s" / "db")
     # The metadata column family's first key: its first block holds the format version and offsets.
-    flip_first_block(state_dir / "s" / "db", b"format_version")
-    store = make_store(topic, tuning=TUNING)
-    assert store.wait_until_ready(60)
-    assert_equals_model(store, latest_per_key(records), end)
-    assert store.status().records_applied_total == KEYS, "the store was not restored from the topic"
+    case = damaged(b"format_version", plain=True)
+    assert_equals_model(case.store, case.model, case.end)
+    assert case.store.status().records_applied_total == KEYS, "the store was not restored from the topic"
     assert "reading the metadata of the store" in caplog.text
     assert "will be rebuilt from the topic" in caplog.text
