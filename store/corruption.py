@@ -11,9 +11,11 @@ these helpers, so only "not found" ever means absent.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import re
 import traceback
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, Literal
 
 import rocksdict
@@ -26,8 +28,16 @@ KEY_NOT_FOUND = "key not found"
 # The file a RocksDB message names: table, blob and log files, the manifest, CURRENT, OPTIONS.
 _FILE = re.compile(r"(/[^\s:,]*?(?:\.sst|\.blob|\.log|/MANIFEST-\d+|/CURRENT|/OPTIONS-\d+))(?![\w.])")
 
+logger = logging.getLogger(__name__)
+
 FoundBy = Literal["read", "verification", "materializer"]
 """Who found corruption: a reader's view, the background verification, the materializer's own reads."""
+
+FINDERS: dict[FoundBy, str] = {
+    "read": "a read",
+    "verification": "the background verification",
+    "materializer": "the materializer",
+}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -38,6 +48,30 @@ class CorruptionReport:
     file: str | None  # the file the message names, if any
     found_by: FoundBy
     found_at: float  # Unix time
+
+
+def log_corruption_found(
+    store: str, copy: Path, report: CorruptionReport, *, written: bool, served: bool
+) -> None:
+    """The one line an operator gets for a copy found corrupt: where, what, and what happens next."""
+    if written and served:
+        next_step = (
+            "reads answer 503 store-corrupt until a copy rebuilt from the topic replaces it (rebuilding now)"
+        )
+    elif served:
+        next_step = "reads answer 503 store-corrupt until the rebuild already running replaces it"
+    else:
+        next_step = "the rebuild starts again from the topic; reads go on from the last good copy"
+    logger.error(
+        'store "%s": %s found corruption in its copy at %s (%s; file: %s); %s. If this recurs, check'
+        " the volume (kernel log, disk health)",
+        store,
+        FINDERS[report.found_by],
+        copy,
+        report.detail,
+        report.file or "not named",
+        next_step,
+    )
 
 
 def named_file(message: str) -> str | None:

@@ -12,7 +12,13 @@ from pathlib import Path
 from types import TracebackType
 
 from store.config import StoreConfig
-from store.corruption import CorruptionReport, FoundBy, drop_engine_references
+from store.corruption import (
+    FINDERS,
+    CorruptionReport,
+    FoundBy,
+    drop_engine_references,
+    log_corruption_found,
+)
 from store.engine import destroy
 from store.exceptions import StoreClosedError, StoreReadError, StoreWriteError
 from store.lock import DirectoryLock
@@ -33,11 +39,6 @@ from store.verifier import Verifier, VerifyStep
 logger = logging.getLogger(__name__)
 
 _COMPLETE = "REBUILD_COMPLETE"
-_FINDERS: dict[FoundBy, str] = {
-    "read": "a read",
-    "verification": "the background verification",
-    "materializer": "the materializer",
-}
 
 
 class Store:
@@ -463,27 +464,9 @@ class Store:
             materializer = self._materializer
             if written and materializer is not None:
                 # Asked with the copy marked, so the materializer never sees a marked copy without it.
-                materializer.request_rebuild(f"corruption found by {_FINDERS[found_by]}: {report.detail}")
+                materializer.request_rebuild(f"corruption found by {FINDERS[found_by]}: {report.detail}")
             self._changed.notify_all()
-        if written and served:
-            next_step = (
-                "reads answer 503 store-corrupt until a copy rebuilt from the topic replaces it"
-                " (rebuilding now)"
-            )
-        elif served:
-            next_step = "reads answer 503 store-corrupt until the rebuild already running replaces it"
-        else:
-            next_step = "the rebuild starts again from the topic; reads go on from the last good copy"
-        logger.error(
-            'store "%s": %s found corruption in its copy at %s (%s; file: %s); %s. If this recurs,'
-            " check the volume (kernel log, disk health)",
-            self.name,
-            _FINDERS[found_by],
-            replica.path,
-            report.detail,
-            report.file or "not named",
-            next_step,
-        )
+        log_corruption_found(self.name, replica.path, report, written=written, served=served)
 
     def writer_position(self) -> Position:
         """The position of the copy being written (none while a full volume keeps it closed)."""
