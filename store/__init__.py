@@ -12,6 +12,7 @@ Embed it without HTTP::
 """
 
 from store.config import EngineTuning, StoreConfig
+from store.corruption import CorruptionReport
 from store.exceptions import (
     HistoryExpiredError,
     HistoryNotKeptError,
@@ -24,6 +25,7 @@ from store.exceptions import (
     StoreCorruptError,
     StoreError,
     StoreLockedError,
+    StoreReadError,
     StoreWriteError,
     UnknownIndexError,
 )
@@ -47,6 +49,7 @@ from store.store import Store
 
 __all__ = [
     "MAX_SCAN_LIMIT",
+    "CorruptionReport",
     "EngineTuning",
     "HistoryExpiredError",
     "HistoryNotKeptError",
@@ -73,6 +76,7 @@ __all__ = [
     "StoreCorruptError",
     "StoreError",
     "StoreLockedError",
+    "StoreReadError",
     "StoreState",
     "StoreStatus",
     "StoreWriteError",
