@@ -16,7 +16,7 @@ position, so task retries, speculative tasks and reruns all read the same table 
 history). The position is logged and kept in the new columns' metadata (see :func:`lookups`).
 
 The service URL and token can be set once per session in the Spark conf (``spark.statestore.url``,
-``spark.statestore.token`` or ``spark.statestore.tokenFile``); ``url=`` and ``token=`` override them.
+``spark.statestore.token`` or ``spark.statestore.authFile``); ``url=`` and ``token=`` override them.
 ``on=`` is a column name or any Column expression (``F.concat_ws(":", "region", "id")``).
 :func:`read_store` reads a whole store as a DataFrame pinned at one position.
 
@@ -117,7 +117,7 @@ def lookup_join(
 
     ``on`` is a column name or a Column expression (``F.concat_ws(":", "region", "id")``). ``url``
     and ``token`` default to the session's ``spark.statestore.url`` / ``spark.statestore.token``
-    (or ``spark.statestore.tokenFile``).
+    (or ``spark.statestore.authFile``).
 
     For a JSON store with ``value_schema`` (a DDL string or ``StructType``) each field becomes a
     column named ``prefix + field``; otherwise one column ``prefix + value_column`` (binary for

@@ -20,12 +20,17 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BinaryType, DataType, StringType, StructType
 
 from clients.client import StatestoreClient
-from clients.exceptions import SchemaMismatchError, StatestoreClientError, UnsupportedSparkError
+from clients.exceptions import (
+    SchemaMismatchError,
+    StatestoreClientError,
+    UnauthorizedError,
+    UnsupportedSparkError,
+)
 from clients.lookup import LookupSpec, decode_json
 from clients.options import ClientOptions, Verify
 from clients.position import Position, PositionLike
 from clients.retry import RetryPolicy
-from clients.spark_compat import Counter, conf_value, new_counter, parse_struct
+from clients.spark_compat import Counter, conf_value, is_connect, new_counter, parse_struct
 
 log = logging.getLogger("clients.spark")
 
@@ -34,15 +39,29 @@ SAMPLE_SIZE = 20
 
 URL_CONF = "spark.statestore.url"
 TOKEN_CONF = "spark.statestore.token"
-TOKEN_FILE_CONF = "spark.statestore.tokenFile"
-"""Spark conf keys whose values are the defaults of every lookup and read of the session."""
+TOKEN_FILE_CONF = "spark.statestore.authFile"
+"""Spark conf keys whose values are the defaults of every lookup and read of the session.
+
+The token file's key holds no "token": Spark Connect hides from its clients every conf whose key
+or value matches ``spark.redaction.regex`` (secret, password, token, ...), so under Connect
+``spark.statestore.token`` cannot be read back; the file works when its path does not say "token"
+either (e.g. ``/etc/statestore/auth``).
+"""
+
+
+UNREADABLE_TOKEN = (
+    f"under Spark Connect the server hides {TOKEN_CONF} from clients (every conf whose key or value "
+    f"says token, secret or password): set {TOKEN_FILE_CONF} to a file holding the token, at a path "
+    "without those words, or pass token="
+)
 
 
 def connection(session: SparkSession, url: str | None, token: str | None) -> tuple[str, str | None]:
     """The service URL and token of a call: the arguments, else the session's Spark conf.
 
     ``url=`` overrides ``spark.statestore.url``; ``token=`` overrides ``spark.statestore.token``,
-    which overrides ``spark.statestore.tokenFile`` (a file holding the token, read on the driver).
+    which overrides ``spark.statestore.authFile`` (a file holding the token, read on the driver;
+    under Spark Connect the only one of the two the server lets a client read).
     """
     url = url or conf_value(session, URL_CONF)
     if not url:
@@ -198,6 +217,8 @@ def plan_lookup(
             exc.add_note(
                 f"statestore lookup of store {store!r} at {url}: checked on the driver before planning"
             )
+            if isinstance(exc, UnauthorizedError) and token is None and is_connect(session):
+                exc.add_note(UNREADABLE_TOKEN)
             raise
         if as_of is not None:
             position = Position.of(as_of)

@@ -344,7 +344,7 @@ def _options(
 def register_data_source(spark: SparkSession) -> None:
     """Register ``spark.read.format("statestore")`` on ``spark`` (PySpark 4.0 and newer).
 
-    The session's ``spark.statestore.url`` / ``token`` / ``tokenFile`` become the defaults of the
+    The session's ``spark.statestore.url`` / ``token`` / ``authFile`` become the defaults of the
     source's ``url`` and ``token`` options (a data source cannot read the session's conf itself).
     """
     require("spark.read.format('statestore') (a Python data source; read_store works everywhere)", (4, 0))
@@ -353,7 +353,7 @@ def register_data_source(spark: SparkSession) -> None:
 
     defaults = {
         option: value
-        for option, key in (("url", URL_CONF), ("token", TOKEN_CONF), ("tokenFile", TOKEN_FILE_CONF))
+        for option, key in (("url", URL_CONF), ("token", TOKEN_CONF), ("authFile", TOKEN_FILE_CONF))
         if (value := conf_value(spark, key)) is not None
     }
     source = type("StatestoreDataSource", (StatestoreDataSource,), {"defaults": defaults})

@@ -6,7 +6,7 @@ Register it with :func:`clients.spark.register_data_source`, then::
         .schema("key string, name string, price double").load()
 
 Options: ``store`` (required), ``url`` and ``token`` (default: the session's ``spark.statestore.*``
-conf when registered), ``tokenFile``, ``position`` (default: the store's position at planning),
+conf when registered), ``authFile``, ``position`` (default: the store's position at planning),
 ``consistent`` (``true``: read exactly as of the position, the default), ``partitions``, ``prefix``,
 ``pageSize``, ``binaryKeys``. Without ``.schema(...)`` the columns are ``key`` and ``value`` (the
 stored document as text, or bytes); with it, the first column is the key and the others are fields
@@ -80,7 +80,7 @@ class StatestoreDataSource(DataSource):
                 "Spark conf when register_data_source() is called"
             )
         token = self._option("token")
-        token_file = self._option("tokenFile")
+        token_file = self._option("authFile")
         if token is None and token_file is not None:
             token = Path(token_file).read_text(encoding="utf-8").strip()
         return _options(url, token, True, 30.0, 300.0)

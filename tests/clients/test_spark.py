@@ -18,36 +18,22 @@ from clients import exceptions as e
 from clients.spark import lookup_join, lookup_udf, lookups
 from service.local_broker import LocalBroker, free_port
 from tests.clients.conftest import real_service
+from tests.clients.shop import (
+    BAD_PRODUCTS,
+    BLOBS,
+    CUSTOMER_SCHEMA,
+    CUSTOMERS,
+    PRODUCT_SCHEMA,
+    PRODUCTS,
+    TOMBSTONED_CUSTOMERS,
+    TOMBSTONED_PRODUCTS,
+    as_rows,
+    dimension_records,
+    expected_invoices,
+    live_product,
+    purchases_frame,
+)
 from tests.support.kafka import create_topic, produce, unique_topic
-
-PRODUCT_SCHEMA = "name string, price double, category string"
-CUSTOMER_SCHEMA = "name string, country string"
-
-
-def product(i: int) -> dict[str, object]:
-    return {"name": f"product {i}", "price": round(i * 1.25, 2), "category": f"cat{i % 4}", "unused": [i]}
-
-
-def customer(i: int) -> dict[str, object]:
-    return {"name": f"customer {i}", "country": ["FR", "DE", "NL"][i % 3]}
-
-
-PRODUCTS = {f"p{i:03d}": product(i) for i in range(200)}
-TOMBSTONED_PRODUCTS = [f"p{i:03d}" for i in range(180, 200)]
-CUSTOMERS = {f"c{i:02d}": customer(i) for i in range(50)}
-TOMBSTONED_CUSTOMERS = ["c48", "c49"]
-BLOBS = {b"\x00\xff" + bytes([i]): bytes([i]) * 4 for i in range(30)}
-BAD_PRODUCTS = {"bad1": {"name": 42, "price": "n/a"}, "bad2": [1, 2, 3]}
-
-
-def dimension_records(
-    rows: dict[str, object], tombstoned: list[str]
-) -> list[tuple[bytes | None, bytes | None]]:
-    records: list[tuple[bytes | None, bytes | None]] = [
-        (k.encode(), json.dumps(v).encode()) for k, v in rows.items()
-    ]
-    records += [(k.encode(), None) for k in tombstoned]
-    return records
 
 
 @pytest.fixture(scope="module")
@@ -70,42 +56,6 @@ def service(broker: LocalBroker, tmp_path_factory: pytest.TempPathFactory) -> It
     }
     with real_service(broker.bootstrap_servers, tmp_path_factory.mktemp("state"), stores) as url:
         yield url
-
-
-def purchases_frame(rows: int = 3000) -> pd.DataFrame:
-    """Purchases referencing present, absent (p2xx, c5x), tombstoned and null keys."""
-    return pd.DataFrame(
-        {
-            "purchase_id": range(rows),
-            "product_id": [None if i % 97 == 0 else f"p{(i * 7) % 230:03d}" for i in range(rows)],
-            "customer_id": [None if i % 89 == 0 else f"c{(i * 3) % 55:02d}" for i in range(rows)],
-            "quantity": [1 + i % 5 for i in range(rows)],
-        }
-    )
-
-
-def dimension_frame(
-    rows: dict[str, object], tombstoned: list[str], key: str, prefix: str, fields: list[str]
-) -> pd.DataFrame:
-    live = {k: v for k, v in rows.items() if k not in tombstoned}
-    return pd.DataFrame(
-        {key: list(live), **{prefix + f: [v[f] for v in live.values()] for f in fields}}  # type: ignore[index]
-    )
-
-
-def expected_invoices(purchases: pd.DataFrame, how: str) -> pd.DataFrame:
-    products = dimension_frame(
-        PRODUCTS, TOMBSTONED_PRODUCTS, "product_id", "product_", ["name", "price", "category"]
-    )
-    customers = dimension_frame(
-        CUSTOMERS, TOMBSTONED_CUSTOMERS, "customer_id", "customer_", ["name", "country"]
-    )
-    merged = purchases.merge(products, on="product_id", how=how).merge(customers, on="customer_id", how=how)
-    return merged.sort_values("purchase_id").reset_index(drop=True)
-
-
-def as_rows(frame: pd.DataFrame) -> list[tuple[object, ...]]:
-    return [tuple(None if pd.isna(v) else v for v in row) for row in frame.itertuples(index=False)]
 
 
 def invoices(spark: SparkSession, url: str, purchases: pd.DataFrame, how: str) -> DataFrame:
@@ -213,13 +163,7 @@ def test_binary_keys_give_binary_values_and_the_udf_matches_the_join(
         spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
     assert len(rows) == 41
     for row in rows:
-        live = (
-            row.product_id is not None
-            and row.product_id in PRODUCTS
-            and row.product_id not in TOMBSTONED_PRODUCTS
-        )
-        expected = {f: PRODUCTS[row.product_id][f] for f in ("name", "price", "category")} if live else None  # type: ignore[index]
-        assert (row.product.asDict() if row.product is not None else None) == expected
+        assert (row.product.asDict() if row.product is not None else None) == live_product(row.product_id)
 
 
 def test_values_not_fitting_the_schema_become_null_and_are_counted(spark: SparkSession, service: str) -> None:
