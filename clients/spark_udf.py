@@ -13,7 +13,7 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import Column, SparkSession, functions
-from pyspark.sql.types import DataType, StructField, StructType
+from pyspark.sql.types import ArrayType, DataType, MapType, StringType, StructField, StructType
 
 from clients.exceptions import UnsupportedSparkError
 from clients.lookup import DEFAULT_CACHE_BYTES
@@ -66,7 +66,30 @@ def pandas_task(run: ArrowTask, wrapped: bool) -> Callable[[Iterator[Any]], Iter
     return task
 
 
-def vectorized_udf(run: ArrowTask, value_type: DataType) -> Callable[[Column], Column]:
+def _newer_worker_ready(data_type: DataType) -> None:
+    """Give PySpark 3.5's string types the ``collation`` attribute that 4.x workers read.
+
+    A Connect client pickles its own return type into the UDF; a 4.x server's Python worker
+    unpickles it as its own ``StringType``, whose methods read ``collation`` (new in 4.0). Without
+    it a 3.5 client's pandas UDF fails on a 4.x Connect server.
+    """
+    if isinstance(data_type, StringType) and not hasattr(data_type, "collation"):
+        object.__setattr__(data_type, "collation", "UTF8_BINARY")
+    for child in _children(data_type):
+        _newer_worker_ready(child)
+
+
+def _children(data_type: DataType) -> list[DataType]:
+    if isinstance(data_type, StructType):
+        return [field.dataType for field in data_type.fields]
+    if isinstance(data_type, ArrayType):
+        return [data_type.elementType]
+    if isinstance(data_type, MapType):
+        return [data_type.keyType, data_type.valueType]
+    return []
+
+
+def vectorized_udf(run: ArrowTask, value_type: DataType, connect: bool = False) -> Callable[[Column], Column]:
     """``run`` as a UDF column function, with what this PySpark version has."""
     # pyspark's overloads do not admit struct return types for iterator UDFs, which work.
     task: Any = run
@@ -84,6 +107,8 @@ def vectorized_udf(run: ArrowTask, value_type: DataType) -> Callable[[Column], C
         wrapped = isinstance(value_type, StructType)
         if wrapped:
             return_type = StructType([StructField(_WRAPPED, value_type, True)])
+        if connect:
+            _newer_worker_ready(return_type)
         udf = pandas_udf(
             pandas_task(run, wrapped), returnType=return_type, functionType=PandasUDFType.SCALAR_ITER
         )
@@ -98,10 +123,11 @@ class LookupUDF:
     The result is a struct column (JSON store with ``value_schema``), else binary or string.
     """
 
-    def __init__(self, plan: Plan) -> None:
+    def __init__(self, plan: Plan, connect: bool = False) -> None:
         self.info = plan.info
         self.return_type = plan.value_type
-        self._udf = vectorized_udf(udf_task(plan.spec, plan.info.mismatch_counter), plan.value_type)
+        run = udf_task(plan.spec, plan.info.mismatch_counter)
+        self._udf = vectorized_udf(run, plan.value_type, connect)
 
     @property
     def position(self) -> str:
@@ -162,5 +188,6 @@ def lookup_udf(
             )
             if connect
             else None,
-        )
+        ),
+        connect,
     )
