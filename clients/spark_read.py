@@ -4,7 +4,7 @@
 with a key column and the value columns, every row read ``as_of`` one position (the store must keep
 history), so a small store can be broadcast, or a store analysed in batch at an exact version. The
 keys are split into ranges on the driver; each Spark partition scans its range. On Spark 4.0 and
-newer the same read is a Python data source, ``spark.read.format("statestore")``
+newer the same read is a Python data source, ``spark.read.format("statestore_http")``
 (:func:`register_data_source`).
 """
 
@@ -20,6 +20,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BinaryType, BooleanType, DataType, StringType, StructField, StructType
@@ -36,6 +37,9 @@ from clients.spark_plan import TOKEN_CONF, TOKEN_FILE_CONF, URL_CONF, connection
 from clients.wire import ValueFormat
 
 log = logging.getLogger("clients.spark")
+
+METADATA_KEY = "statestore"
+"""The key column's metadata key: the store and the position the read pinned."""
 
 ROWS_PER_PARTITION = 250_000
 """Rows one partition reads when the caller does not say how many partitions to use."""
@@ -262,7 +266,11 @@ def plan_read(
 
         ranges = key_ranges(split_points(first_after, partitions))
     value_type: DataType = _value_type(value_schema, info.value_format)
-    fields = [StructField(key_column, BinaryType() if binary_keys else StringType(), False)]
+    described: dict[str, Any] = {"store": store, "position": str(pinned)}
+    if consistent:
+        described["as_of"] = str(pinned)  # read again with position= this to get the same rows
+    key_type = BinaryType() if binary_keys else StringType()
+    fields = [StructField(key_column, key_type, False, {METADATA_KEY: described})]
     if isinstance(value_type, StructType):
         fields += [StructField(f.name, f.dataType, True) for f in value_type.fields]
     else:
@@ -342,12 +350,13 @@ def _options(
 
 
 def register_data_source(spark: SparkSession) -> None:
-    """Register ``spark.read.format("statestore")`` on ``spark`` (PySpark 4.0 and newer).
+    """Register ``spark.read.format("statestore_http")`` on ``spark`` (PySpark 4.0 and newer).
 
     The session's ``spark.statestore.url`` / ``token`` / ``authFile`` become the defaults of the
     source's ``url`` and ``token`` options (a data source cannot read the session's conf itself).
+    A session keeps its first registration: registering again changes nothing.
     """
-    require("spark.read.format('statestore') (a Python data source; read_store works everywhere)", (4, 0))
+    require("spark.read.format('statestore_http') (a Python data source; read_store works anywhere)", (4, 0))
     assert has_python_data_source()
     from clients.spark_source import StatestoreDataSource  # noqa: PLC0415  # needs PySpark 4.0
 
@@ -357,4 +366,9 @@ def register_data_source(spark: SparkSession) -> None:
         if (value := conf_value(spark, key)) is not None
     }
     source = type("StatestoreDataSource", (StatestoreDataSource,), {"defaults": defaults})
-    spark.dataSource.register(source)
+    try:
+        spark.dataSource.register(source)
+    except AnalysisException as exc:
+        if "DATA_SOURCE_ALREADY_EXISTS" not in str(exc):
+            raise
+        log.info("the statestore data source is registered on this session already; kept as it was")

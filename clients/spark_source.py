@@ -1,8 +1,10 @@
-"""``spark.read.format("statestore")``: a store as a Python data source (PySpark 4.0 and newer).
+"""``spark.read.format("statestore_http")``: a store as a Python data source (PySpark 4.0 and newer).
 
+The name is not plain ``statestore``: Spark itself owns that format (its State Data Source, which
+reads the state of streaming queries) and a built-in format always wins over a Python data source.
 Register it with :func:`clients.spark.register_data_source`, then::
 
-    spark.read.format("statestore").option("store", "products")
+    spark.read.format("statestore_http").option("store", "products")
         .schema("key string, name string, price double").load()
 
 Options: ``store`` (required), ``url`` and ``token`` (default: the session's ``spark.statestore.*``
@@ -28,6 +30,7 @@ from clients.client import StatestoreClient
 from clients.spark_read import KeyRange, ReadPlan, _options, plan_read, read_range
 
 _TRUE = ("true", "1", "yes")
+FORMAT = "statestore_http"
 
 
 class KeyRangePartition(InputPartition):
@@ -45,7 +48,7 @@ class StatestoreDataSource(DataSource):
 
     @classmethod
     def name(cls) -> str:
-        return "statestore"
+        return FORMAT
 
     def _option(self, name: str, default: str | None = None) -> str | None:
         options: Any = self.options
@@ -58,7 +61,7 @@ class StatestoreDataSource(DataSource):
             value_format = client.value_format(self._store())
         return StructType(
             [
-                StructField("key", BinaryType() if binary else StringType(), False),
+                StructField("key", BinaryType() if binary else StringType(), True),
                 StructField("value", BinaryType() if value_format == "bytes" else StringType(), True),
             ]
         )
