@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Iterator
@@ -13,7 +12,6 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from clients import StatestoreClient
 from clients import exceptions as e
 from clients.spark import lookup_join, lookup_udf, lookups
 from service.local_broker import LocalBroker, free_port
@@ -80,26 +78,6 @@ def invoices(spark: SparkSession, url: str, purchases: pd.DataFrame, how: str) -
     )
 
 
-def test_invoice_example_matches_a_pandas_merge_without_any_shuffle(
-    spark: SparkSession, service: str
-) -> None:
-    purchases = purchases_frame()
-    result = invoices(spark, service, purchases, "left")
-    plan = result._jdf.queryExecution().executedPlan().toString()
-    assert plan.count("MapInArrow") == 1  # chained lookups share one pass
-    assert plan.count("Exchange") == 1  # the input's own repartition(2), nothing more
-    got = result.toPandas().sort_values("purchase_id").reset_index(drop=True)
-    expected = expected_invoices(purchases, "left")
-    assert list(got.columns) == list(expected.columns)
-    assert as_rows(got) == as_rows(expected)
-    with StatestoreClient(service) as client:
-        pinned = {info.store: info.position for info in lookups(result)}
-        assert pinned == {
-            "products": str(client.position("products")),
-            "customers": str(client.position("customers")),
-        }
-
-
 def test_no_exchange_is_added_by_two_chained_lookups(spark: SparkSession, service: str) -> None:
     df = spark.range(100).select(
         F.format_string("p%03d", "id").alias("product_id"), F.lit("c01").alias("customer_id")
@@ -164,31 +142,6 @@ def test_binary_keys_give_binary_values_and_the_udf_matches_the_join(
     assert len(rows) == 41
     for row in rows:
         assert (row.product.asDict() if row.product is not None else None) == live_product(row.product_id)
-
-
-def test_values_not_fitting_the_schema_become_null_and_are_counted(spark: SparkSession, service: str) -> None:
-    df = spark.createDataFrame([("bad1",), ("bad2",), ("bad1",), ("p001",), ("zzz",)], "product_id string")
-    result = lookup_join(df, store="products", on="product_id", url=service, value_schema=PRODUCT_SCHEMA)
-    rows = sorted((r.product_id, r.name, r.price) for r in result.collect())
-    assert rows == [
-        ("bad1", None, None),
-        ("bad1", None, None),
-        ("bad2", None, None),
-        ("p001", "product 1", 1.25),
-        ("zzz", None, None),
-    ]
-    (info,) = lookups(result)
-    assert info.mismatched_values == 3
-    inner = lookup_join(
-        df, store="products", on="product_id", url=service, how="inner", value_schema=PRODUCT_SCHEMA
-    )
-    assert sorted(r.product_id for r in inner.collect()) == ["bad1", "bad1", "bad2", "p001"]
-    # Without a schema a JSON store gives its documents as text, which nothing can misfit.
-    as_text = lookup_join(df, store="products", on="product_id", url=service)
-    text = {r.product_id: r.value for r in as_text.collect()}
-    assert json.loads(text["p001"]) == PRODUCTS["p001"]
-    assert json.loads(text["bad2"]) == [1, 2, 3]
-    assert text["zzz"] is None
 
 
 def test_the_driver_fails_fast_on_unusable_lookups(spark: SparkSession, service: str) -> None:

@@ -98,6 +98,7 @@ class Changer:
             seed += 1
             self.feed.produce("positions", position_round(seed=seed, count=40, ids=150), wait=False)
             self.feed.produce("tickers", [(b"AAPL", ticker("AAPL", float(seed)))], wait=False)
+            self.stop.wait(0.05)  # changes keep coming, without starving the machine
 
     def close(self) -> None:
         self.stop.set()
