@@ -124,7 +124,9 @@ def _run(
     command += ["--facts", str(args.facts), "--keys", str(args.keys), "--rounds", str(args.rounds)]
     if connect:
         command += ["--connect", connect]
-    done = subprocess.run(command, check=True, capture_output=True, text=True)
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
 
@@ -154,7 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     parser.add_argument("--sessions", default="classic,connect", help="classic, connect or both")
     args = parser.parse_args(argv)
-    pythons = args.python or [sys.executable, *([str(spark35.resolve())] if spark35.exists() else [])]
+    # Absolute, not resolved: a venv's python is a symlink to the base interpreter.
+    pythons = [os.path.abspath(p) for p in args.python or [sys.executable, *[spark35] * spark35.exists()]]
     sessions = args.sessions.split(",")
 
     # Python workers must run this interpreter (the one with the clients' dependencies).
