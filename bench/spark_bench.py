@@ -34,9 +34,9 @@ from typing import Any
 import httpx
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from pyspark.sql import SparkSession
 
 from service.local_broker import LocalBroker, free_port
+from tests.support.spark_session import start_connect_server
 
 PRODUCT_SCHEMA = "name string, price double, category string"
 CUSTOMER_SCHEMA = "name string, country string"
@@ -99,24 +99,6 @@ def _service(config: Path, port: int) -> Iterator[str]:
             process.kill()
 
 
-def _connect_server() -> str:
-    """A Spark Connect server (``local[2]``) in this process; returns its URL."""
-    port = free_port()
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("statestore-spark-bench-connect")
-        .config("spark.plugins", "org.apache.spark.sql.connect.SparkConnectPlugin")
-        .config("spark.connect.grpc.binding.address", "127.0.0.1")
-        .config("spark.connect.grpc.binding.port", str(port))
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.memory", "2g")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    return f"sc://127.0.0.1:{port}"
-
-
 def _run(
     python: str, url: str, connect: str | None, folder: Path, args: argparse.Namespace
 ) -> dict[str, Any]:
@@ -176,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         with _service(config, free_port()) as url:
             print(f"stores ready after {time.perf_counter() - started:.1f} s", flush=True)
-            connect = _connect_server() if "connect" in sessions else None
+            connect = start_connect_server("local[2]", "2g") if "connect" in sessions else None
             for python in pythons:
                 for kind in sessions:
                     folder = Path(tmp) / "data"

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +19,7 @@ from pyspark.sql import functions as F
 
 from clients.spark import lookup_join
 from clients.spark_compat import is_connect
+from tests.support.spark_session import local_session
 
 PRODUCT_SCHEMA = "name string, price double, category string"
 CUSTOMER_SCHEMA = "name string, country string"
@@ -39,17 +38,7 @@ def best_seconds(run: Callable[[], None], rounds: int) -> float:
 def session(connect: str | None) -> SparkSession:
     if connect:
         return SparkSession.builder.remote(connect).getOrCreate()
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("statestore-spark-bench")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.memory", "2g")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
+    return local_session("local[2]", "2g")
 
 
 def data(spark: SparkSession, folder: Path, facts: int, keys: int) -> tuple[DataFrame, DataFrame, DataFrame]:

@@ -12,19 +12,17 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 
 from clients import StatestoreClient
 from clients import exceptions as e
 from clients.spark import lookup_join, lookup_udf, lookups
 from service.local_broker import LocalBroker
 from tests.clients.conftest import real_service
+from tests.clients.orders import POSITION_SCHEMA, orders, positions_frame, sorted_rows
 from tests.clients.portfolio import INDEX, TICKERS, position_round, ticker
 from tests.support.kafka import create_topic, make_producer, unique_topic
 from tests.support.stores import Delivered, end_of, model_as_of, produce_logged, wait_until
-
-POSITION_SCHEMA = "ticker string, quantity long, account string"
-SYMBOLS = [*TICKERS, "GHOST"]  # NOPE has no positions, GHOST is no ticker at all
 
 
 def partition_of(key: bytes) -> int:
@@ -89,26 +87,6 @@ def feed(broker: LocalBroker, tmp_path_factory: pytest.TempPathFactory) -> Itera
         yield feed
 
 
-def orders(spark: SparkSession, rows: int = 300) -> tuple[DataFrame, pd.DataFrame]:
-    frame = pd.DataFrame(
-        {
-            "order_id": range(rows),
-            "symbol": [None if i % 41 == 0 else SYMBOLS[i % len(SYMBOLS)] for i in range(rows)],
-        }
-    )
-    return spark.createDataFrame(frame).repartition(2), frame
-
-
-def positions_frame(table: dict[str, Any]) -> pd.DataFrame:
-    rows = [(k, v["ticker"], v["quantity"], v["account"]) for k, v in table.items() if "ticker" in v]
-    return pd.DataFrame(rows, columns=["pos_key", "pos_ticker", "pos_quantity", "pos_account"])
-
-
-def as_rows(frame: pd.DataFrame, by: list[str]) -> list[tuple[object, ...]]:
-    frame = frame.sort_values(by, na_position="first").reset_index(drop=True)
-    return [tuple(None if pd.isna(v) else v for v in row) for row in frame.itertuples(index=False)]
-
-
 def test_tickers_to_positions_through_the_index_match_a_pandas_merge(spark: SparkSession, feed: Feed) -> None:
     # how="left" runs on every PySpark version and session kind: tests/clients/spark_matrix.
     how = "inner"
@@ -131,7 +109,7 @@ def test_tickers_to_positions_through_the_index_match_a_pandas_merge(spark: Spar
         positions_frame(feed.table("positions")), how=how, left_on="symbol", right_on="pos_ticker"
     )
     assert len(expected) > 3 * len(frame) // 2  # one-to-many: several positions per ticker
-    assert as_rows(got, ["order_id", "pos_key"]) == as_rows(expected, ["order_id", "pos_key"])
+    assert sorted_rows(got, ["order_id", "pos_key"]) == sorted_rows(expected, ["order_id", "pos_key"])
     missing = {r.symbol for r in got.itertuples() if r.pos_key is None}
     assert missing == (set() if how == "inner" else {None, "NOPE", "GHOST"})
     (info,) = lookups(joined)
@@ -159,7 +137,7 @@ def test_positions_to_tickers_by_key_after_the_index_join_in_one_pass(
         positions_frame(feed.table("positions")), left_on="symbol", right_on="pos_ticker"
     ).merge(tickers, on="pos_ticker", how="left")
     by = ["order_id", "pos_key"]
-    assert as_rows(both.toPandas(), by) == as_rows(expected, by)
+    assert sorted_rows(both.toPandas(), by) == sorted_rows(expected, by)
     assert {r.ticker_name for r in both.collect() if r.pos_ticker == "IBM"} == {None}
 
 

@@ -25,7 +25,7 @@ from typing import IO, Any
 
 from clients import StatestoreClient
 from service.app import create_app
-from service.local_broker import LocalBroker, free_port
+from service.local_broker import LocalBroker
 from service.settings import Settings
 from tests.clients.portfolio import INDEX, TICKERS, position_round, ticker
 from tests.clients.shop import (
@@ -38,6 +38,7 @@ from tests.clients.shop import (
 )
 from tests.support.kafka import Record, create_topic, make_producer, unique_topic
 from tests.support.server import serve_app
+from tests.support.spark_session import start_connect_server
 from tests.support.stores import Delivered, end_of, model_as_of, produce_logged, wait_until
 
 TOKEN = "spark-tests-token"
@@ -103,28 +104,6 @@ class Changer:
     def close(self) -> None:
         self.stop.set()
         self.thread.join()
-
-
-def start_connect_server() -> str:
-    """A Spark Connect server on a free port (a local[2,4] session with the Connect plugin)."""
-    from pyspark.sql import SparkSession  # noqa: PLC0415  # only when a Connect test asks
-
-    port = free_port()
-    session = (
-        SparkSession.builder.master("local[2,4]")
-        .appName("statestore-connect-tests")
-        .config("spark.plugins", "org.apache.spark.sql.connect.SparkConnectPlugin")
-        .config("spark.connect.grpc.binding.address", "127.0.0.1")
-        .config("spark.connect.grpc.binding.port", str(port))
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config("spark.driver.memory", "1g")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    return f"sc://127.0.0.1:{port}"
 
 
 def seed(feed: Feed) -> None:

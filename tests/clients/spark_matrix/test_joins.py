@@ -19,6 +19,7 @@ from pyspark.sql.types import IntegerType, StructField, StructType
 from clients import StatestoreClient
 from clients.exceptions import UnsupportedSparkError
 from clients.spark import lookup_join, lookup_udf, lookups
+from tests.clients.orders import POSITION_SCHEMA, orders, positions_frame, sorted_rows
 from tests.clients.shop import (
     CUSTOMER_SCHEMA,
     PRODUCT_SCHEMA,
@@ -28,9 +29,6 @@ from tests.clients.shop import (
     purchases_frame,
 )
 from tests.clients.spark_matrix.conftest import CONNECT, COUNTS_MISFITS, Service, physical_plan
-
-POSITION_SCHEMA = "ticker string, quantity long, account string"
-SYMBOLS = ["AAPL", "MSFT", "BRK/B", "Zoë", "IBM", "NOPE", "GHOST"]  # NOPE: no positions, GHOST: no ticker
 
 
 def test_invoice_chained_join_with_a_computed_key_in_one_pass(spark: SparkSession, service: Service) -> None:
@@ -66,25 +64,6 @@ def test_invoice_chained_join_with_a_computed_key_in_one_pass(spark: SparkSessio
             "products": str(client.position("products")),
             "customers": str(client.position("customers")),
         }
-
-
-def orders(spark: SparkSession, rows: int = 300) -> tuple[DataFrame, pd.DataFrame]:
-    frame = pd.DataFrame(
-        {
-            "order_id": range(rows),
-            "symbol": [None if i % 41 == 0 else SYMBOLS[i % len(SYMBOLS)] for i in range(rows)],
-        }
-    )
-    return spark.createDataFrame(frame).repartition(2), frame
-
-
-def positions_frame(table: dict[str, Any]) -> pd.DataFrame:
-    rows = [(k, v["ticker"], v["quantity"], v["account"]) for k, v in table.items() if "ticker" in v]
-    return pd.DataFrame(rows, columns=["pos_key", "pos_ticker", "pos_quantity", "pos_account"])
-
-
-def sorted_rows(frame: pd.DataFrame, by: list[str]) -> list[tuple[object, ...]]:
-    return as_rows(frame.sort_values(by, na_position="first").reset_index(drop=True))
 
 
 def test_one_to_many_index_join_matches_a_pandas_merge(spark: SparkSession, service: Service) -> None:
