@@ -20,7 +20,7 @@ import logging
 import os
 import shutil
 import struct
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -448,10 +448,6 @@ class SnapshotReader:
         self._index_iterator: Any = index_snapshot.iter() if index_snapshot is not None else None
 
     @property
-    def snapshot(self) -> Any:
-        return self._snapshot
-
-    @property
     def iterator(self) -> Any:
         """The table iterator pinned when this view was taken (re-seek it; never share threads)."""
         return self._iterator
@@ -526,11 +522,3 @@ def _scan(
         items.append((key_of(key), iterator.value()))
         iterator.next()
     return items, None
-
-
-def iter_offsets(records: Iterable[tuple[int, int]]) -> dict[int, int]:
-    """Next offset per partition after ``(partition, offset)`` records."""
-    offsets: dict[int, int] = {}
-    for partition, offset in records:
-        offsets[partition] = offset + 1
-    return offsets

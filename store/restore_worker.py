@@ -108,14 +108,6 @@ def _numpy_last_per_key_order(keys: Sequence[bytes], longest: int) -> list[int]:
     return kept
 
 
-def sorted_last_per_key(
-    keys: Sequence[bytes], values: Sequence[bytes | None]
-) -> tuple[list[bytes], list[bytes | None]]:
-    """Keys in byte order, each once, with the value of its last occurrence (None: tombstone)."""
-    order = last_per_key_order(keys)
-    return [keys[i] for i in order], [values[i] for i in order]
-
-
 def write_sst(path: Path, keys: Sequence[bytes], values: Sequence[bytes | None]) -> Path | None:
     """Write one chunk to the SST file ``path``; ``None`` (and no file) if the chunk is empty."""
     order = last_per_key_order(keys)

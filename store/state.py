@@ -19,11 +19,6 @@ class StoreState(enum.Enum):
     STOPPED = "STOPPED"
     FAILED = "FAILED"
 
-    @property
-    def serving(self) -> bool:
-        """Whether reads of this store give answers (only a READY store has caught up)."""
-        return self is StoreState.READY
-
 
 class RestoreMode(enum.Enum):
     """How a restoring store reads the topic now."""

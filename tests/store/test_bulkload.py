@@ -7,7 +7,7 @@ import dataclasses
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -20,12 +20,20 @@ from store import EngineTuning
 from store.bulkload import BulkLoadError, BulkRestore, ChunkIngestable, WorkerCaughtUp, split_partitions
 from store.engine import Engine
 from store.kafka import consumer_config
-from store.restore_worker import last_per_key_order, sorted_last_per_key, write_sst
+from store.restore_worker import last_per_key_order, write_sst
 from tests.support.kafka import latest_per_key, produce, topic_end
 
 # Short keys with many shared prefixes and trailing zero bytes: the cases zero padding gets wrong.
 short_keys = st.binary(max_size=10).map(lambda b: b.rstrip(b"\x01") or b)
 records = st.lists(st.tuples(short_keys, st.one_of(st.none(), st.binary(max_size=4))), max_size=80)
+
+
+def sorted_last_per_key(
+    keys: Sequence[bytes], values: Sequence[bytes | None]
+) -> tuple[list[bytes], list[bytes | None]]:
+    """Keys in byte order, each once, with the value of its last occurrence (None: tombstone)."""
+    order = last_per_key_order(keys)
+    return [keys[i] for i in order], [values[i] for i in order]
 
 
 def test_last_occurrence_wins_and_tombstones_are_kept_as_none() -> None:
