@@ -18,12 +18,10 @@ from the same offsets ends in the same table. See ``store/restore_worker.py`` fo
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import pickle
 import queue
 import signal
-import struct
 import subprocess
 import sys
 import threading
@@ -31,44 +29,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
-from store import restore_worker
 from store.config import EngineTuning
+from store.records import ChunkWritten, KafkaErrorReport, WorkerCaughtUp, WorkerFailed, read_frame
 
-_FRAME_HEADER = struct.Struct(">I")  # the workers' event frames: length, then a pickle
+_WORKER_SCRIPT = Path(__file__).with_name("restore_worker.py")
 
 
 class BulkLoadError(RuntimeError):
     """A restore worker process failed; the materializer retries the session."""
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class ChunkIngestable:
-    """A worker wrote a chunk's SST file (``None``: no record of the chunk had a key)."""
-
-    sst_path: Path | None
-    next_offsets: dict[int, int]
-    records: int
-    null_keys: int
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class WorkerKafkaError:
-    """A worker's consumer reported an error: for ``partition``, or for the client (``None``)."""
-
-    code: int
-    text: str
-    fatal: bool
-    partition: int | None
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class WorkerCaughtUp:
-    """A worker read all its partitions up to their high watermarks and exited."""
-
-    next_offsets: dict[int, int]
-
-
-WorkerEvent = ChunkIngestable | WorkerKafkaError | WorkerCaughtUp
+RestoreEvent = ChunkWritten | KafkaErrorReport | WorkerCaughtUp
 
 
 def split_partitions(remaining: Mapping[int, int], workers: int) -> list[list[int]]:
@@ -110,7 +81,7 @@ class BulkRestore:
         tuning: EngineTuning,
     ) -> None:
         self._directory = directory
-        self._events: queue.Queue[WorkerEvent | BulkLoadError] = queue.Queue()
+        self._events: queue.Queue[RestoreEvent | BulkLoadError] = queue.Queue()
         shares = split_partitions(remaining, tuning.bulk_load_workers)
         config = dict(consumer_config)
         # Each worker's consumer buffers its own fetches: together they stay within the one limit.
@@ -149,7 +120,7 @@ class BulkRestore:
         }
         self._process = subprocess.Popen(
             # -P: the script's own directory (this package's) stays off the worker's sys.path.
-            [sys.executable, "-P", str(Path(restore_worker.__file__))],
+            [sys.executable, "-P", str(_WORKER_SCRIPT)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=env,
@@ -167,7 +138,7 @@ class BulkRestore:
             raise BulkLoadError(f"the restore workers exited with code {self._process.poll()}") from exc
         threading.Thread(target=self._read, args=(stdout,), name="restore-workers", daemon=True).start()
 
-    def next_event(self, timeout: float) -> WorkerEvent | None:
+    def next_event(self, timeout: float) -> RestoreEvent | None:
         """The next event of any worker, or ``None`` if none came within ``timeout`` seconds.
 
         Raises ``BulkLoadError`` when a worker failed or exited without catching up.
@@ -209,24 +180,16 @@ class BulkRestore:
     def _read(self, stream: IO[bytes]) -> None:
         while self._caught_up < self.workers:
             try:
-                (length,) = _FRAME_HEADER.unpack(stream.read(_FRAME_HEADER.size))
-                worker, kind, *fields = pickle.loads(stream.read(length))
-            except (OSError, ValueError, EOFError, pickle.UnpicklingError, struct.error):
+                worker, event = read_frame(stream)
+            except (OSError, ValueError, EOFError) as exc:
                 code = self._process.poll()
                 self._events.put(
-                    BulkLoadError(f"the restore workers exited (code {code}) before catching up")
+                    BulkLoadError(f"the restore workers exited (code {code}) before catching up ({exc})")
                 )
                 return
-            if kind == "chunk":
-                path, offsets, records, null_keys = fields
-                self._events.put(
-                    ChunkIngestable(None if path is None else Path(path), offsets, records, null_keys)
-                )
-            elif kind == "kafka_error":
-                self._events.put(WorkerKafkaError(*fields))
-            elif kind == "done":
+            if isinstance(event, WorkerFailed):
+                self._events.put(BulkLoadError(f"restore worker {worker} failed: {event.text}"))
+                return
+            if isinstance(event, WorkerCaughtUp):
                 self._caught_up += 1
-                self._events.put(WorkerCaughtUp(fields[0]))
-            else:
-                self._events.put(BulkLoadError(f"restore worker {worker} failed: {fields[0]}"))
-                return
+            self._events.put(event)

@@ -7,6 +7,7 @@ Hierarchy::
     ├── StoreClosedError          the store was stopped; no more reads
     ├── StoreCorruptError         the store directory cannot be opened as a store
     ├── StoreWriteError           the store's files cannot be written (disk full, I/O error)
+    ├── InvalidTransitionError    a state change the store's lifecycle does not allow (a bug)
     ├── InvalidPositionError      a position string or mapping is malformed
     ├── ScanLimitError            a prefix scan asked for an unusable page size
     ├── UnknownIndexError         the store has no index of that name
@@ -43,6 +44,10 @@ class StoreWriteError(StoreError):
 
     RocksDB refuses every later write too, until the database is reopened.
     """
+
+
+class InvalidTransitionError(StoreError, RuntimeError):
+    """A state change that ``StoreState`` does not allow from the current state: a bug, never retried."""
 
 
 class InvalidPositionError(StoreError, ValueError):

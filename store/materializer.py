@@ -20,9 +20,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
-from store.bulkload import BulkRestore, ChunkIngestable, WorkerCaughtUp, WorkerKafkaError
+from store.bulkload import BulkRestore
 from store.config import StoreConfig
 from store.engine import can_write
 from store.exceptions import StoreWriteError
@@ -39,6 +39,7 @@ from store.kafka import (
     new_consumer,
 )
 from store.position import Position
+from store.records import ChunkWritten, KafkaErrorReport, RecordBatch, WorkerCaughtUp, poll
 from store.restore_slots import RestoreSlots
 from store.state import RestoreMode, StoreState
 
@@ -161,65 +162,6 @@ class Progress:
 
     def remaining(self, position: Position) -> int:
         return sum(max(0, target - position.get(p, 0)) for p, target in self.restore_target.items())
-
-
-class _Chunk:
-    """One poll's records: keys, values (None: tombstone), next offsets."""
-
-    __slots__ = ("keys", "metas", "null_keys", "offsets", "values")
-
-    def __init__(self) -> None:
-        self.keys: list[bytes] = []
-        self.values: list[bytes | None] = []
-        self.offsets: dict[int, int] = {}
-        self.metas: list[tuple[int, int, int]] = []  # (partition, offset, timestamp), history only
-        self.null_keys = 0  # records skipped by the last poll because their key was null
-
-
-def _collect(messages: list[Any], chunk: _Chunk, with_metas: bool) -> list[Any]:
-    """Append one poll's records to ``chunk``; return the error events (end of partition, ...).
-
-    This is the hottest loop of a bootstrap: mapping an unbound method over the messages costs
-    one C call per message and field, with no bytecode run per message.
-    """
-    # Truth values only: a KafkaError compared with None raises.
-    if any(map(Message.error, messages)):
-        events = [message for message in messages if message.error() is not None]
-        records = [message for message in messages if message.error() is None]
-    else:
-        events = []
-        records = messages
-    if not records:
-        return events
-    keys: list[bytes | None] = list(map(Message.key, records))
-    values = list(map(Message.value, records))
-    metas = (
-        [(message.partition(), message.offset(), message.timestamp()[1]) for message in records]
-        if with_metas
-        else None
-    )
-    # The last record of each partition carries its next offset. A poll mostly holds one or two
-    # partitions' runs, so a scan back until every partition is seen would often walk the whole
-    # poll in bytecode; searching a reversed list of partitions stays in C.
-    backwards = list(map(Message.partition, reversed(records)))
-    offsets: dict[int, int] = {}
-    for partition in set(backwards):
-        if partition is not None:  # a record always has one; the type allows None
-            offsets[partition] = records[len(records) - 1 - backwards.index(partition)].offset() + 1
-    for partition, next_offset in offsets.items():
-        if next_offset > chunk.offsets.get(partition, -1):
-            chunk.offsets[partition] = next_offset
-    if None in keys:
-        kept = [i for i, key in enumerate(keys) if key is not None]
-        chunk.null_keys = len(keys) - len(kept)
-        keys = [keys[i] for i in kept]
-        values = [values[i] for i in kept]
-        metas = [metas[i] for i in kept] if metas is not None else None
-    chunk.keys.extend(keys)  # type: ignore[arg-type]  # the null keys were dropped above
-    chunk.values.extend(values)
-    if metas is not None:
-        chunk.metas.extend(metas)
-    return events
 
 
 class Materializer:
@@ -485,14 +427,14 @@ class Materializer:
                 running = restore.workers
                 while running and not self._stop.is_set():
                     event = restore.next_event(timeout=tuning.poll_timeout_seconds)
-                    if isinstance(event, ChunkIngestable):
+                    if isinstance(event, ChunkWritten):
                         received_at = time.monotonic()
                         target.ingest(event.sst_path, event.next_offsets)
                         progress.count(event.records)
                         progress.last_contact = received_at
                         progress.note_healthy(received_at)
                         self._note_null_keys(event.null_keys)
-                    elif isinstance(event, WorkerKafkaError):
+                    elif isinstance(event, KafkaErrorReport):
                         if event.partition is None:
                             self._note_client_error(event.text, event.fatal)
                         else:
@@ -583,25 +525,16 @@ class Materializer:
                 finish_restore()  # a bulk restore read everything: no poll to wait for
             while not self._stop.is_set():
                 polled_at = time.monotonic()
-                messages = consumer.consume(tuning.poll_max_records, 0)
-                if not messages:
-                    # A batch call waits until its batch is full or its timeout passes, which
-                    # would add the timeout to every partial batch (a restore's last one, each
-                    # one of a trickle); waiting for one message returns as soon as any arrives.
-                    messages = consumer.consume(1, tuning.poll_timeout_seconds)
-                chunk = _Chunk()
-                with_metas = target.keeps_history
-                for message in _collect(messages, chunk, with_metas):
-                    error = message.error()
-                    self._on_fetch_error(
-                        error.code(), error.str(), error.fatal(), message.partition(), caught_up
-                    )
-                consumed.update(chunk.offsets)
+                messages = poll(consumer, tuning.poll_max_records, tuning.poll_timeout_seconds)
+                chunk = RecordBatch.collecting(target.keeps_history)
+                for report in chunk.add(messages):
+                    self._on_fetch_error(report.code, report.text, report.fatal, report.partition, caught_up)
+                consumed.update(chunk.next_offsets)
                 if messages:
                     progress.last_contact = time.monotonic()
                 self._note_null_keys(chunk.null_keys)
-                if chunk.offsets:
-                    target.apply(chunk.keys, chunk.values, chunk.offsets, chunk.metas if with_metas else None)
+                if chunk.next_offsets:
+                    target.apply(chunk.keys, chunk.values, chunk.next_offsets, chunk.metas)
                     progress.count(len(chunk.keys))
                 if messages:
                     # Records (or an end of partition) arrived and were taken: earlier errors are over.

@@ -17,9 +17,10 @@ from hypothesis import strategies as st
 
 from service.local_broker import LocalBroker
 from store import EngineTuning
-from store.bulkload import BulkLoadError, BulkRestore, ChunkIngestable, WorkerCaughtUp, split_partitions
+from store.bulkload import BulkLoadError, BulkRestore, split_partitions
 from store.engine import Engine
 from store.kafka import consumer_config
+from store.records import ChunkWritten, WorkerCaughtUp
 from store.restore_worker import last_per_key_order, write_sst
 from tests.support.kafka import latest_per_key, produce, topic_end
 
@@ -117,7 +118,7 @@ def test_partitions_are_shared_out_by_records_left() -> None:
 
 def _restore(
     tmp_path: Path, bootstrap: str, topic: str, partitions: int, tuning: EngineTuning
-) -> tuple[dict[bytes, bytes], list[ChunkIngestable], dict[int, int]]:
+) -> tuple[dict[bytes, bytes], list[ChunkWritten], dict[int, int]]:
     engine = Engine(tmp_path / "db", tuning)
     restore = BulkRestore(
         tmp_path / "bulk",
@@ -128,14 +129,14 @@ def _restore(
         dict.fromkeys(range(partitions), 1000),
         tuning,
     )
-    chunks: list[ChunkIngestable] = []
+    chunks: list[ChunkWritten] = []
     ends: dict[int, int] = {}
     try:
         running = restore.workers
         while running:
             event = restore.next_event(timeout=30)
             assert event is not None, "no event from the restore workers in 30 s"
-            if isinstance(event, ChunkIngestable):
+            if isinstance(event, ChunkWritten):
                 if event.sst_path is not None:
                     engine.ingest([event.sst_path])
                 chunks.append(event)
@@ -217,6 +218,7 @@ from pathlib import Path
 from store import EngineTuning
 from store.bulkload import BulkRestore
 from store.kafka import consumer_config
+from store.records import ChunkWritten, WorkerCaughtUp
 restore = BulkRestore(
     Path(sys.argv[1]), consumer_config("orphan", {"bootstrap.servers": "127.0.0.1:1"}), "t",
     {0: -2, 1: -2}, {0: 0, 1: 0}, {0: 5, 1: 5}, dataclasses.replace(EngineTuning(), bulk_load_workers=2),
