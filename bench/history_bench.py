@@ -95,7 +95,11 @@ def main(argv: list[str] | None = None) -> int:
                 or store.position().total() < args.keys + args.updates
             ):
                 pass
-            store.checkpoint()
+            store.stop()  # flushes: the reads and sizes below see every update in SST files
+        plain, versioned = Store(plain.config), Store(versioned.config)
+        for store in (plain, versioned):
+            store.start()
+            store.wait_until_ready(timeout=600)
         time.sleep(2)  # let the last flush settle before sizing
         read_keys = [b"key-%010d" % rng.randrange(args.keys) for _ in range(args.reads)]
         rates: dict[str, list[float]] = {"without history": [], "with history": []}

@@ -14,8 +14,8 @@ Hierarchy::
     ├── IndexNotReadyError        the index is still being built
     ├── HistoryNotKeptError       an ``as_of`` read of a store that keeps no history
     ├── HistoryExpiredError       an ``as_of`` position older than the retained history
-    └── PositionNotReachedError   an ``as_of`` position the store has not reached yet
-    ├── KafkaSourceError          the changelog topic cannot be read (fatal configuration problems only)
+    ├── PositionNotReachedError   an ``as_of`` position the store has not reached yet
+    └── KafkaSourceError          the changelog topic cannot be read (fatal configuration problems only)
 
 Foreign errors (rocksdict, confluent-kafka) are converted at the boundary with ``raise ... from exc``.
 """

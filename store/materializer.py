@@ -16,16 +16,14 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from store.bulkload import BulkRestore
 from store.config import StoreConfig
 from store.engine import can_write
-from store.exceptions import StoreWriteError
+from store.exceptions import StoreClosedError, StoreWriteError
 from store.gc_pacing import fewer_collections
 from store.kafka import (
     OUT_OF_RANGE_CODES,
@@ -42,57 +40,12 @@ from store.position import Position
 from store.records import ChunkWritten, KafkaErrorReport, RecordBatch, WorkerCaughtUp, poll
 from store.restore_slots import RestoreSlots
 from store.state import RestoreMode, StoreState
+from store.writer import StoreCopies
 
 logger = logging.getLogger(__name__)
 
 # The most a check for free space writes (a memtable flush needs about a write buffer).
 _SPACE_PROBE_MAX_BYTES = 8 * 1024 * 1024
-
-
-class MaterializerTarget(Protocol):
-    """What the materializer needs from the store it feeds."""
-
-    @property
-    def state(self) -> StoreState: ...
-
-    def set_state(self, state: StoreState) -> None: ...
-
-    def stored_position(self) -> Position: ...
-
-    def topic_identity(self) -> tuple[str | None, str | None]: ...
-
-    def set_topic_identity(self, topic: str, topic_id: str | None) -> None: ...
-
-    @property
-    def keeps_history(self) -> bool: ...
-
-    def apply(
-        self,
-        keys: list[bytes],
-        values: list[bytes | None],
-        offsets: dict[int, int],
-        metas: list[tuple[int, int, int]] | None = None,
-    ) -> None: ...
-
-    def maintain_history(self) -> None: ...
-
-    def ingest(self, sst_path: Path | None, offsets: dict[int, int]) -> None: ...
-
-    def defer_compactions(self, deferred: bool) -> None: ...
-
-    def rebuild(self, reason: str) -> None: ...
-
-    def reopen(self) -> None: ...
-
-    def ensure_writable(self) -> None:
-        """Open the written copy if a full volume kept it closed (``StoreWriteError`` if it still cannot)."""
-        ...
-
-    def checkpoint(self) -> None: ...
-
-    def build_indexes(self, stop: threading.Event) -> None: ...
-
-    def begin_history(self, partitions: int) -> None: ...
 
 
 class Backoff:
@@ -170,13 +123,11 @@ class Materializer:
     def __init__(
         self,
         config: StoreConfig,
-        target: MaterializerTarget,
-        position: Callable[[], Position],
+        copies: StoreCopies,
         restore_slots: RestoreSlots,
     ) -> None:
         self._config = config
-        self._target = target
-        self._position = position
+        self._copies = copies
         self._tuning = config.tuning
         self._restore_slots = restore_slots
         self.progress = Progress()
@@ -196,13 +147,20 @@ class Materializer:
     def alive(self) -> bool:
         return self._thread.is_alive()
 
+    def _written_position(self) -> Position:
+        """The position of the copy being written (none while a full volume keeps it closed)."""
+        try:
+            return self._copies.writer.position
+        except StoreClosedError:
+            return Position()
+
     # -- the loop ---------------------------------------------------------------------------
 
     def _run(self) -> None:
         backoff = Backoff(self._tuning.retry_backoff_initial_seconds, self._tuning.retry_backoff_max_seconds)
         while not self._stop.is_set():
             try:
-                self._target.ensure_writable()
+                self._copies.open_writer()
                 self._session(backoff)
             except RebuildRequired as signal:
                 self._log.warning(
@@ -211,7 +169,7 @@ class Materializer:
                     signal.reason,
                 )
                 self.progress.note_error(signal.reason)
-                self._target.rebuild(signal.reason)
+                self._copies.rebuild(signal.reason)
             except StoreWriteError as exc:
                 self._pause_until_writable(exc, backoff)
             except TransientSourceError as exc:
@@ -234,7 +192,7 @@ class Materializer:
             'store "%s": %s. Materializing is paused; reads go on at position %s',
             self._config.name,
             error,
-            self._position() or "none (nothing is served until the store can open)",
+            self._written_position() or "none (nothing is served until the store can open)",
         )
         probe_bytes = min(self._tuning.write_buffer_bytes, _SPACE_PROBE_MAX_BYTES)
         while not self._stop.is_set():
@@ -242,7 +200,7 @@ class Materializer:
             if self._stop.is_set() or not can_write(self._config.path, probe_bytes):
                 continue
             try:
-                self._target.reopen()
+                self._copies.reopen()
             except StoreWriteError as exc:  # the probe fitted, RocksDB's files did not yet
                 self.progress.note_error(str(exc))
                 self._log.warning('store "%s": still cannot write: %s', self._config.name, exc)
@@ -277,9 +235,9 @@ class Materializer:
         try:
             starts, lows, targets = self._sample(consumer, info, stored)
             self.progress.end_offsets = dict(targets)
-            if self._target.state is not StoreState.READY:
-                if self._target.state is not StoreState.REBUILDING:
-                    self._target.set_state(StoreState.RESTORING)
+            if self._copies.state is not StoreState.READY:
+                if self._copies.state is StoreState.CREATED:
+                    self._copies.transition(StoreState.RESTORING)
                 self.progress.begin_restore(targets)
                 self._log.info(
                     'store "%s" restoring topic "%s" (%d partitions) from %s towards at least %s',
@@ -300,7 +258,7 @@ class Materializer:
                         self._restore_slots.release()
                     if self._stop.is_set():
                         return
-                position = self._position()
+                position = self._written_position()
                 consumer.assign(
                     [
                         TopicPartition(config.topic, p, position.get(p, OFFSET_BEGINNING))
@@ -314,8 +272,9 @@ class Materializer:
             consumer.close()
 
     def _validate_identity(self, info: TopicInfo) -> Position:
-        stored = self._target.stored_position()
-        stored_topic, stored_id = self._target.topic_identity()
+        writer = self._copies.writer
+        stored = writer.position
+        stored_topic, stored_id = writer.topic_identity()
         if stored:
             if stored_topic is not None and stored_topic != info.name:
                 raise RebuildRequired(
@@ -332,7 +291,7 @@ class Materializer:
                     f" {max(stored) + 1}"
                 )
         if (stored_topic, stored_id) != (info.name, info.topic_id):
-            self._target.set_topic_identity(info.name, info.topic_id)
+            writer.set_topic_identity(info.name, info.topic_id)
         return stored
 
     def _sample(
@@ -365,9 +324,9 @@ class Materializer:
     def _wants_bulk(self) -> bool:
         minimum = self._tuning.bulk_load_min_records
         return (
-            self._target.state is not StoreState.READY
+            self._copies.state is not StoreState.READY
             and minimum > 0
-            and self.progress.remaining(self._position()) >= minimum
+            and self.progress.remaining(self._written_position()) >= minimum
         )
 
     def _wait_for_bulk_slot(self) -> bool:
@@ -381,7 +340,7 @@ class Materializer:
             'store "%s": %d records to restore; waiting for another store\'s bulk restore to end'
             " (engine.max_concurrent_bulk_restores: %d at once)",
             self._config.name,
-            self.progress.remaining(self._position()),
+            self.progress.remaining(self._written_position()),
             slots.limit,
         )
         try:
@@ -400,8 +359,9 @@ class Materializer:
         """Restore in worker processes (``store.bulkload``) from the stored position until every
         partition is caught up, or a stop; return the partitions caught up. Each chunk is ingested
         with its offsets as it comes."""
-        config, tuning, progress, target = self._config, self._tuning, self.progress, self._target
-        position = self._position()
+        config, tuning, progress = self._config, self._tuning, self.progress
+        target = self._copies.writer
+        position = target.position
         remaining = {p: targets[p] - position.get(p, lows[p]) for p in range(info.partitions)}
         self._log.info(
             'store "%s": bulk restore of %d records in up to %d worker processes',
@@ -452,7 +412,8 @@ class Materializer:
             finally:
                 progress.restore_mode = RestoreMode.RECORDS
                 restore.close()
-                with contextlib.suppress(StoreWriteError):  # a closed copy compacts once reopened
+                # A closed copy compacts once reopened.
+                with contextlib.suppress(StoreWriteError, StoreClosedError):
                     target.defer_compactions(False)
         return caught_up
 
@@ -472,7 +433,7 @@ class Materializer:
             'store "%s" restoring: %d records applied, %d remaining, %.0f records/s',
             self._config.name,
             progress.restore_applied,
-            progress.remaining(self._position()),
+            progress.remaining(self._written_position()),
             progress.rate(),
         )
 
@@ -490,15 +451,15 @@ class Materializer:
         ``bulk_caught_up``: the partitions a bulk restore just read to their ends, ``None`` if none
         ran in this session (the end offsets sampled before are only lower bounds).
         """
-        config, tuning, progress, target = self._config, self._tuning, self.progress, self._target
+        config, tuning, progress, copies = self._config, self._tuning, self.progress, self._copies
         topic = config.topic
         partitions = info.partitions
         caught_up: set[int] = set(bulk_caught_up or ())
         consumed: dict[int, int] = {}  # next offset after the last record read, per partition
         refined: set[int] = set()
-        restoring = target.state is not StoreState.READY
+        restoring = copies.state is not StoreState.READY
         # Nothing was served yet: READY comes with every index built.
-        build_indexes_first = restoring and (not self._position() or bool(bulk_caught_up))
+        build_indexes_first = restoring and (not self._written_position() or bool(bulk_caught_up))
         next_metadata_check = time.monotonic() + tuning.metadata_check_interval_seconds
         next_progress_log = time.monotonic() + tuning.progress_log_interval_seconds
         next_checkpoint = time.monotonic() + tuning.checkpoint_interval_seconds
@@ -511,14 +472,14 @@ class Materializer:
         def finish_restore() -> None:
             nonlocal restoring
             if build_indexes_first:
-                target.build_indexes(self._stop)
-            target.checkpoint()
+                copies.writer.build_indexes(self._stop)
+            copies.writer.checkpoint()
             restoring = False
             pacing.close()
             self._become_ready(partitions)
             # An index added to an existing store is built from the READY table, so reads of the
             # store go on meanwhile (that index answers IndexNotReadyError).
-            target.build_indexes(self._stop)
+            copies.writer.build_indexes(self._stop)
 
         try:
             if restoring and len(caught_up) >= partitions:
@@ -526,7 +487,8 @@ class Materializer:
             while not self._stop.is_set():
                 polled_at = time.monotonic()
                 messages = poll(consumer, tuning.poll_max_records, tuning.poll_timeout_seconds)
-                chunk = RecordBatch.collecting(target.keeps_history)
+                writer = copies.writer
+                chunk = RecordBatch.collecting(writer.keeps_history)
                 for report in chunk.add(messages):
                     self._on_fetch_error(report.code, report.text, report.fatal, report.partition, caught_up)
                 consumed.update(chunk.next_offsets)
@@ -534,7 +496,7 @@ class Materializer:
                     progress.last_contact = time.monotonic()
                 self._note_null_keys(chunk.null_keys)
                 if chunk.next_offsets:
-                    target.apply(chunk.keys, chunk.values, chunk.next_offsets, chunk.metas)
+                    writer.apply(chunk)
                     progress.count(len(chunk.keys))
                 if messages:
                     # Records (or an end of partition) arrived and were taken: earlier errors are over.
@@ -550,10 +512,10 @@ class Materializer:
                     self._log_restore_progress()
                 if not restoring and now >= next_history_prune:
                     next_history_prune = now + tuning.history_prune_interval_seconds
-                    target.maintain_history()
+                    copies.writer.maintain_history()
                 if not restoring and now >= next_checkpoint:
                     next_checkpoint = now + tuning.checkpoint_interval_seconds
-                    target.checkpoint()
+                    copies.writer.checkpoint()
                 if now >= next_metadata_check:
                     next_metadata_check = now + tuning.metadata_check_interval_seconds
                     partitions = self._check_metadata(consumer, admin, info, partitions, targets)
@@ -567,12 +529,12 @@ class Materializer:
     def _become_ready(self, partitions: int) -> None:
         progress = self.progress
         elapsed = time.monotonic() - progress.restore_started_at
-        self._target.begin_history(partitions)
-        self._target.set_state(StoreState.READY)
+        self._copies.writer.begin_history(partitions)
+        self._copies.transition(StoreState.READY)
         self._log.info(
             'store "%s" READY at position %s: %d records applied in %.1fs (%.0f records/s)',
             self._config.name,
-            self._position(),
+            self._written_position(),
             progress.restore_applied,
             elapsed,
             progress.restore_applied / elapsed if elapsed > 0 else 0.0,

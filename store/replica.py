@@ -29,6 +29,7 @@ from store.history import HistoryRecorder, floor_from
 from store.indexes import IndexSpec, index_changes
 from store.position import Position
 from store.protocol import MAX_SCAN_LIMIT, MemoryUsage, ScanPage
+from store.records import RecordBatch
 
 logger = logging.getLogger(__name__)
 
@@ -144,15 +145,17 @@ class Replica:
 
     # -- writes (materializer thread) ---------------------------------------------------------
 
-    def apply(
-        self,
-        keys: list[bytes],
-        values: list[bytes | None],
-        offsets: dict[int, int],
-        metas: list[tuple[int, int, int]] | None = None,
-    ) -> None:
+    def topic_identity(self) -> tuple[str | None, str | None]:
+        """The topic name and topic id the stored data came from."""
+        return self.engine.topic_identity()
+
+    def set_topic_identity(self, topic: str, topic_id: str | None) -> None:
+        self.engine.set_topic_identity(topic, topic_id)
+
+    def apply(self, records: RecordBatch) -> None:
         """Write records, tombstones and the partitions' next offsets in one atomic batch."""
         engine = self.engine
+        keys, values = records.keys, records.values
         batch = engine.new_batch()
         for key, value in zip(keys, values, strict=True):
             if value is None:
@@ -162,12 +165,12 @@ class Replica:
         if self.ready_indexes and keys:
             self._maintain_indexes(batch, keys, values)
         if self.history is not None and self.history_start and keys:
-            assert metas is not None, "records of a store that keeps history need their metadata"
-            self.history.record(engine, batch, keys, values, metas)
-        engine.put_offsets(batch, offsets)
+            assert records.metas is not None, "records of a store that keeps history need their metadata"
+            self.history.record(engine, batch, keys, values, records.metas)
+        engine.put_offsets(batch, records.next_offsets)
         with self._changed:
             engine.write(batch)
-            self._advance(offsets)
+            self._advance(records.next_offsets)
             cache = self._cache
             if cache:
                 for key in keys:
@@ -177,11 +180,11 @@ class Replica:
         """Stop or resume automatic compactions while a bulk restore ingests files."""
         self.engine.defer_compactions(deferred)
 
-    def ingest(self, sst_path: Path | None, offsets: dict[int, int]) -> None:
+    def ingest(self, sst_path: Path | None, next_offsets: dict[int, int]) -> None:
         """Ingest a bootstrap chunk's SST file, then record the chunk's offsets."""
         engine = self.engine
         batch = engine.new_batch()
-        engine.put_offsets(batch, offsets)
+        engine.put_offsets(batch, next_offsets)
         for spec in self.ready_indexes.values():
             # Bulk chunks carry no index entries: the indexes are rebuilt once the bootstrap ends.
             engine.put_index_state(batch, spec.name, spec.field, "building")
@@ -201,7 +204,7 @@ class Replica:
             if sst_path is not None:
                 engine.ingest([sst_path])
             engine.write(batch)
-            self._advance(offsets)
+            self._advance(next_offsets)
             self._cache.clear()
 
     def _advance(self, offsets: dict[int, int]) -> None:

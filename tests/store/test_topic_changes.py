@@ -14,7 +14,7 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 import store.materializer as materializer_module
-from store import Position, StoreConfig
+from store import StoreConfig
 from store.kafka import RebuildRequired, TopicInfo, TransientSourceError
 from store.materializer import Materializer
 from store.restore_slots import RestoreSlots
@@ -34,8 +34,7 @@ def check(
     monkeypatch.setattr(materializer_module, "describe_topic", lambda admin, name, timeout: now)
     materializer = Materializer(
         StoreConfig("s", "t", {"bootstrap.servers": "unused:9092"}, Path("unused")),
-        None,
-        Position,  # type: ignore[arg-type]
+        None,  # type: ignore[arg-type]
         RestoreSlots(1),
     )
     consumer = RecordingConsumer()

@@ -1,0 +1,298 @@
+"""A store's copies of its table and its state.
+
+A store has one copy (a ``Replica``) that readers read and the materializer writes. While it
+rebuilds from a READY state it has two: readers keep the last good copy (``db/``) until the new one
+(``db.rebuilding/``) is READY and replaces it. Every state change goes through one checked
+transition (``StoreState.can_become``). Implements ``store.writer.StoreCopies`` for the
+materializer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+from store.config import StoreConfig
+from store.engine import destroy
+from store.exceptions import InvalidTransitionError, StoreClosedError, StoreWriteError
+from store.position import Position
+from store.protocol import MemoryUsage, ReadOnlyKeyValueStore
+from store.replica import Replica
+from store.state import StoreState
+
+logger = logging.getLogger(__name__)
+
+_COMPLETE = "REBUILD_COMPLETE"
+_VIEWS_DRAIN_SECONDS = 10
+
+
+class Copies:
+    """The copy readers read, the copy the materializer writes (the same one unless a rebuild
+    runs), and the store's state.
+
+    ``changed`` (a condition on the store's lock) is notified whenever the state changes, and by
+    the replicas whenever a position or an index changes.
+    """
+
+    def __init__(self, config: StoreConfig) -> None:
+        self.config = config
+        self.changed = threading.Condition(threading.RLock())
+        self._state = StoreState.CREATED
+        self._failure: str | None = None
+        self._serving: Replica | None = None  # what readers read
+        self._writing: Replica | None = None  # what the materializer writes (the same, unless rebuilding)
+        self._active_views = 0
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def _db_path(self) -> Path:
+        return self.config.path / "db"
+
+    @property
+    def _next_path(self) -> Path:
+        return self.config.path / "db.rebuilding"
+
+    # -- what readers and the store's status look at ----------------------------------------
+
+    @property
+    def state(self) -> StoreState:
+        return self._state
+
+    @property
+    def failure(self) -> str | None:
+        """Why the store is FAILED (``None`` unless it is)."""
+        return self._failure
+
+    @property
+    def serving(self) -> Replica | None:
+        """The copy readers read (``None`` while none is open)."""
+        return self._serving
+
+    @property
+    def writing(self) -> Replica | None:
+        """The copy the materializer writes (``None`` while none is open)."""
+        return self._writing
+
+    @property
+    def readable(self) -> bool:
+        """Whether reads get answers: READY, or REBUILDING while the last good copy is served."""
+        return self._state is StoreState.READY or (
+            self._state is StoreState.REBUILDING and self._serving is not self._writing
+        )
+
+    @contextlib.contextmanager
+    def reading(self, as_of: Position | None) -> Iterator[ReadOnlyKeyValueStore]:
+        """A reader of the served copy; the copy is not closed while any reader is out."""
+        with self.changed:
+            serving = self._serving
+            if serving is None:
+                raise StoreClosedError(
+                    f'store "{self.name}" is {self._state.value.lower()}; it cannot be read'
+                )
+            reader = serving.reader(as_of)
+            self._active_views += 1
+        try:
+            yield reader
+        finally:
+            reader.release()
+            with self.changed:
+                self._active_views -= 1
+                if self._active_views == 0:
+                    self.changed.notify_all()
+
+    def memory(self) -> MemoryUsage | None:
+        """What every open copy holds in memory (``None`` if a copy closed meanwhile)."""
+        serving, writing = self._serving, self._writing
+        copies = [copy for copy in (serving, writing) if copy is not None]
+        if writing is serving:
+            copies = copies[:1]
+        try:
+            usages = [copy.memory() for copy in copies]
+        except Exception:  # a copy closed under a status call: no figure this time
+            return None
+        return sum(usages[1:], usages[0]) if usages else None
+
+    # -- lifecycle (the store) --------------------------------------------------------------
+
+    def open(self) -> None:
+        """Open the stored copy, finishing a swap to a rebuilt copy that a crash interrupted.
+
+        A full volume leaves it closed (logged): the materializer waits for space and opens it.
+        """
+        self._finish_interrupted_rebuild()
+        destroy(self.config.path / "bulk")  # files of a bulk load a crash interrupted
+        try:
+            replica = Replica(self.config, self._db_path, self.changed)
+        except StoreWriteError as exc:
+            # A full volume: the files are intact, so the materializer waits for space and opens them.
+            logger.error('store "%s": %s', self.name, exc)
+            return
+        with self.changed:
+            self._serving = self._writing = replica
+        logger.info(
+            'store "%s" opened at %s (topic "%s", stored position %s)',
+            self.name,
+            self.config.path,
+            self.config.topic,
+            replica.position or "none: restoring from the earliest offsets",
+        )
+
+    def fail(self, reason: str) -> None:
+        """The store could not start, and a retry cannot fix that: it is FAILED."""
+        with self.changed:
+            self._failure = reason
+            self._move(StoreState.FAILED)
+
+    def close(self) -> Position | None:
+        """Close every copy once no reader is out (at most a few seconds): the store is STOPPED.
+
+        Returns the position readers last saw, ``None`` if the store was stopped already.
+        """
+        with self.changed:
+            if self._state is StoreState.STOPPED:
+                return None
+            self.changed.wait_for(lambda: self._active_views == 0, timeout=_VIEWS_DRAIN_SECONDS)
+            serving, writing = self._serving, self._writing
+            self._serving = self._writing = None
+            self._move(StoreState.STOPPED)
+        if writing is not None and writing is not serving:
+            writing.close()
+        if serving is not None:
+            serving.close()
+        return serving.position if serving is not None else Position()
+
+    # -- the materializer's side (StoreCopies) ----------------------------------------------
+
+    @property
+    def writer(self) -> Replica:
+        writing = self._writing
+        if writing is None:
+            raise StoreClosedError(f'store "{self.name}" is {self._state.value.lower()}: no copy is open')
+        return writing
+
+    def open_writer(self) -> Replica:
+        if self._writing is None and self._state is not StoreState.STOPPED:
+            self.reopen()
+        return self.writer
+
+    def transition(self, state: StoreState) -> None:
+        writing = self._writing
+        if state is StoreState.READY and writing is not None and writing is not self._serving:
+            self._swap_in(writing)
+            return
+        with self.changed:
+            self._move(state)
+
+    def _move(self, state: StoreState) -> None:
+        """The one place the state changes (the lock is held)."""
+        current = self._state
+        if current is StoreState.STOPPED:
+            return  # final: a materializer ending its last step after a stop changes nothing
+        if not current.can_become(state):
+            raise InvalidTransitionError(
+                f'store "{self.name}" cannot go from {current.value} to {state.value}'
+            )
+        self._state = state
+        self.changed.notify_all()
+
+    def rebuild(self, reason: str) -> None:
+        """Restore from the earliest offsets into a fresh copy.
+
+        A store that was READY keeps serving its last good copy meanwhile (marked stale); one
+        that never was has nothing worth serving and is discarded in place.
+        """
+        with self.changed:
+            serving, writing = self._serving, self._writing
+            keep_serving = serving is not None and (self._state is StoreState.READY or serving is not writing)
+            if writing is not None and writing is not serving:
+                writing.close(flush=False)
+            destroy(self._next_path)
+            destroy(self.config.path / "bulk")
+            if keep_serving:
+                self._writing = Replica(self.config, self._next_path, self.changed)
+            else:
+                self.changed.wait_for(lambda: self._active_views == 0, timeout=_VIEWS_DRAIN_SECONDS)
+                if serving is not None:
+                    serving.close(flush=False)
+                destroy(self._db_path)
+                self._serving = self._writing = Replica(self.config, self._db_path, self.changed)
+            self._move(StoreState.REBUILDING)
+        logger.warning(
+            'store "%s" is rebuilding from the earliest offsets (%s); %s',
+            self.name,
+            reason,
+            "reads are served from the last good copy until then (stale)"
+            if keep_serving
+            else "reads wait until it is READY",
+        )
+
+    def reopen(self) -> None:
+        """Reopen the written copy after a write error (RocksDB refuses writes until then).
+
+        What was applied since the last checkpoint is lost with its offsets (no WAL), so the store
+        is RESTORING until it has caught up again: no reader sees its position go back. A rebuild
+        copy is reopened alone; readers keep the last good copy. If the volume is still too full
+        to open the copy, ``StoreWriteError`` is raised and the copy stays closed until a later call.
+        """
+        with self.changed:
+            if self._state is StoreState.STOPPED:
+                return
+            serving, writing = self._serving, self._writing
+            if serving is not None and writing is not serving:
+                # A rebuild copy (possibly closed by an earlier failed reopen).
+                if writing is not None:
+                    writing.close(flush=False)
+                    self._writing = None
+                self._writing = Replica(self.config, self._next_path, self.changed)
+                return
+            if self._state is StoreState.READY:
+                self._move(StoreState.RESTORING)
+            if writing is not None:
+                self.changed.wait_for(lambda: self._active_views == 0, timeout=_VIEWS_DRAIN_SECONDS)
+                writing.close(flush=False)
+                self._serving = self._writing = None
+            reopened = Replica(self.config, self._db_path, self.changed)
+            self._serving = self._writing = reopened
+            self.changed.notify_all()
+        logger.warning(
+            'store "%s" reopened after a write error; catching up from position %s (reads wait until READY)',
+            self.name,
+            reopened.position or "none",
+        )
+
+    # -- rebuilt copies ---------------------------------------------------------------------
+
+    def _swap_in(self, rebuilt: Replica) -> None:
+        """Replace the served copy with the rebuilt one, atomically for readers: READY."""
+        rebuilt.close()
+        (self._next_path / _COMPLETE).touch()
+        with self.changed:
+            self.changed.wait_for(lambda: self._active_views == 0, timeout=_VIEWS_DRAIN_SECONDS)
+            old = self._serving
+            if old is not None:
+                old.close(flush=False)
+            self._promote_rebuilt()
+            self._serving = self._writing = Replica(self.config, self._db_path, self.changed)
+            # In the same step: a REBUILDING store whose served copy is the written one is unreadable.
+            self._move(StoreState.READY)
+        logger.info('store "%s": the rebuilt copy replaced the stale one', self.name)
+
+    def _promote_rebuilt(self) -> None:
+        destroy(self._db_path)
+        os.replace(self._next_path, self._db_path)
+        (self._db_path / _COMPLETE).unlink(missing_ok=True)
+
+    def _finish_interrupted_rebuild(self) -> None:
+        """A crash during a swap leaves a complete rebuilt copy; anything else in progress is dropped."""
+        if (self._next_path / _COMPLETE).exists():
+            logger.info('store "%s": finishing a swap to a rebuilt copy interrupted by a crash', self.name)
+            self._promote_rebuilt()
+        else:
+            destroy(self._next_path)
