@@ -25,12 +25,21 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
-from store.config import EngineTuning
-from store.records import ChunkWritten, KafkaErrorReport, WorkerCaughtUp, WorkerFailed, read_frame
+from confluent_kafka import OFFSET_BEGINNING
+
+from store.config import EngineTuning, StoreConfig
+from store.exceptions import StoreClosedError, StoreWriteError
+from store.gc_pacing import fewer_collections
+from store.kafka import consumer_config
+from store.progress import Every, Reporter
+from store.records import CatchUp, ChunkWritten, KafkaErrorReport, WorkerCaughtUp, WorkerFailed, read_frame
+from store.state import RestoreMode
+from store.writer import TableWriter
 
 _WORKER_SCRIPT = Path(__file__).with_name("restore_worker.py")
 
@@ -193,3 +202,92 @@ class BulkRestore:
             if isinstance(event, WorkerCaughtUp):
                 self._caught_up += 1
             self._events.put(event)
+
+
+class BulkPhase:
+    """A session's bulk restore: workers read every partition from the written copy's position
+    until caught up (or a stop), and each chunk is ingested with its offsets as it comes."""
+
+    def __init__(
+        self,
+        config: StoreConfig,
+        writer: TableWriter,
+        catch_up: CatchUp,
+        first_offsets: Mapping[int, int],
+        reporter: Reporter,
+        stop: threading.Event,
+    ) -> None:
+        self._config = config
+        self._writer = writer
+        self._catch_up = catch_up
+        self._first_offsets = first_offsets
+        self._reporter = reporter
+        self._progress = reporter.progress
+        self._stop = stop
+
+    def run(self) -> None:
+        config, tuning, writer, progress = self._config, self._config.tuning, self._writer, self._progress
+        position = writer.position
+        partitions = sorted(self._catch_up.partitions)
+        next_offsets = {p: position.get(p, self._first_offsets.get(p, 0)) for p in partitions}
+        remaining = {p: self._catch_up.partitions[p].target - next_offsets[p] for p in partitions}
+        self._reporter.log.info(
+            'store "%s": bulk restore of %d records in up to %d worker processes',
+            config.name,
+            sum(max(0, n) for n in remaining.values()),
+            tuning.bulk_load_workers,
+        )
+        with fewer_collections(tuning.restore_gc_threshold):
+            restore = BulkRestore(
+                config.path / "bulk",
+                consumer_config(config.name, config.kafka),
+                config.topic,
+                {p: position.get(p, OFFSET_BEGINNING) for p in partitions},
+                next_offsets,
+                remaining,
+                tuning,
+            )
+            try:
+                progress.restore_mode = RestoreMode.BULK
+                writer.defer_compactions(True)
+                self._take_events(restore)
+            finally:
+                progress.restore_mode = RestoreMode.RECORDS
+                restore.close()
+                # A closed copy compacts once reopened.
+                with contextlib.suppress(StoreWriteError, StoreClosedError):
+                    writer.defer_compactions(False)
+
+    def _take_events(self, restore: BulkRestore) -> None:
+        running = restore.workers
+        progress_log = Every(self._config.tuning.progress_log_interval_seconds)
+        while running and not self._stop.is_set():
+            event = restore.next_event(timeout=self._config.tuning.poll_timeout_seconds)
+            if event is not None:
+                running -= self._take(event)
+            now = time.monotonic()
+            if progress_log.due(now):
+                self._reporter.restore_progress(self._writer.position)
+
+    def _take(self, event: RestoreEvent) -> int:
+        """Take one worker event; returns 1 when a worker caught up (and exits), else 0."""
+        progress, catch_up = self._progress, self._catch_up
+        if isinstance(event, ChunkWritten):
+            received_at = time.monotonic()
+            self._writer.ingest(event.sst_path, event.next_offsets)
+            catch_up.read(event.next_offsets)
+            progress.count(event.records)
+            progress.last_contact = received_at
+            progress.note_healthy(received_at)
+            self._reporter.null_keys(event.null_keys)
+        elif isinstance(event, KafkaErrorReport):
+            if event.partition is None:
+                self._reporter.client_error(event)
+            else:
+                self._reporter.fetch_events([event], catch_up)
+        else:
+            catch_up.read(event.next_offsets)
+            catch_up.ended(event.next_offsets)
+            progress.last_contact = time.monotonic()
+            return 1
+        return 0

@@ -3,6 +3,8 @@
 - :func:`poll` and :class:`RecordBatch`: records taken from a consumer (keys, values with ``None``
   for a tombstone, the next offset of every partition read), ready to be written as one atomic
   batch or one SST file, and the fetch events that came with them as :class:`KafkaErrorReport`.
+- :class:`Poll`: one poll's records, fetch events and high watermarks, as a record source gives
+  them to the materializer (``store.source``).
 - :class:`PartitionCatchUp` and :class:`CatchUp`: how far each partition is read against the high
   watermarks that fetch responses report, and whether it is caught up.
 - The events a restore worker sends the store's process (:class:`ChunkWritten`,
@@ -166,6 +168,23 @@ class RecordBatch:
             next_offset: int = records[len(records) - 1 - backwards.index(partition)].offset() + 1  # type: ignore[operator]
             if next_offset > next_offsets.get(partition, -1):
                 next_offsets[partition] = next_offset
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Poll:
+    """What one poll of a record source brought: records, the fetch events that came with them
+    (end of partition, errors), and the high watermarks of the latest fetch responses."""
+
+    records: RecordBatch
+    events: list[KafkaErrorReport]
+    high_watermarks: dict[int, int]
+    messages: int  # records and events together: none means the broker had nothing to say
+
+    @classmethod
+    def of(cls, messages: list[Message], with_metas: bool, high_watermarks: dict[int, int]) -> Poll:
+        records = RecordBatch.collecting(with_metas)
+        events = records.add(messages)
+        return cls(records, events, high_watermarks, len(messages))
 
 
 class PartitionCatchUp:

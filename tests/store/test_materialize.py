@@ -4,6 +4,8 @@ per key, through the steady-state WriteBatch path and the bulk SST path, across 
 from __future__ import annotations
 
 import dataclasses
+import logging
+import re
 import time
 from collections.abc import Callable
 
@@ -209,3 +211,32 @@ def test_readiness_is_not_fooled_by_a_low_list_offsets_answer(
     assert store.wait_until_ready(90), store.status()
     # READY means everything is there, at once.
     assert_equals_model(store, model, end)
+
+
+def test_the_restore_log_names_the_target_fetches_found_with_progress_and_time_left(
+    broker: LocalBroker,
+    make_topic: Callable[..., str],
+    make_store: Callable[..., Store],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    topic = make_topic(partitions=3)
+    # Large batches: the broker's ListOffsets answer is far too low, only fetches tell the end.
+    big_batches = make_producer(
+        broker.bootstrap_servers,
+        **{"linger.ms": 500, "batch.num.messages": 100_000, "batch.size": 16_000_000},
+    )
+    end = produce_tracked(big_batches, topic, mixed_records(20_000, keys=5_000, seed=8))
+    caplog.set_level(logging.INFO, logger="store.materializer")
+    tuning = dataclasses.replace(FAST, poll_max_records=500, progress_log_interval_seconds=0.0)
+    store = make_store(topic, tuning=tuning)
+    assert store.wait_until_ready(90), store.status()
+
+    messages = [record.getMessage() for record in caplog.records]
+    started = next(message for message in messages if "restoring topic" in message)
+    assert "towards at least" in started  # all the broker's ListOffsets answer can tell
+    lines = [message for message in messages if '" restoring: ' in message]
+    refined = [line for line in lines if f" to go to {end})" in line]
+    assert refined, lines[-3:]
+    assert re.search(r"restoring: \d+% \([\d,]+ records applied, [\d,]+ to go to ", refined[-1])
+    assert re.search(r"[\d,]+ records/s, (about \S+ left|time left unknown yet)$", refined[-1])
+    assert any("left" in line and "unknown" not in line for line in refined)
