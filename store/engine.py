@@ -3,11 +3,7 @@
 Layout of a store directory (``state_dir / name``)::
 
     statestore.lock     advisory lock held by the process that owns the store
-    db/                 the RocksDB database
-        column family "default"  the table: key -> latest value
-        column family "meta"     next offset per partition, topic identity, format version, index states
-        column family "index"    secondary index entries (see ``store.indexes``)
-        column families "history" and "changes"   versions for reads as of a position (``store.history``)
+    db/                 the RocksDB database: the table, offsets, indexes, history (``store.families``)
     bulk/               SST files being built by the bootstrap bulk loader
 
 The WAL is disabled: the topic is the log. Data and offsets are written in one ``WriteBatch`` and
@@ -26,6 +22,7 @@ from typing import Any
 
 import rocksdict
 
+from store import families
 from store.config import EngineTuning
 from store.exceptions import (
     ScanLimitError,
@@ -42,14 +39,7 @@ from store.protocol import MAX_SCAN_LIMIT, MemoryUsage, ScanPage
 logger = logging.getLogger(__name__)
 
 FORMAT_VERSION = b"1"
-_META_CF = "meta"
-_INDEX_CF = "index"
-_HISTORY_CF = "history"
-_CHANGES_CF = "changes"
-_HISTORY_START_PREFIX = b"history_start/"
-_HISTORY_TIME_PREFIX = b"history_time/"
-_CFS = ("default", _META_CF, _INDEX_CF, _HISTORY_CF, _CHANGES_CF)
-_INDEX_STATE_PREFIX = b"index/"
+# The engine's own keys in the meta family (other owners' prefixes: ``store.families``).
 _OFFSET_PREFIX = b"offset/"
 _TOPIC_KEY = b"topic"
 _TOPIC_ID_KEY = b"topic_id"
@@ -112,7 +102,7 @@ class Engine:
             self._db = rocksdict.Rdict(
                 str(path),
                 self._options,
-                column_families=dict.fromkeys(_CFS, self._options),
+                column_families=dict.fromkeys(families.ALL, self._options),
             )
         except Exception as exc:
             if _is_space_error(exc):
@@ -128,14 +118,13 @@ class Engine:
             raise StoreCorruptError(
                 f"cannot open the RocksDB database at {path}: {exc}; the store will be rebuilt from the topic"
             ) from exc
-        self._meta = self._db.get_column_family(_META_CF)
-        self._meta_handle = self._db.get_column_family_handle(_META_CF)
-        self._index = self._db.get_column_family(_INDEX_CF)
-        self._index_handle = self._db.get_column_family_handle(_INDEX_CF)
-        self.history = self._db.get_column_family(_HISTORY_CF)
-        self._history_handle = self._db.get_column_family_handle(_HISTORY_CF)
-        self.changes = self._db.get_column_family(_CHANGES_CF)
-        self._changes_handle = self._db.get_column_family_handle(_CHANGES_CF)
+        self._families: dict[str, Any] = {
+            name: self._db if name == families.DEFAULT else self._db.get_column_family(name)
+            for name in families.ALL
+        }
+        self._handles = {name: self._db.get_column_family_handle(name) for name in families.ALL}
+        self._meta = self._families[families.META]
+        self._meta_handle = self._handles[families.META]
         self._write_options = rocksdict.WriteOptions()
         self._write_options.disable_wal = True
         version = self._meta.get(_FORMAT_KEY)
@@ -152,12 +141,12 @@ class Engine:
 
     def stored_position(self) -> Position:
         """The next offset per partition recorded with the data (empty for a new store)."""
-        offsets: dict[int, int] = {}
-        for key, value in self._meta.items(from_key=_OFFSET_PREFIX):
-            if not key.startswith(_OFFSET_PREFIX):
-                break
-            offsets[_PARTITION.unpack(key[len(_OFFSET_PREFIX) :])[0]] = _OFFSET.unpack(value)[0]
-        return Position(offsets)
+        return Position(
+            {
+                _PARTITION.unpack(key[len(_OFFSET_PREFIX) :])[0]: _OFFSET.unpack(value)[0]
+                for key, value in self.prefixed(families.META, _OFFSET_PREFIX)
+            }
+        )
 
     def topic_identity(self) -> tuple[str | None, str | None]:
         """The topic name and topic id the stored data came from."""
@@ -166,116 +155,38 @@ class Engine:
         return (topic.decode() if topic else None, topic_id.decode() if topic_id else None)
 
     def set_topic_identity(self, topic: str, topic_id: str | None) -> None:
-        batch = rocksdict.WriteBatch(raw_mode=True)
+        batch = self.new_batch()
         batch.put(_TOPIC_KEY, topic.encode(), self._meta_handle)
         if topic_id:
             batch.put(_TOPIC_ID_KEY, topic_id.encode(), self._meta_handle)
-        self._db.write(batch, self._write_options)
+        self.write(batch)
 
-    def index_states(self) -> dict[str, tuple[str, str]]:
-        """Per index name: the field it was built on and its state (``building`` or ``ready``)."""
-        states: dict[str, tuple[str, str]] = {}
-        for key, value in self._meta.items(from_key=_INDEX_STATE_PREFIX):
-            if not key.startswith(_INDEX_STATE_PREFIX):
+    # -- generic access to the column families ---------------------------------------------
+
+    def family(self, name: str) -> Any:
+        """The column family ``name`` (``store.families``), for reads: ``get``, ``iter``, ``snapshot``."""
+        return self._families[name]
+
+    def handle(self, name: str) -> Any:
+        """The handle of column family ``name``, for writes to it in a batch (``batch.put(k, v, handle)``)."""
+        return self._handles[name]
+
+    def prefixed(self, name: str, prefix: bytes) -> list[tuple[bytes, bytes]]:
+        """Every entry of column family ``name`` whose key starts with ``prefix``, byte-ordered.
+
+        For the small ranges of metadata only: the whole range is read at once.
+        """
+        items = []
+        for key, value in self._families[name].items(from_key=prefix):
+            if not key.startswith(prefix):
                 break
-            field, _, state = value.decode().partition("\n")
-            states[key[len(_INDEX_STATE_PREFIX) :].decode()] = (field, state)
-        return states
-
-    def put_index_state(self, batch: rocksdict.WriteBatch, name: str, field: str, state: str | None) -> None:
-        """Record an index's state in ``batch`` (``None``: the index no longer exists)."""
-        key = _INDEX_STATE_PREFIX + name.encode()
-        if state is None:
-            batch.delete(key, self._meta_handle)
-        else:
-            batch.put(key, f"{field}\n{state}".encode(), self._meta_handle)
-
-    def put_index_entry(self, batch: rocksdict.WriteBatch, entry_key: bytes) -> None:
-        batch.put(entry_key, b"", self._index_handle)
-
-    def delete_index_entry(self, batch: rocksdict.WriteBatch, entry_key: bytes) -> None:
-        batch.delete(entry_key, self._index_handle)
-
-    def delete_index_range(self, batch: rocksdict.WriteBatch, prefix: bytes) -> None:
-        """Remove every index entry whose key starts with ``prefix``."""
-        upper = prefix_upper_bound(prefix)
-        assert upper is not None, "index prefixes never consist of 0xff bytes only"
-        batch.delete_range(prefix, upper, self._index_handle)
+            items.append((key, value))
+        return items
 
     def get_latest(self, keys: list[bytes]) -> list[bytes | None]:
         """Current values, outside any snapshot (the materializer is the only writer)."""
         values: list[bytes | None] = self._db.get(keys)
         return values
-
-    def history_start(self) -> Position:
-        """Where history began per partition (empty: no history kept yet)."""
-        return Position(
-            {
-                _PARTITION.unpack(key[len(_HISTORY_START_PREFIX) :])[0]: _OFFSET.unpack(value)[0]
-                for key, value in self._meta_range(_HISTORY_START_PREFIX)
-            }
-        )
-
-    def history_time_log(self) -> list[tuple[int, int, int]]:
-        """``(partition, next_offset, timestamp_ms)`` of applied batches since history began."""
-        log = []
-        for key, value in self._meta_range(_HISTORY_TIME_PREFIX):
-            suffix = key[len(_HISTORY_TIME_PREFIX) :]
-            partition = _PARTITION.unpack(suffix[: _PARTITION.size])[0]
-            log.append((partition, _OFFSET.unpack(suffix[_PARTITION.size :])[0], _OFFSET.unpack(value)[0]))
-        return log
-
-    def put_history_start(self, batch: rocksdict.WriteBatch, position: Mapping[int, int]) -> None:
-        for partition, next_offset in position.items():
-            batch.put(
-                _HISTORY_START_PREFIX + _PARTITION.pack(partition),
-                _OFFSET.pack(next_offset),
-                self._meta_handle,
-            )
-
-    def put_history_time(
-        self, batch: rocksdict.WriteBatch, partition: int, next_offset: int, timestamp: int
-    ) -> None:
-        key = _HISTORY_TIME_PREFIX + _PARTITION.pack(partition) + _OFFSET.pack(next_offset)
-        batch.put(key, _OFFSET.pack(timestamp), self._meta_handle)
-
-    def delete_history_time_below(
-        self, batch: rocksdict.WriteBatch, partition: int, next_offset: int
-    ) -> None:
-        prefix = _HISTORY_TIME_PREFIX + _PARTITION.pack(partition)
-        batch.delete_range(prefix, prefix + _OFFSET.pack(next_offset), self._meta_handle)
-
-    def put_version(self, batch: rocksdict.WriteBatch, history_key: bytes, stored: bytes) -> None:
-        batch.put(history_key, stored, self._history_handle)
-
-    def delete_versions(self, batch: rocksdict.WriteBatch, begin: bytes, end: bytes) -> None:
-        batch.delete_range(begin, end, self._history_handle)
-
-    def delete_version(self, batch: rocksdict.WriteBatch, history_key: bytes) -> None:
-        batch.delete(history_key, self._history_handle)
-
-    def put_change(self, batch: rocksdict.WriteBatch, change: bytes, key: bytes) -> None:
-        batch.put(change, key, self._changes_handle)
-
-    def delete_change(self, batch: rocksdict.WriteBatch, change: bytes) -> None:
-        batch.delete(change, self._changes_handle)
-
-    def clear_history(self, batch: rocksdict.WriteBatch) -> None:
-        """Forget all history (it restarts when the store is next READY)."""
-        batch.delete_range(b"", b"\xff" * 64, self._history_handle)
-        batch.delete_range(b"", b"\xff" * 16, self._changes_handle)
-        for prefix in (_HISTORY_START_PREFIX, _HISTORY_TIME_PREFIX):
-            upper = prefix_upper_bound(prefix)
-            assert upper is not None
-            batch.delete_range(prefix, upper, self._meta_handle)
-
-    def _meta_range(self, prefix: bytes) -> list[tuple[bytes, bytes]]:
-        items = []
-        for key, value in self._meta.items(from_key=prefix):
-            if not key.startswith(prefix):
-                break
-            items.append((key, value))
-        return items
 
     # -- writes -----------------------------------------------------------------------------
 
@@ -329,9 +240,10 @@ class Engine:
         leaves only data, indexes and history ahead of the offsets, which replaying the records
         from the offsets makes right again.
         """
+        last = (families.DEFAULT, families.META)
         try:
-            for family in (self._index, self.history, self.changes, self._db, self._meta):
-                family.flush(True)
+            for name in [*(name for name in families.ALL if name not in last), *last]:
+                self._families[name].flush(True)
         except Exception as exc:
             raise self._write_error(exc) from exc
 
@@ -341,13 +253,13 @@ class Engine:
         return self._db.snapshot()
 
     def index_snapshot(self) -> rocksdict.Snapshot:
-        return self._index.snapshot()
+        return self._families[families.INDEX].snapshot()
 
     def history_snapshot(self) -> rocksdict.Snapshot:
-        return self.history.snapshot()
+        return self._families[families.HISTORY].snapshot()
 
     def changes_snapshot(self) -> rocksdict.Snapshot:
-        return self.changes.snapshot()
+        return self._families[families.CHANGES].snapshot()
 
     def approximate_num_keys(self) -> int:
         return int(self._db.property_int_value("rocksdb.estimate-num-keys") or 0)
@@ -357,7 +269,7 @@ class Engine:
         db = self._db
         memtables = sum(
             int(family.property_int_value("rocksdb.cur-size-all-mem-tables") or 0)
-            for family in (db, self._meta, self._index, self.history, self.changes)
+            for family in self._families.values()
         )
         return MemoryUsage(
             block_cache_capacity_bytes=int(db.property_int_value("rocksdb.block-cache-capacity") or 0),
@@ -375,10 +287,9 @@ class Engine:
             self._db.close()
         except Exception:  # closing twice is harmless
             logger.debug("closing %s failed", self.path, exc_info=True)
-        for name in ("_meta", "_meta_handle", "_index", "_index_handle", "history", "_history_handle"):
-            setattr(self, name, None)
-        for name in ("changes", "_changes_handle", "_db"):
-            setattr(self, name, None)
+        self._families.clear()
+        self._handles.clear()
+        self._meta = self._meta_handle = self._db = None
 
 
 def directory_size(path: Path) -> int:
