@@ -22,7 +22,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from service.local_broker import LocalBroker
-from store import EngineTuning, HistorySpec, Store, StoreConfig
+from store import HistorySpec, Store, StoreConfig, StoreTuning
 
 TOPIC = "history-bench"
 PARTITIONS = 3
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"producing {args.keys:,} keys, then {args.updates:,} updates...", flush=True)
         _produce(producer, args.keys, args.keys, 0, rng)
         # The hot-key cache is off: this measures the engine path both stores share.
-        tuning = EngineTuning(read_cache_entries=0)
+        tuning = StoreTuning().replace(read_cache_entries=0)
         kafka = {"bootstrap.servers": bootstrap}
         plain = Store(StoreConfig("plain", TOPIC, kafka, Path(state_dir), tuning))
         versioned = Store(

@@ -11,7 +11,7 @@ Embed it without HTTP::
             print(view.get(b"p1"), view.position())
 """
 
-from store.config import EngineTuning, StoreConfig
+from store.config import StoreConfig
 from store.exceptions import (
     HistoryExpiredError,
     HistoryNotKeptError,
@@ -45,10 +45,18 @@ from store.protocol import (
 from store.restore_slots import RestoreSlots
 from store.state import RestoreMode, StoreState
 from store.store import Store
+from store.tuning import (
+    ConsumerTuning,
+    MaintenanceTuning,
+    RestoreTuning,
+    RetryTuning,
+    RocksDBOptions,
+    StoreTuning,
+)
 
 __all__ = [
     "MAX_SCAN_LIMIT",
-    "EngineTuning",
+    "ConsumerTuning",
     "HistoryExpiredError",
     "HistoryNotKeptError",
     "HistorySpec",
@@ -59,6 +67,7 @@ __all__ = [
     "InvalidPositionError",
     "InvalidTransitionError",
     "KafkaSourceError",
+    "MaintenanceTuning",
     "MemoryUsage",
     "Position",
     "PositionNotReachedError",
@@ -66,6 +75,9 @@ __all__ = [
     "RestoreMode",
     "RestoreProgress",
     "RestoreSlots",
+    "RestoreTuning",
+    "RetryTuning",
+    "RocksDBOptions",
     "ScanLimitError",
     "ScanPage",
     "ServableStore",
@@ -77,6 +89,7 @@ __all__ = [
     "StoreLockedError",
     "StoreState",
     "StoreStatus",
+    "StoreTuning",
     "StoreWriteError",
     "UnknownIndexError",
 ]

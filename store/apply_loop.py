@@ -54,16 +54,16 @@ class ApplyLoop:
         # Nothing was served yet: READY comes with every index built.
         self._build_indexes_first = self.restoring and (not copies.writer.position or after_bulk)
         tuning, now = config.tuning, time.monotonic()
-        self._progress_log = Every(tuning.progress_log_interval_seconds, now)
-        self._checkpoint = Every(tuning.checkpoint_interval_seconds, now)
-        self._history_prune = Every(tuning.history_prune_interval_seconds, now)
-        self._metadata_check = Every(tuning.metadata_check_interval_seconds, now)
+        self._progress_log = Every(tuning.restore.progress_log_interval_seconds, now)
+        self._checkpoint = Every(tuning.maintenance.checkpoint_interval_seconds, now)
+        self._history_prune = Every(tuning.maintenance.history_prune_interval_seconds, now)
+        self._metadata_check = Every(tuning.consumer.metadata_check_interval_seconds, now)
         self._pacing = contextlib.ExitStack()
 
     def run(self) -> bool:
         """Step until stopped (``False``) or until a bulk restore should take over (``True``)."""
         if self.restoring:
-            self._pacing.enter_context(fewer_collections(self._config.tuning.restore_gc_threshold))
+            self._pacing.enter_context(fewer_collections(self._config.tuning.restore.gc_threshold))
         try:
             if self.restoring and self._catch_up.done:
                 self._finish_restore()  # a bulk restore read everything: no poll to wait for

@@ -32,13 +32,14 @@ from typing import IO, Any
 
 from confluent_kafka import OFFSET_BEGINNING
 
-from store.config import EngineTuning, StoreConfig
+from store.config import StoreConfig
 from store.exceptions import StoreClosedError, StoreWriteError
 from store.gc_pacing import fewer_collections
 from store.kafka import consumer_config
 from store.progress import Every, Reporter
 from store.records import CatchUp, ChunkWritten, KafkaErrorReport, WorkerCaughtUp, WorkerFailed, read_frame
 from store.state import RestoreMode
+from store.tuning import ConsumerTuning, RestoreTuning
 from store.writer import TableWriter
 
 _WORKER_SCRIPT = Path(__file__).with_name("restore_worker.py")
@@ -87,11 +88,12 @@ class BulkRestore:
         starts: Mapping[int, int],
         next_offsets: Mapping[int, int],
         remaining: Mapping[int, int],
-        tuning: EngineTuning,
+        restore: RestoreTuning,
+        consumer: ConsumerTuning,
     ) -> None:
         self._directory = directory
         self._events: queue.Queue[RestoreEvent | BulkLoadError] = queue.Queue()
-        shares = split_partitions(remaining, tuning.bulk_load_workers)
+        shares = split_partitions(remaining, restore.bulk_load_workers)
         config = dict(consumer_config)
         # Each worker's consumer buffers its own fetches: together they stay within the one limit.
         config["queued.max.messages.kbytes"] = max(
@@ -103,10 +105,10 @@ class BulkRestore:
                 "topic": topic,
                 "starts": {p: starts[p] for p in share},
                 "next_offsets": {p: next_offsets[p] for p in share},
-                "chunk_records": tuning.bulk_load_chunk_records,
-                "poll_max_records": tuning.poll_max_records,
-                "poll_timeout_seconds": tuning.poll_timeout_seconds,
-                "gc_threshold": tuning.restore_gc_threshold,
+                "chunk_records": restore.bulk_load_chunk_records,
+                "poll_max_records": consumer.poll_max_records,
+                "poll_timeout_seconds": consumer.poll_timeout_seconds,
+                "gc_threshold": restore.gc_threshold,
                 "directory": str(directory),
                 # Unique per store process: a worker orphaned by a crashed store may still be
                 # finishing a file.
@@ -235,9 +237,9 @@ class BulkPhase:
             'store "%s": bulk restore of %d records in up to %d worker processes',
             config.name,
             sum(max(0, n) for n in remaining.values()),
-            tuning.bulk_load_workers,
+            tuning.restore.bulk_load_workers,
         )
-        with fewer_collections(tuning.restore_gc_threshold):
+        with fewer_collections(tuning.restore.gc_threshold):
             restore = BulkRestore(
                 config.path / "bulk",
                 consumer_config(config.name, config.kafka),
@@ -245,7 +247,8 @@ class BulkPhase:
                 {p: position.get(p, OFFSET_BEGINNING) for p in partitions},
                 next_offsets,
                 remaining,
-                tuning,
+                tuning.restore,
+                tuning.consumer,
             )
             try:
                 progress.restore_mode = RestoreMode.BULK
@@ -260,9 +263,9 @@ class BulkPhase:
 
     def _take_events(self, restore: BulkRestore) -> None:
         running = restore.workers
-        progress_log = Every(self._config.tuning.progress_log_interval_seconds)
+        progress_log = Every(self._config.tuning.restore.progress_log_interval_seconds)
         while running and not self._stop.is_set():
-            event = restore.next_event(timeout=self._config.tuning.poll_timeout_seconds)
+            event = restore.next_event(timeout=self._config.tuning.consumer.poll_timeout_seconds)
             if event is not None:
                 running -= self._take(event)
             now = time.monotonic()

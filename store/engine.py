@@ -23,7 +23,6 @@ from typing import Any
 import rocksdict
 
 from store import families
-from store.config import EngineTuning
 from store.exceptions import (
     ScanLimitError,
     StoreClosedError,
@@ -35,6 +34,7 @@ from store.exceptions import (
 from store.indexes import IndexSpec
 from store.position import Position
 from store.protocol import MAX_SCAN_LIMIT, MemoryUsage, ScanPage
+from store.tuning import RocksDBOptions
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ def _is_space_error(exc: Exception) -> bool:
     return any(marker in text for marker in _SPACE_ERRORS)
 
 
-def _options(tuning: EngineTuning) -> rocksdict.Options:
+def _options(tuning: RocksDBOptions) -> rocksdict.Options:
     options = rocksdict.Options(raw_mode=True)
     options.create_if_missing(True)
     options.create_missing_column_families(True)
@@ -92,10 +92,9 @@ class Engine:
     snapshots.
     """
 
-    def __init__(self, path: Path, tuning: EngineTuning) -> None:
+    def __init__(self, path: Path, options: RocksDBOptions) -> None:
         self.path = path
-        self.tuning = tuning
-        self._options = _options(tuning)
+        self._options = _options(options)
         try:
             # Options given only to the constructor are ignored when reopening an existing
             # database unless they are also given per column family.

@@ -86,7 +86,8 @@ class Materializer:
     # -- the loop and its reactions -----------------------------------------------------------
 
     def _run(self) -> None:
-        backoff = Backoff(self._tuning.retry_backoff_initial_seconds, self._tuning.retry_backoff_max_seconds)
+        retry = self._tuning.retry
+        backoff = Backoff(retry.backoff_initial_seconds, retry.backoff_max_seconds)
         while not self._stop.is_set():
             try:
                 self._session(self._copies.open_writer(), backoff)
@@ -122,7 +123,7 @@ class Materializer:
             error,
             self._written_position() or "none (nothing is served until the store can open)",
         )
-        probe_bytes = min(self._tuning.write_buffer_bytes, _SPACE_PROBE_MAX_BYTES)
+        probe_bytes = min(self._tuning.rocksdb.write_buffer_bytes, _SPACE_PROBE_MAX_BYTES)
         while not self._stop.is_set():
             backoff.wait(self._stop)
             if self._stop.is_set() or not can_write(self._config.path, probe_bytes):
@@ -155,8 +156,8 @@ class Materializer:
             config.topic,
             config.kafka,
             self._reporter.client_error,
-            self._tuning.poll_max_records,
-            self._tuning.poll_timeout_seconds,
+            self._tuning.consumer.poll_max_records,
+            self._tuning.consumer.poll_timeout_seconds,
         )
         try:
             catch_up, first_offsets = self._sample(source, info, stored)
@@ -259,7 +260,7 @@ class Materializer:
     # -- bulk restores ------------------------------------------------------------------------
 
     def _wants_bulk(self) -> bool:
-        minimum = self._tuning.bulk_load_min_records
+        minimum = self._tuning.restore.bulk_load_min_records
         return (
             self._copies.state is not StoreState.READY
             and minimum > 0

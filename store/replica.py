@@ -71,11 +71,11 @@ class Replica:
 
     def _open(self, path: Path) -> Engine:
         try:
-            return Engine(path, self.config.tuning)
+            return Engine(path, self.config.tuning.rocksdb)
         except StoreCorruptError as exc:
             logger.warning('store "%s": %s', self.config.name, exc)
             destroy(path)
-            return Engine(path, self.config.tuning)
+            return Engine(path, self.config.tuning.rocksdb)
 
     def memory(self) -> MemoryUsage:
         return self.engine.memory(len(self._cache))
@@ -321,7 +321,7 @@ class Replica:
                         self._changed.notify_all()
                 self.index_progress[spec.name] = rows
                 now = time.monotonic()
-                if now - last_log >= self.config.tuning.progress_log_interval_seconds:
+                if now - last_log >= self.config.tuning.restore.progress_log_interval_seconds:
                     last_log = now
                     logger.info('store "%s": index "%s" %d of ~%d rows', self.name, spec.name, rows, total)
                 if page.next_after is None:

@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import Producer
 
 from service.local_broker import LocalBroker
-from store import EngineTuning, HistorySpec, IndexSpec, RestoreSlots, Store, StoreConfig, StoreError
+from store import HistorySpec, IndexSpec, RestoreSlots, Store, StoreConfig, StoreError, StoreTuning
 from tests.support.kafka import make_producer
 from tests.support.stores import FAST
 
@@ -29,7 +29,7 @@ def make_store(broker: LocalBroker, state_dir: Path) -> Iterator[Callable[..., S
         topic: str,
         *,
         name: str = "s",
-        tuning: EngineTuning = FAST,
+        tuning: StoreTuning = FAST,
         bootstrap_servers: str | None = None,
         directory: Path | None = None,
         kafka: dict[str, str] | None = None,

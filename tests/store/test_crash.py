@@ -17,13 +17,14 @@ import pytest
 from confluent_kafka import KafkaError, Message
 
 from service.local_broker import LocalBroker
-from store import EngineTuning, Position, Store
+from store import Position, Store, StoreTuning
 from tests.support.kafka import Record, latest_per_key, make_producer, topic_end
 from tests.support.stores import (
     StoreProcess,
     assert_equals_model,
     mixed_records,
     produce_tracked,
+    tuning_settings,
 )
 
 pytestmark = pytest.mark.slow
@@ -111,14 +112,14 @@ class Kill:
 CHAINS = {
     # The bulk path: several SST chunks per bootstrap.
     "bulk": (
-        EngineTuning(
+        StoreTuning().replace(
             bulk_load_min_records=1_000,
             bulk_load_chunk_records=20_000,
             poll_max_records=2_000,
             checkpoint_interval_seconds=0.3,
             metadata_check_interval_seconds=1.0,
-            retry_backoff_initial_seconds=0.05,
-            retry_backoff_max_seconds=0.5,
+            backoff_initial_seconds=0.05,
+            backoff_max_seconds=0.5,
         ),
         [
             Kill(True, applied=20_000),
@@ -129,14 +130,14 @@ CHAINS = {
     ),
     # The WriteBatch path, with a small write buffer so memtables are flushed mid-bootstrap.
     "batch": (
-        EngineTuning(
+        StoreTuning().replace(
             bulk_load_min_records=0,
             write_buffer_bytes=512 * 1024,
             poll_max_records=1_000,
             checkpoint_interval_seconds=0.3,
             metadata_check_interval_seconds=1.0,
-            retry_backoff_initial_seconds=0.05,
-            retry_backoff_max_seconds=0.5,
+            backoff_initial_seconds=0.05,
+            backoff_max_seconds=0.5,
         ),
         [
             Kill(True, applied=10_000),
@@ -172,7 +173,7 @@ def test_kill_9_anywhere_then_restart_equals_the_model(
         "topic": topic,
         "state_dir": str(state_dir),
         "name": chain,
-        "tuning": dataclasses.asdict(tuning),
+        "tuning": tuning_settings(tuning),
     }
     writer = KeyedWriter(broker.bootstrap_servers, topic, seed=len(chain))
     rng = random.Random(22)
@@ -225,7 +226,7 @@ def test_a_kill_once_ready_restarts_from_the_checkpoint(
             "topic": topic,
             "state_dir": str(tmp_path),
             "name": chain,
-            "tuning": dataclasses.asdict(tuning),
+            "tuning": tuning_settings(tuning),
         }
     )
     try:

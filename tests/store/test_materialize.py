@@ -3,7 +3,6 @@ per key, through the steady-state WriteBatch path and the bulk SST path, across 
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import re
 import time
@@ -13,7 +12,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from service.local_broker import LocalBroker
-from store import EngineTuning, Position, Store, StoreState
+from store import Position, Store, StoreState, StoreTuning
 from tests.support.kafka import Record, latest_per_key, make_producer
 from tests.support.stores import (
     FAST,
@@ -78,7 +77,7 @@ def test_bulk_path_with_many_chunks_and_tombstones_across_chunks(
     "tuning", [FAST, bulk_tuning(min_records=100, chunk_records=700)], ids=["batch", "bulk"]
 )
 def test_a_restart_resumes_from_the_stored_offsets(
-    make_topic: Callable[..., str], make_store: Callable[..., Store], producer: Producer, tuning: EngineTuning
+    make_topic: Callable[..., str], make_store: Callable[..., Store], producer: Producer, tuning: StoreTuning
 ) -> None:
     topic = make_topic(partitions=3)
     records = mixed_records(5_000, keys=1_000, seed=4)
@@ -141,7 +140,7 @@ def test_restore_progress_is_reported_while_restoring_and_cleared_when_ready(
     topic = make_topic(partitions=3)
     records = mixed_records(60_000, keys=20_000, seed=6)
     end = produce_tracked(producer, topic, records)
-    store = make_store(topic, tuning=dataclasses.replace(FAST, poll_max_records=50))
+    store = make_store(topic, tuning=FAST.replace(poll_max_records=50))
 
     restoring = []
     deadline = time.monotonic() + 120
@@ -187,7 +186,7 @@ def test_readiness_is_not_fooled_by_a_low_list_offsets_answer(
     broker: LocalBroker,
     make_topic: Callable[..., str],
     make_store: Callable[..., Store],
-    tuning: EngineTuning,
+    tuning: StoreTuning,
 ) -> None:
     topic = make_topic(partitions=3)
     # Few, large batches: the broker's ListOffsets "latest" answers the last batch's base offset + 1.
@@ -227,7 +226,7 @@ def test_the_restore_log_names_the_target_fetches_found_with_progress_and_time_l
     )
     end = produce_tracked(big_batches, topic, mixed_records(20_000, keys=5_000, seed=8))
     caplog.set_level(logging.INFO, logger="store.materializer")
-    tuning = dataclasses.replace(FAST, poll_max_records=500, progress_log_interval_seconds=0.0)
+    tuning = FAST.replace(poll_max_records=500, progress_log_interval_seconds=0.0)
     store = make_store(topic, tuning=tuning)
     assert store.wait_until_ready(90), store.status()
 
