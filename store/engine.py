@@ -27,8 +27,12 @@ from store.exceptions import (
     ScanLimitError,
     StoreClosedError,
     StoreCorruptError,
+    StoreCorruptWriteError,
+    StoreFullError,
+    StoreIOError,
     StoreLockedError,
     StoreWriteError,
+    StoreWriterClosedError,
     UnknownIndexError,
 )
 from store.indexes import IndexSpec
@@ -70,6 +74,42 @@ def _is_space_error(exc: Exception) -> bool:
     return any(marker in text for marker in _SPACE_ERRORS)
 
 
+def write_error(path: Path, exc: Exception, closed: bool = False) -> StoreWriteError:
+    """The error to raise for RocksDB's refusal ``exc`` to write the database at ``path``, by kind,
+    saying what to do. ``closed``: the engine was closed already.
+
+    RocksDB names the kind at the start of its message (``IO error: No space left on device``,
+    ``Corruption: block checksum mismatch``); rocksdict raises ``DbClosedError`` once closed.
+    """
+    text = str(exc)
+    kind = text.lower()
+    if closed or isinstance(exc, rocksdict.DbClosedError):
+        return StoreWriterClosedError(
+            f"the store at {path} was closed while being written ({text or type(exc).__name__}); nothing"
+            " to do: the store is stopping, or reopening its copy"
+        )
+    if _is_space_error(exc):
+        return StoreFullError(
+            f"cannot write the store at {path} ({text}); free space on its volume (or grow it):"
+            " the store resumes by itself once it can write again"
+        )
+    if kind.startswith("corruption"):
+        return StoreCorruptWriteError(
+            f"RocksDB found the store's files at {path} corrupt while writing ({text}); the store"
+            " reopens them and rebuilds them from the topic if they cannot be opened. If this recurs,"
+            " check the volume (the kernel log names failing devices)"
+        )
+    if kind.startswith("io error"):
+        return StoreIOError(
+            f"cannot write the store at {path}: an I/O error ({text}); check its volume (the kernel log"
+            " names failing devices): the store retries by itself"
+        )
+    return StoreWriteError(
+        f"cannot write the store at {path} ({text}); the store retries by itself. If this recurs,"
+        " report it with this message"
+    )
+
+
 def _options(tuning: RocksDBOptions) -> rocksdict.Options:
     options = rocksdict.Options(raw_mode=True)
     options.create_if_missing(True)
@@ -105,7 +145,7 @@ class Engine:
             )
         except Exception as exc:
             if _is_space_error(exc):
-                raise StoreWriteError(
+                raise StoreFullError(
                     f"cannot open the RocksDB database at {path} ({exc}): its volume is full; free"
                     " space on it (or grow it): the store opens by itself once it can write again"
                 ) from exc
@@ -128,7 +168,11 @@ class Engine:
         self._write_options.disable_wal = True
         version = self._meta.get(_FORMAT_KEY)
         if version is None:
-            self._meta.put(_FORMAT_KEY, FORMAT_VERSION, self._write_options)
+            try:
+                self._meta.put(_FORMAT_KEY, FORMAT_VERSION, self._write_options)
+            except Exception as exc:
+                self.close()
+                raise write_error(path, exc) from exc
         elif version != FORMAT_VERSION:
             self.close()
             raise StoreCorruptError(
@@ -217,10 +261,7 @@ class Engine:
             raise self._write_error(exc) from exc
 
     def _write_error(self, exc: Exception) -> StoreWriteError:
-        return StoreWriteError(
-            f"cannot write the store at {self.path} ({exc}); free space on its volume (or grow it):"
-            " the store resumes by itself once it can write again"
-        )
+        return write_error(self.path, exc, closed=self._db is None)
 
     def ingest(self, sst_paths: Sequence[Path]) -> None:
         """Ingest SST files built by the bulk loader into the table (later files win)."""

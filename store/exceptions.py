@@ -6,7 +6,11 @@ Hierarchy::
     ├── StoreLockedError          the store directory is held by another process
     ├── StoreClosedError          the store was stopped; no more reads
     ├── StoreCorruptError         the store directory cannot be opened as a store
-    ├── StoreWriteError           the store's files cannot be written (disk full, I/O error)
+    ├── StoreWriteError           the store's files cannot be written; RocksDB refuses writes until reopened
+    │   ├── StoreFullError        its volume is full (or a quota or file size limit is reached)
+    │   ├── StoreIOError          its volume failed a read or write (device, filesystem)
+    │   ├── StoreCorruptWriteError  RocksDB found the store's files corrupt while writing
+    │   └── StoreWriterClosedError  the copy was closed while being written (also a StoreClosedError)
     ├── InvalidTransitionError    a state change the store's lifecycle does not allow (a bug)
     ├── InvalidPositionError      a position string or mapping is malformed
     ├── ScanLimitError            a prefix scan asked for an unusable page size
@@ -40,10 +44,27 @@ class StoreCorruptError(StoreError):
 
 
 class StoreWriteError(StoreError):
-    """RocksDB refused a write or flush (disk full, file size limit, I/O error).
+    """RocksDB refused a write, flush, ingestion or option change of the store's database.
 
-    RocksDB refuses every later write too, until the database is reopened.
+    RocksDB refuses every later write too, until the database is reopened. The subclasses say
+    why; this class itself is raised for a refusal of no known kind.
     """
+
+
+class StoreFullError(StoreWriteError):
+    """The store's volume is full, or a quota or file size limit refused the write: free space."""
+
+
+class StoreIOError(StoreWriteError):
+    """The store's volume failed an I/O other than for space: check the device and filesystem."""
+
+
+class StoreCorruptWriteError(StoreWriteError):
+    """RocksDB found the store's files corrupt while writing: the copy cannot be trusted."""
+
+
+class StoreWriterClosedError(StoreWriteError, StoreClosedError):
+    """The copy was closed while being written: the store is stopping or reopening it."""
 
 
 class InvalidTransitionError(StoreError, RuntimeError):
