@@ -137,22 +137,27 @@ def test_as_of_every_recorded_position_equals_the_model(
     delivered = produce_logged(producer, topic, batches[0], partitions=partition_of)
     end = full(end_of(delivered))
     store = make_store(topic, name=f"h{next(_names)}", tuning=TUNING, indexes=(BY_GROUP,), history=KEEP_ALL)
-    assert store.wait_until_ready(60), store.status()
-    floor = store.history_floor()
-    assert floor is not None
-    assert full(floor) == end
-    recorded = [end]
-    for batch in batches[1:]:
-        delivered += produce_logged(producer, topic, batch, partitions=partition_of)
-        end = full(end_of(delivered))
-        assert store.wait_for_position(end, 60), store.status()
-        recorded.append(end)
-        assert_as_of_exact(store, end, delivered)
-    # Positions no batch ended at: each partition somewhere between the floor and the end.
-    recorded += [between(floor, end, probe) for probe in probes]
-    assert full(store.history_floor() or {}) == full(floor)  # nothing expires under this retention
-    for as_of in recorded:
-        assert_as_of_exact(store, as_of, delivered)
+    # Hypothesis runs every example within one test: each example stops its own store, or they
+    # would all keep running (and logging) until the test ends.
+    try:
+        assert store.wait_until_ready(60), store.status()
+        floor = store.history_floor()
+        assert floor is not None
+        assert full(floor) == end
+        recorded = [end]
+        for batch in batches[1:]:
+            delivered += produce_logged(producer, topic, batch, partitions=partition_of)
+            end = full(end_of(delivered))
+            assert store.wait_for_position(end, 60), store.status()
+            recorded.append(end)
+            assert_as_of_exact(store, end, delivered)
+        # Positions no batch ended at: each partition somewhere between the floor and the end.
+        recorded += [between(floor, end, probe) for probe in probes]
+        assert full(store.history_floor() or {}) == full(floor)  # nothing expires under this retention
+        for as_of in recorded:
+            assert_as_of_exact(store, as_of, delivered)
+    finally:
+        store.stop()
 
 
 def random_batch(rng: random.Random, size: int) -> list[Record]:
