@@ -156,7 +156,7 @@ class ApplyLoop:
         progress, copies = self._progress, self._copies
         elapsed = time.monotonic() - progress.restore_started_at
         copies.writer.begin_history(self._watch.partitions)
-        copies.transition(StoreState.READY)
+        # Logged before the state changes: whoever waits for READY then finds the line written.
         self._reporter.log.info(
             'store "%s" READY at position %s: %d records applied in %.1fs (%.0f records/s)',
             self._config.name,
@@ -165,3 +165,4 @@ class ApplyLoop:
             elapsed,
             progress.restore_applied / elapsed if elapsed > 0 else 0.0,
         )
+        copies.transition(StoreState.READY)

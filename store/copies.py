@@ -223,15 +223,16 @@ class Copies:
                     serving.close(flush=False)
                 destroy(self._db_path)
                 self._serving = self._writing = Replica(self.config, self._db_path, self.changed)
+            # Logged with the lock held: whoever waits for the change finds the line written.
+            logger.warning(
+                'store "%s" is rebuilding from the earliest offsets (%s); %s',
+                self.name,
+                reason,
+                "reads are served from the last good copy until then (stale)"
+                if keep_serving
+                else "reads wait until it is READY",
+            )
             self._move(StoreState.REBUILDING)
-        logger.warning(
-            'store "%s" is rebuilding from the earliest offsets (%s); %s',
-            self.name,
-            reason,
-            "reads are served from the last good copy until then (stale)"
-            if keep_serving
-            else "reads wait until it is READY",
-        )
 
     def reopen(self) -> None:
         """Reopen the written copy after a write error (RocksDB refuses writes until then).
@@ -260,12 +261,14 @@ class Copies:
                 self._serving = self._writing = None
             reopened = Replica(self.config, self._db_path, self.changed)
             self._serving = self._writing = reopened
+            # Logged with the lock held: whoever waits for the change finds the line written.
+            logger.warning(
+                'store "%s" reopened after a write error; catching up from position %s'
+                " (reads wait until READY)",
+                self.name,
+                reopened.position or "none",
+            )
             self.changed.notify_all()
-        logger.warning(
-            'store "%s" reopened after a write error; catching up from position %s (reads wait until READY)',
-            self.name,
-            reopened.position or "none",
-        )
 
     # -- rebuilt copies ---------------------------------------------------------------------
 
@@ -280,9 +283,9 @@ class Copies:
                 old.close(flush=False)
             self._promote_rebuilt()
             self._serving = self._writing = Replica(self.config, self._db_path, self.changed)
+            logger.info('store "%s": the rebuilt copy replaced the stale one', self.name)
             # In the same step: a REBUILDING store whose served copy is the written one is unreadable.
             self._move(StoreState.READY)
-        logger.info('store "%s": the rebuilt copy replaced the stale one', self.name)
 
     def _promote_rebuilt(self) -> None:
         destroy(self._db_path)

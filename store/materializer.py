@@ -213,8 +213,6 @@ class Materializer:
         state = self._copies.state
         if state is StoreState.READY:
             return
-        if state is StoreState.CREATED:
-            self._copies.transition(StoreState.RESTORING)
         self.progress.begin_restore(targets)
         self._log.info(
             'store "%s" restoring topic "%s" (%d partitions) from %s towards at least %s',
@@ -224,6 +222,8 @@ class Materializer:
             stored or "the earliest offsets",
             Position(targets),
         )
+        if state is StoreState.CREATED:
+            self._copies.transition(StoreState.RESTORING)
 
     def _read(
         self,

@@ -14,6 +14,7 @@ from store.exceptions import StoreClosedError
 from store.lock import DirectoryLock
 from store.materializer import Materializer
 from store.position import Position
+from store.progress import Progress
 from store.protocol import (
     IndexStatus,
     ReadOnlyKeyValueStore,
@@ -171,21 +172,14 @@ class Store:
         serving, writing, state = copies.serving, copies.writing, copies.state
         position = serving.position if serving is not None else Position()
         engine = serving.engine if serving is not None else None
-        progress = materializer.progress if materializer is not None else None
-        restoring = progress is not None and state is not StoreState.READY
-        # The restore target is a lower bound of the end too: lag never shows less than remains.
-        end = Position(progress.end_offsets if progress else {}).merged(position)
+        progress = materializer.progress if materializer is not None else Progress()
         restore = None
-        if progress is not None and restoring:
+        # The restore target is a lower bound of the end too: lag never shows less than remains.
+        end = Position(progress.end_offsets).merged(position)
+        if materializer is not None and state is not StoreState.READY:
             end = end.merged(progress.restore_target)
-            restore = RestoreProgress(
-                records_applied=progress.restore_applied,
-                records_remaining=progress.remaining(writing.position if writing else position),
-                records_per_second=progress.rate(),
-                target=Position(progress.restore_target),
-                mode=progress.restore_mode,
-            )
-        last_contact = progress.last_contact if progress else None
+            restore = _restore_progress(progress, writing.position if writing else position)
+        last_contact = progress.last_contact
         return StoreStatus(
             name=self.name,
             topic=self.config.topic,
@@ -194,16 +188,27 @@ class Store:
             end_offsets=end,
             lag={p: max(0, end[p] - position.get(p, 0)) for p in end},
             restore=restore,
-            records_applied_total=progress.applied_total if progress else 0,
-            null_key_records=progress.null_keys if progress else 0,
+            records_applied_total=progress.applied_total,
+            null_key_records=progress.null_keys,
             approximate_num_keys=engine.approximate_num_keys() if engine else 0,
             size_on_disk_bytes=engine.size_on_disk_bytes() if engine else 0,
-            last_error=copies.failure or (progress.last_error if progress else None),
+            last_error=copies.failure or progress.last_error,
             memory=copies.memory(),
             seconds_since_last_contact=time.monotonic() - last_contact if last_contact else None,
             indexes=_index_statuses(serving),
             stale=serving is not None and serving is not writing,
         )
+
+
+def _restore_progress(progress: Progress, written: Position) -> RestoreProgress:
+    """How far a restore is; ``written``: the position of the copy being written."""
+    return RestoreProgress(
+        records_applied=progress.restore_applied,
+        records_remaining=progress.remaining(written),
+        records_per_second=progress.rate(),
+        target=Position(progress.restore_target),
+        mode=progress.restore_mode,
+    )
 
 
 def _index_statuses(serving: Replica | None) -> dict[str, IndexStatus]:
