@@ -13,6 +13,10 @@ them, so later files win. Tombstones become deletes in the file, so they also re
 by earlier chunks. A chunk's offsets are recorded only after its file is ingested. Re-ingesting a
 chunk after a crash (its offsets had not been persisted) is harmless: replaying the same records
 from the same offsets ends in the same table. See ``store/restore_worker.py`` for the worker.
+
+:class:`BulkRestore` runs the worker processes and reads their events (``store.records``);
+:class:`BulkPhase` is the materializer's side of one bulk restore: it ingests each chunk into the
+copy being written and moves each partition's catch-up.
 """
 
 from __future__ import annotations
