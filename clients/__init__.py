@@ -15,8 +15,8 @@ Needs only httpx and pyarrow (``pip install 'statestore[client]'``)::
         tickers.get("AAPL")                          # the same answer on every replica, every retry
 """
 
-from clients.aio import AsyncStatestoreClient
-from clients.client import StatestoreClient
+from clients.aio import AsyncConsistentStore, AsyncPinnedStore, AsyncStatestoreClient
+from clients.client import ConsistentStore, PinnedStore, StatestoreClient
 from clients.exceptions import (
     BadRequestError,
     ClientTooManyRequestsError,
@@ -30,6 +30,7 @@ from clients.exceptions import (
     ProblemError,
     ServiceUnavailableError,
     StatestoreClientError,
+    StoreCorruptError,
     StoreNotReadyError,
     TooManyRequestsError,
     TransportError,
@@ -40,7 +41,7 @@ from clients.exceptions import (
 from clients.options import ClientOptions
 from clients.position import Position
 from clients.retry import RetryPolicy
-from clients.views import AsyncConsistentStore, AsyncPinnedStore, ConsistentStore, PinnedStore
+from clients.version import __version__
 from clients.wire import StoreInfo
 
 __all__ = [
@@ -65,6 +66,7 @@ __all__ = [
     "ServiceUnavailableError",
     "StatestoreClient",
     "StatestoreClientError",
+    "StoreCorruptError",
     "StoreInfo",
     "StoreNotReadyError",
     "TooManyRequestsError",
@@ -72,4 +74,5 @@ __all__ = [
     "UnauthorizedError",
     "UnknownIndexError",
     "UnknownStoreError",
+    "__version__",
 ]

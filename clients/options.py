@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 
 from clients.retry import RetryPolicy
+from clients.version import USER_AGENT
 
 log = logging.getLogger("clients")
 
@@ -49,7 +50,7 @@ class ClientOptions:
 
     def httpx_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``httpx.Client`` / ``httpx.AsyncClient``."""
-        headers = {"User-Agent": "statestore-client/0.1", **dict(self.headers)}
+        headers = {"User-Agent": USER_AGENT, **dict(self.headers)}
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
         return {

@@ -15,14 +15,19 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from service import openapi_docs as docs
+from service.access_log import AccessLogMiddleware
+from service.api_docs import add_api_docs
+from service.auth import Auth
 from service.guard import RequestGuard
 from service.metrics import CONTENT_TYPE, Metrics, MetricsMiddleware
 from service.problems import install_problem_handlers
-from service.reads import Access
+from service.reads import Reader
 from service.registry import StoreRegistry
 from service.routes import add_store_routes
 from service.settings import Settings, store_configs
-from store import RestoreSlots, ServableStore, Store, StoreState
+from service.status_page import add_status_page
+from service.values import BadValues
+from store import RestoreSlots, ServableStore, Store
 
 logger = logging.getLogger(__name__)
 
@@ -36,7 +41,7 @@ def _start_in_background(registry: StoreRegistry, stores: Mapping[str, Store]) -
         try:
             store.start()
         except Exception as exc:  # one store failing to start must not stop the others or the service
-            logger.exception("store %s failed to start", store.name)
+            logger.exception("store %s failed to start", store.name, extra={"store": store.name})
             registry.record_start_error(store.name, f"{type(exc).__name__}: {exc}")
 
     threads = [
@@ -62,11 +67,18 @@ def create_app(settings: Settings, stores: Mapping[str, ServableStore] | None = 
         stores = owned
     registry = StoreRegistry(settings, stores)
     metrics = Metrics(registry)
-    access = Access(settings)
+    auth = Auth(settings.auth)
+    reader = Reader(registry, settings)
+    bad_values = BadValues(metrics.invalid_value)
     protect_metrics = settings.auth.metrics == "token"
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if settings.limits.max_position_waiters is not None:
+            logger.warning(
+                "limits.max_position_waiters is set but limits nothing: position waits hold no thread,"
+                " and limits.max_concurrent_requests_per_client bounds them per client; remove it"
+            )
         if settings.auth.mode == "open":
             logger.warning(
                 "auth.mode is 'open': every client may read every store;"
@@ -77,6 +89,7 @@ def create_app(settings: Settings, stores: Mapping[str, ServableStore] | None = 
         try:
             yield
         finally:
+            reader.close()
             for thread in starters:
                 await anyio.to_thread.run_sync(thread.join)
             for name, store in owned.items():
@@ -84,7 +97,7 @@ def create_app(settings: Settings, stores: Mapping[str, ServableStore] | None = 
                     try:
                         await anyio.to_thread.run_sync(store.stop)
                     except Exception:  # stopping one store must not keep the others open
-                        logger.exception("store %s failed to stop cleanly", name)
+                        logger.exception("store %s failed to stop cleanly", name, extra={"store": name})
 
     app = FastAPI(
         title="statestore",
@@ -92,7 +105,7 @@ def create_app(settings: Settings, stores: Mapping[str, ServableStore] | None = 
         description="Read-only lookups in tables materialized from compacted Kafka topics.",
         lifespan=lifespan,
         redirect_slashes=False,
-        docs_url="/docs",
+        docs_url=None,  # served by add_api_docs, from the package rather than a CDN
         redoc_url=None,
     )
     app.state.registry = registry
@@ -102,7 +115,11 @@ def create_app(settings: Settings, stores: Mapping[str, ServableStore] | None = 
     # Added last, the metrics middleware is outermost: it also counts what the guard refuses.
     app.add_middleware(RequestGuard, limits=settings.limits, auth=settings.auth, on_refusal=metrics.refused)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
-    add_store_routes(app, settings, registry)
+    if settings.logging.access_log:
+        app.add_middleware(AccessLogMiddleware, auth=auth)
+    add_store_routes(app, settings, registry, auth, reader, bad_values)
+    add_status_page(app, registry, auth)
+    add_api_docs(app)
 
     @app.get("/healthz", response_class=Response, responses=docs.HEALTH_RESPONSES, summary="Liveness")
     async def healthz() -> Response:
@@ -110,8 +127,10 @@ def create_app(settings: Settings, stores: Mapping[str, ServableStore] | None = 
 
     @app.get("/readyz", response_class=Response, responses=docs.READY_RESPONSES, summary="Readiness")
     async def readyz() -> Response:
+        # Ready means "answers reads": a store rebuilding behind its last good copy still does,
+        # and all replicas rebuild at once when a topic is recreated.
         states = {served.name: registry.state_of(served) for served in registry.all()}
-        ready = all(state is StoreState.READY for state in states.values())
+        ready = all(registry.readable(served) for served in registry.all())
         body = {
             "status": "ready" if ready else "not-ready",
             "stores": {n: s.value for n, s in states.items()},
@@ -123,7 +142,7 @@ def create_app(settings: Settings, stores: Mapping[str, ServableStore] | None = 
     )
     async def prometheus_metrics(request: Request) -> Response:
         if protect_metrics:
-            access.allowed_stores(request)  # 401 without a valid token
+            auth.allowed_stores(request)  # 401 without a valid token
         # Scraping asks every store for its status, which may touch the disk.
         return Response(await anyio.to_thread.run_sync(metrics.render), media_type=CONTENT_TYPE)
 

@@ -1,4 +1,4 @@
-"""The ``statestore`` command: ``serve``, ``demo`` and ``version``."""
+"""The ``statestore`` command: ``serve``, ``broker``, ``demo`` and ``version``."""
 
 from __future__ import annotations
 
@@ -9,12 +9,15 @@ import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from service.exceptions import ConfigError
+from service.logs import configure_logging
+
+if TYPE_CHECKING:
+    from service.settings import Settings
 
 logger = logging.getLogger("statestore")
-
-LOG_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
 
 
 def _version() -> str:
@@ -48,6 +51,30 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--host", default=None, help="listen address (overrides http.host)")
     serve.add_argument("--port", type=int, default=None, help="listen port (overrides http.port)")
+    serve.add_argument(
+        "--log-format",
+        choices=["text", "json"],
+        default=None,
+        help="log lines as text or one JSON object per line (overrides logging.format)",
+    )
+    serve.add_argument(
+        "--access-log",
+        action="store_true",
+        default=None,
+        help="log one line per HTTP request (overrides logging.access_log)",
+    )
+
+    broker = commands.add_parser(
+        "broker",
+        help="start the embedded Kafka-protocol broker, for development (memory only)",
+        description="Start the embedded Kafka-protocol broker (Tansu) on this machine's loopback, for "
+        "development and trying statestore out: it keeps its topics in memory only, so stopping it "
+        "(Ctrl-C) drops them. Needs statestore[demo].",
+    )
+    broker.add_argument("--port", type=int, default=9092, help="loopback port to listen on (default 9092)")
+    broker.add_argument(
+        "--log", type=Path, default=None, metavar="FILE", help="append the broker's log to FILE"
+    )
 
     demo = commands.add_parser(
         "demo",
@@ -77,10 +104,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def configure_logging(level: str) -> None:
-    logging.basicConfig(level=level, format=LOG_FORMAT, stream=sys.stderr, force=True)
-
-
 def _serve(args: argparse.Namespace) -> int:
     # Imported here so `statestore --help` and `version` start fast.
     import uvicorn  # noqa: PLC0415
@@ -88,8 +111,14 @@ def _serve(args: argparse.Namespace) -> int:
     from service.app import create_app  # noqa: PLC0415
     from service.connections import http_protocol  # noqa: PLC0415
     from service.settings import load_settings  # noqa: PLC0415
+    from service.startup import check_startup  # noqa: PLC0415
 
-    settings = load_settings(args.config)
+    if args.log_format is not None:  # before the configuration is read, so its errors come formatted too
+        configure_logging(args.log_level, args.log_format)
+    settings = _with_logging_options(load_settings(args.config), args)
+    if args.log_format is None and settings.logging.format != "text":
+        configure_logging(args.log_level, settings.logging.format)
+    check_startup(settings)
     host = args.host or settings.http.host
     port = settings.http.port if args.port is None else args.port
     tls = settings.http.tls
@@ -117,6 +146,29 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _broker(args: argparse.Namespace) -> int:
+    from service.local_broker import LocalBrokerError, run_until_stopped  # noqa: PLC0415
+
+    try:
+        run_until_stopped(args.port, sys.stdout, args.log)
+    except LocalBrokerError as exc:
+        print(f"statestore broker: error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _with_logging_options(settings: Settings, args: argparse.Namespace) -> Settings:
+    """``settings`` with the command line's logging options applied over the file's and environment's."""
+    chosen = {
+        name: value
+        for name, value in (("format", args.log_format), ("access_log", args.access_log))
+        if value is not None
+    }
+    if not chosen:
+        return settings
+    return settings.model_copy(update={"logging": settings.logging.model_copy(update=chosen)})
+
+
 def _demo(args: argparse.Namespace) -> int:
     try:
         demo = importlib.import_module("service.demo")
@@ -136,6 +188,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "serve":
             return _serve(args)
+        if args.command == "broker":
+            return _broker(args)
         if args.command == "demo":
             return _demo(args)
         print(f"statestore {_version()}")

@@ -6,16 +6,19 @@ has its own registry, so several apps (tests, embedders) can live in one process
 
 from __future__ import annotations
 
+import importlib.metadata
+import platform
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+import confluent_kafka
+from prometheus_client import CollectorRegistry, Counter, Histogram, Info, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.guard import CLIENT_TOO_MANY_REQUESTS, TOO_MANY_REQUESTS
+from service.catalogue import CLIENT_TOO_MANY_REQUESTS, TOO_MANY_REQUESTS
 from service.registry import StoreRegistry
 from store import RestoreMode, StoreState, StoreStatus
 
@@ -24,9 +27,18 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
+def _last_contact_timestamp(status: StoreStatus) -> float | None:
+    since = status.seconds_since_last_contact
+    return None if since is None else time.time() - since
+
+
 # One value per store: name, help, and how to read it from a status (None: no sample).
 _STORE_GAUGES: tuple[tuple[str, str, Callable[[StoreStatus], float | None]], ...] = (
-    ("statestore_keys", "Approximate number of keys", lambda s: s.approximate_num_keys),
+    (
+        "statestore_keys",
+        "Approximate number of keys (RocksDB's estimate: deletes and overwrites not yet compacted skew it)",
+        lambda s: s.approximate_num_keys,
+    ),
     ("statestore_size_on_disk_bytes", "Size of the store's files", lambda s: s.size_on_disk_bytes),
     (
         "statestore_restore_remaining_records",
@@ -34,16 +46,31 @@ _STORE_GAUGES: tuple[tuple[str, str, Callable[[StoreStatus], float | None]], ...
         lambda s: s.restore.records_remaining if s.restore else 0,
     ),
     (
+        "statestore_restore_progress_ratio",
+        "Share of the current restore done, 0 to 1 (1 once READY)",
+        lambda s: s.restore.progress if s.restore else 1.0,
+    ),
+    (
+        "statestore_restore_eta_seconds",
+        "Seconds until the restore reaches its target at the recent rate (absent while unknown)",
+        lambda s: s.restore.eta_seconds if s.restore else 0.0,
+    ),
+    (
         "statestore_restore_waiting",
         "1 while the store waits for another store's bulk restore (engine.max_concurrent_bulk_restores)",
         lambda s: 1.0 if s.restore is not None and s.restore.mode is RestoreMode.WAITING else 0.0,
     ),
     (
-        "statestore_seconds_since_last_contact",
-        "Seconds since the broker last answered the store's consumer (grows while it is unreachable)",
-        lambda s: s.seconds_since_last_contact,
+        "statestore_last_contact_timestamp_seconds",
+        "Unix time the broker last answered the store's consumer (stays put while it is unreachable)",
+        _last_contact_timestamp,
     ),
     ("statestore_stale", "1 while a rebuild serves the last good copy", lambda s: 1.0 if s.stale else 0.0),
+    (
+        "statestore_corrupt",
+        "1 while the served copy is corrupt: reads answer 503 store-corrupt until a rebuilt copy replaces it",
+        lambda s: 1.0 if s.corruption is not None else 0.0,
+    ),
     (
         "statestore_block_cache_capacity_bytes",
         "RocksDB block cache configured (engine.block_cache_bytes), every open copy",
@@ -67,6 +94,23 @@ _STORE_GAUGES: tuple[tuple[str, str, Callable[[StoreStatus], float | None]], ...
 )
 
 
+def _distribution_version(name: str) -> str:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def build_labels() -> dict[str, str]:
+    """The labels of ``statestore_build_info``: versions of statestore and of what it runs on."""
+    return {
+        "version": _distribution_version("statestore"),
+        "python": platform.python_version(),
+        "librdkafka": str(confluent_kafka.libversion()[0]),
+        "rocksdict": _distribution_version("rocksdict"),
+    }
+
+
 class StoreCollector(Collector):
     """Collects each store's status at scrape time."""
 
@@ -88,6 +132,16 @@ class StoreCollector(Collector):
         position = GaugeMetricFamily(
             "statestore_position", "Next offset to apply, per partition", labels=["store", "partition"]
         )
+        corruptions = CounterMetricFamily(
+            "statestore_corruptions_found",
+            "Copies of the store found corrupt (by a read, the verification or the materializer)",
+            labels=["store"],
+        )
+        verifications = CounterMetricFamily(
+            "statestore_verification_passes",
+            "Background verification passes over the served copy completed without finding corruption",
+            labels=["store"],
+        )
         state = GaugeMetricFamily(
             "statestore_state", "1 for the store's current state", labels=["store", "state"]
         )
@@ -103,6 +157,8 @@ class StoreCollector(Collector):
                 continue
             applied.add_metric([served.name], status.records_applied_total)
             null_keys.add_metric([served.name], status.null_key_records)
+            corruptions.add_metric([served.name], status.corruptions_found)
+            verifications.add_metric([served.name], status.verification_passes)
             for partition, records in status.lag.items():
                 lag.add_metric([served.name, str(partition)], records)
             for partition, offset in status.position.items():
@@ -111,7 +167,7 @@ class StoreCollector(Collector):
                 value = read(status)
                 if value is not None:
                     gauge.add_metric([served.name], value)
-        yield from (applied, null_keys, lag, position, state)
+        yield from (applied, null_keys, corruptions, verifications, lag, position, state)
         yield from (gauge for gauge, _ in gauges)
 
 
@@ -123,13 +179,13 @@ class Metrics:
         self.requests = Counter(
             "statestore_http_requests",
             "HTTP requests answered",
-            ["method", "route", "status"],
+            ["method", "route", "code"],
             registry=self.registry,
         )
         self.latency = Histogram(
             "statestore_http_request_duration_seconds",
             "Time to answer an HTTP request",
-            ["method", "route", "status"],
+            ["method", "route", "code"],
             buckets=_LATENCY_BUCKETS,
             registry=self.registry,
         )
@@ -140,16 +196,27 @@ class Metrics:
             ["type"],
             registry=self.registry,
         )
-        for problem_type in (CLIENT_TOO_MANY_REQUESTS, TOO_MANY_REQUESTS):
-            self.refusals.labels(problem_type)  # shown as 0 before the first refusal
+        for refusal in (CLIENT_TOO_MANY_REQUESTS, TOO_MANY_REQUESTS):
+            self.refusals.labels(refusal.slug)  # shown as 0 before the first refusal
+        self.invalid_values = Counter(
+            "statestore_invalid_values",
+            "Values of JSON stores answered as value-not-json because they are not JSON documents",
+            ["store"],
+            registry=self.registry,
+        )
+        for name in stores.names():
+            self.invalid_values.labels(name)  # shown as 0 before the first
         self.registry.register(StoreCollector(stores))
+        Info(
+            "statestore_build", "The running statestore and what it is built on", registry=self.registry
+        ).info(build_labels())
         self._children: dict[tuple[str, str, str], tuple[Any, Any]] = {}
         # Route templates by endpoint, for routes that do not record themselves in the scope.
         self.templates: dict[object, str] = {}
 
-    def observe(self, method: str, route: str, status: str, seconds: float) -> None:
-        """Count one answered request and its duration."""
-        labels = (method, route, status)
+    def observe(self, method: str, route: str, code: str, seconds: float) -> None:
+        """Count one answered request (``code``: its HTTP status) and its duration."""
+        labels = (method, route, code)
         children = self._children.get(labels)
         if children is None:
             # Looking a labelled child up costs more than the observation; keep them.
@@ -163,6 +230,10 @@ class Metrics:
     def refused(self, problem_type: str) -> None:
         """Count one request a concurrency limit refused with ``problem_type``."""
         self.refusals.labels(problem_type).inc()
+
+    def invalid_value(self, store: str) -> None:
+        """Count one value of ``store`` answered as ``value-not-json``."""
+        self.invalid_values.labels(store).inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -14,7 +14,7 @@ from service.problems import PROBLEM_MEDIA_TYPE, problem_schema
 ARROW_MEDIA_TYPE = "application/vnd.apache.arrow.stream"
 POSITION_HEADER = "Statestore-Position"
 
-_POSITION_PATTERN = r"^\s*(\d+:\d+(\s*,\s*\d+:\d+)*)?\s*$"
+_POSITION_PATTERN = r"^[ \t]*([0-9]+:[0-9]+([ \t]*,[ \t]*[0-9]+:[0-9]+)*)?[ \t]*$"
 
 
 def _query(name: str, schema: dict[str, Any], description: str) -> dict[str, Any]:
@@ -106,14 +106,40 @@ STORE_INFO_SCHEMA: dict[str, Any] = {
         "end_offsets": {"type": "string"},
         "lag": {"type": "object", "additionalProperties": {"type": "integer"}},
         "total_lag": {"type": "integer"},
-        "restore": {"type": ["object", "null"]},
+        "restore": {
+            "type": ["object", "null"],
+            "description": "progress while the store is not READY; null once READY",
+            "properties": {
+                "records_applied": {"type": "integer"},
+                "records_remaining": {"type": "integer"},
+                "records_per_second": {"type": "number"},
+                "progress": {"type": "number", "minimum": 0, "maximum": 1},
+                "eta_seconds": {"type": ["number", "null"]},
+                "target": {"type": "string"},
+                "mode": {"type": "string", "enum": ["bulk", "records", "waiting"]},
+            },
+        },
         "records_applied_total": {"type": "integer"},
         "null_key_records": {"type": "integer"},
-        "approximate_num_keys": {"type": "integer"},
+        "approximate_num_keys": {
+            "type": "integer",
+            "description": "RocksDB's estimate of the number of keys: approximate, not a count",
+        },
         "size_on_disk_bytes": {"type": "integer"},
         "last_error": {"type": ["string", "null"]},
         "seconds_since_last_contact": {"type": ["number", "null"]},
         "stale": {"type": "boolean"},
+        "corruption": {
+            "type": ["object", "null"],
+            "properties": {
+                "detail": {"type": "string"},
+                "file": {"type": ["string", "null"]},
+                "found_by": {"type": "string", "enum": ["read", "verification", "materializer"]},
+                "found_at": {"type": "number"},
+            },
+        },
+        "corruptions_found": {"type": "integer"},
+        "verification_passes": {"type": "integer"},
         "memory": {
             "type": ["object", "null"],
             "properties": {
@@ -170,7 +196,7 @@ GET_KEY_RESPONSES: dict[int | str, Any] = {
             "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
         },
     },
-    **problems(400, 401, 403, 404, 410, 413, 422, 429, 503),
+    **problems(400, 401, 403, 404, 410, 413, 422, 429, 502, 503),
 }
 
 BATCH_REQUEST_BODY: dict[str, Any] = {

@@ -12,6 +12,7 @@ Embed it without HTTP::
 """
 
 from store.config import StoreConfig
+from store.corruption import CorruptionReport
 from store.exceptions import (
     HistoryExpiredError,
     HistoryNotKeptError,
@@ -28,6 +29,7 @@ from store.exceptions import (
     StoreFullError,
     StoreIOError,
     StoreLockedError,
+    StoreReadError,
     StoreWriteError,
     StoreWriterClosedError,
     UnknownIndexError,
@@ -61,6 +63,7 @@ from store.tuning import (
 __all__ = [
     "MAX_SCAN_LIMIT",
     "ConsumerTuning",
+    "CorruptionReport",
     "HistoryExpiredError",
     "HistoryNotKeptError",
     "HistorySpec",
@@ -94,6 +97,7 @@ __all__ = [
     "StoreFullError",
     "StoreIOError",
     "StoreLockedError",
+    "StoreReadError",
     "StoreState",
     "StoreStatus",
     "StoreTuning",

@@ -21,7 +21,7 @@ from store.progress import Every, Progress, Reporter
 from store.records import CatchUp, PartitionCatchUp
 from store.source import RecordSource
 from store.state import StoreState
-from store.writer import StoreCopies
+from store.writer import StoreCopies, check_written_copy
 
 
 class ApplyLoop:
@@ -79,6 +79,7 @@ class ApplyLoop:
         progress, catch_up = self._progress, self._catch_up
         polled_at = time.monotonic()
         writer = self._copies.writer
+        check_written_copy(writer)
         poll = self._source.poll(writer.keeps_history)
         records = poll.records
         self._reporter.fetch_events(poll.events, catch_up)

@@ -44,7 +44,7 @@ from store.progress import Every, Reporter
 from store.records import CatchUp, ChunkWritten, KafkaErrorReport, WorkerCaughtUp, WorkerFailed, read_frame
 from store.state import RestoreMode
 from store.tuning import ConsumerTuning, RestoreTuning
-from store.writer import TableWriter
+from store.writer import TableWriter, check_written_copy
 
 _WORKER_SCRIPT = Path(__file__).with_name("restore_worker.py")
 
@@ -269,6 +269,7 @@ class BulkPhase:
         running = restore.workers
         progress_log = Every(self._config.tuning.restore.progress_log_interval_seconds)
         while running and not self._stop.is_set():
+            check_written_copy(self._writer)
             event = restore.next_event(timeout=self._config.tuning.consumer.poll_timeout_seconds)
             if event is not None:
                 running -= self._take(event)

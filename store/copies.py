@@ -4,7 +4,12 @@ A store has one copy (a ``Replica``) that readers read and the materializer writ
 rebuilds from a READY state it has two: readers keep the last good copy (``db/``) until the new one
 (``db.rebuilding/``) is READY and replaces it. Every state change goes through one checked
 transition (``StoreState.can_become``). Implements ``store.writer.StoreCopies`` for the
-materializer.
+materializer and ``store.verifier.VerifyTarget`` for the background verification.
+
+A read of a copy that fails for any reason but "not found" (corruption, I/O error), whether a
+reader's, the materializer's or the verifier's, marks that copy corrupt: it answers no read any
+more, and if it is the written copy the materializer rebuilds it (``store.writer.check_written_copy``),
+beside the served one if the store was READY.
 """
 
 from __future__ import annotations
@@ -13,16 +18,20 @@ import contextlib
 import logging
 import os
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 from store.config import StoreConfig
+from store.corruption import CorruptionReport, FoundBy, drop_engine_references, log_corruption_found
 from store.engine import destroy
-from store.exceptions import InvalidTransitionError, StoreClosedError, StoreWriteError
+from store.exceptions import InvalidTransitionError, StoreClosedError, StoreReadError, StoreWriteError
+from store.listeners import ListenedCondition
 from store.position import Position
 from store.protocol import MemoryUsage, ReadOnlyKeyValueStore
 from store.replica import Replica
 from store.state import StoreState
+from store.verifier import VerifyStep
 
 logger = logging.getLogger(__name__)
 
@@ -40,12 +49,13 @@ class Copies:
 
     def __init__(self, config: StoreConfig) -> None:
         self.config = config
-        self.changed = threading.Condition(threading.RLock())
+        self.changed = ListenedCondition(threading.RLock())
         self._state = StoreState.CREATED
         self._failure: str | None = None
         self._serving: Replica | None = None  # what readers read
         self._writing: Replica | None = None  # what the materializer writes (the same, unless rebuilding)
         self._active_views = 0
+        self.corruptions_found = 0  # copies found corrupt since the store was created
 
     @property
     def name(self) -> str:
@@ -82,30 +92,62 @@ class Copies:
 
     @property
     def readable(self) -> bool:
-        """Whether reads get answers: READY, or REBUILDING while the last good copy is served."""
+        """Whether reads get answers: READY, or REBUILDING while the last good copy is served;
+        never while the served copy is corrupt."""
+        serving = self._serving
+        if serving is not None and serving.corruption is not None:
+            return False
         return self._state is StoreState.READY or (
-            self._state is StoreState.REBUILDING and self._serving is not self._writing
+            self._state is StoreState.REBUILDING and serving is not self._writing
         )
+
+    @property
+    def corruption(self) -> CorruptionReport | None:
+        """Why the served copy answers no read (corruption found in it), until a rebuilt copy replaces it."""
+        serving = self._serving
+        return serving.corruption if serving is not None else None
 
     @contextlib.contextmanager
     def reading(self, as_of: Position | None) -> Iterator[ReadOnlyKeyValueStore]:
-        """A reader of the served copy; the copy is not closed while any reader is out."""
+        """A reader of the served copy; the copy is not closed while any reader is out.
+
+        ``StoreReadError`` while the served copy is corrupt; a read through the reader that fails
+        for any reason but "not found" raises it too, and marks the copy corrupt.
+        """
         with self.changed:
             serving = self._serving
             if serving is None:
                 raise StoreClosedError(
                     f'store "{self.name}" is {self._state.value.lower()}; it cannot be read'
                 )
+            if serving.corruption is not None:
+                raise self._corrupt_copy_error(serving.corruption)
             reader = serving.reader(as_of)
             self._active_views += 1
         try:
             yield reader
+        except StoreReadError as exc:
+            drop_engine_references(exc)
+            self._found_corruption(serving, exc, "read")
+            raise
         finally:
             reader.release()
-            with self.changed:
-                self._active_views -= 1
-                if self._active_views == 0:
-                    self.changed.notify_all()
+            self._unpin()
+
+    def _unpin(self) -> None:
+        """A reader (or a verification step) no longer holds the copy it read."""
+        with self.changed:
+            self._active_views -= 1
+            if self._active_views == 0:
+                self.changed.notify_all()
+
+    def _corrupt_copy_error(self, report: CorruptionReport) -> StoreReadError:
+        return StoreReadError(
+            f'store "{self.name}" found its copy corrupt ({report.detail}); it answers no read until a'
+            " copy rebuilt from the topic replaces it",
+            file=report.file,
+            engine_message=report.detail,
+        )
 
     def memory(self) -> MemoryUsage | None:
         """What every open copy holds in memory (``None`` if a copy closed meanwhile)."""
@@ -223,14 +265,15 @@ class Copies:
                     serving.close(flush=False)
                 destroy(self._db_path)
                 self._serving = self._writing = Replica(self.config, self._db_path, self.changed)
+            if not keep_serving:
+                readers = "reads wait until it is READY"
+            elif serving is not None and serving.corruption is not None:
+                readers = "reads answer store-corrupt until it replaces the corrupt copy"
+            else:
+                readers = "reads are served from the last good copy until then (stale)"
             # Logged with the lock held: whoever waits for the change finds the line written.
             logger.warning(
-                'store "%s" is rebuilding from the earliest offsets (%s); %s',
-                self.name,
-                reason,
-                "reads are served from the last good copy until then (stale)"
-                if keep_serving
-                else "reads wait until it is READY",
+                'store "%s" is rebuilding from the earliest offsets (%s); %s', self.name, reason, readers
             )
             self._move(StoreState.REBUILDING)
 
@@ -270,6 +313,58 @@ class Copies:
             )
             self.changed.notify_all()
 
+    # -- corruption -------------------------------------------------------------------------
+
+    def report_corruption(self, error: StoreReadError) -> bool:
+        """The materializer's own read or write of the written copy failed (corruption, I/O error);
+        ``True`` if the copy is marked, so the materializer's next turn rebuilds it."""
+        writing = self._writing
+        if writing is None:
+            return False
+        self._found_corruption(writing, error, "materializer")
+        return writing.corruption is not None
+
+    @property
+    def column_families(self) -> tuple[str, ...]:
+        serving = self._serving
+        return serving.engine.column_families if serving is not None else ()
+
+    def verify_step(self, family: str, start: bytes | None, max_entries: int) -> VerifyStep | None:
+        """Verify one page of the served copy (``store.verifier``); ``None`` if there is no healthy
+        copy to verify now. A failed read marks the copy corrupt."""
+        with self.changed:
+            replica = self._serving
+            if replica is None or replica.corruption is not None or self._state is StoreState.STOPPED:
+                return None
+            self._active_views += 1
+        try:
+            next_start, entries, size = replica.engine.verify_page(family, start, max_entries)
+        except StoreReadError as exc:
+            self._found_corruption(replica, exc, "verification")
+            return None
+        except StoreClosedError:
+            return None
+        finally:
+            self._unpin()
+        return VerifyStep(replica, next_start, entries, size)
+
+    def _found_corruption(self, replica: Replica, error: StoreReadError, found_by: FoundBy) -> None:
+        """Mark ``replica`` corrupt (once: later failures of the same copy change nothing) and log
+        it. A marked written copy is the materializer's signal to rebuild it."""
+        report = CorruptionReport(error.engine_message, error.file, found_by, time.time())
+        with self.changed:
+            if (
+                replica.corruption is not None
+                or self._state is StoreState.STOPPED
+                or (replica is not self._serving and replica is not self._writing)
+            ):
+                return
+            replica.mark_corrupt(report)
+            self.corruptions_found += 1
+            written, served = replica is self._writing, replica is self._serving
+            self.changed.notify_all()
+        log_corruption_found(self.name, replica.path, report, written=written, served=served)
+
     # -- rebuilt copies ---------------------------------------------------------------------
 
     def _swap_in(self, rebuilt: Replica) -> None:
@@ -283,7 +378,12 @@ class Copies:
                 old.close(flush=False)
             self._promote_rebuilt()
             self._serving = self._writing = Replica(self.config, self._db_path, self.changed)
-            logger.info('store "%s": the rebuilt copy replaced the stale one', self.name)
+            replaced = "corrupt" if old is not None and old.corruption is not None else "stale"
+            logger.info(
+                'store "%s": the rebuilt copy replaced the %s one; reads are answered from it',
+                self.name,
+                replaced,
+            )
             # In the same step: a REBUILDING store whose served copy is the written one is unreadable.
             self._move(StoreState.READY)
 

@@ -23,14 +23,17 @@ from typing import Any
 import rocksdict
 
 from store import families
+from store.corruption import check_status, family_get, is_absent, named_file, prefixed, read_error
 from store.exceptions import (
     ScanLimitError,
     StoreClosedError,
     StoreCorruptError,
     StoreCorruptWriteError,
+    StoreError,
     StoreFullError,
     StoreIOError,
     StoreLockedError,
+    StoreReadError,
     StoreWriteError,
     StoreWriterClosedError,
     UnknownIndexError,
@@ -94,10 +97,14 @@ def write_error(path: Path, exc: Exception, closed: bool = False) -> StoreWriteE
             " the store resumes by itself once it can write again"
         )
     if kind.startswith("corruption"):
+        # A flush or compaction read a corrupt file, and RocksDB refuses writes from then on: the
+        # copy is corrupt (not the volume full), and the store rebuilds it from the topic.
         return StoreCorruptWriteError(
-            f"RocksDB found the store's files at {path} corrupt while writing ({text}); the store"
-            " reopens them and rebuilds them from the topic if they cannot be opened. If this recurs,"
-            " check the volume (the kernel log names failing devices)"
+            f"RocksDB refuses writes to the store at {path}: its background work found a corrupt file"
+            f" ({text}); the store rebuilds its copy from the topic. If this recurs, check the volume"
+            " (the kernel log names failing devices)",
+            file=named_file(text),
+            engine_message=text,
         )
     if kind.startswith("io error"):
         return StoreIOError(
@@ -166,7 +173,14 @@ class Engine:
         self._meta_handle = self._handles[families.META]
         self._write_options = rocksdict.WriteOptions()
         self._write_options.disable_wal = True
-        version = self._meta.get(_FORMAT_KEY)
+        try:
+            version = family_get(self._meta, _FORMAT_KEY)
+        except StoreReadError as exc:
+            self.close()
+            raise StoreCorruptError(
+                f"reading the metadata of the store at {path} failed ({exc.engine_message}); it will be"
+                " rebuilt from the topic"
+            ) from exc
         if version is None:
             try:
                 self._meta.put(_FORMAT_KEY, FORMAT_VERSION, self._write_options)
@@ -193,8 +207,8 @@ class Engine:
 
     def topic_identity(self) -> tuple[str | None, str | None]:
         """The topic name and topic id the stored data came from."""
-        topic = self._meta.get(_TOPIC_KEY)
-        topic_id = self._meta.get(_TOPIC_ID_KEY)
+        topic = family_get(self._meta, _TOPIC_KEY)
+        topic_id = family_get(self._meta, _TOPIC_ID_KEY)
         return (topic.decode() if topic else None, topic_id.decode() if topic_id else None)
 
     def set_topic_identity(self, topic: str, topic_id: str | None) -> None:
@@ -207,7 +221,10 @@ class Engine:
     # -- generic access to the column families ---------------------------------------------
 
     def family(self, name: str) -> Any:
-        """The column family ``name`` (``store.families``), for reads: ``get``, ``iter``, ``snapshot``."""
+        """The column family ``name`` (``store.families``), for reads: ``get``, ``iter``, ``snapshot``.
+
+        Read it through ``store.corruption``'s helpers, so that only "not found" means absent.
+        """
         return self._families[name]
 
     def handle(self, name: str) -> Any:
@@ -217,18 +234,14 @@ class Engine:
     def prefixed(self, name: str, prefix: bytes) -> list[tuple[bytes, bytes]]:
         """Every entry of column family ``name`` whose key starts with ``prefix``, byte-ordered.
 
-        For the small ranges of metadata only: the whole range is read at once.
+        For the small ranges of metadata only: the whole range is read at once. A failed read
+        raises ``StoreReadError`` rather than ending the range early.
         """
-        items = []
-        for key, value in self._families[name].items(from_key=prefix):
-            if not key.startswith(prefix):
-                break
-            items.append((key, value))
-        return items
+        return list(prefixed(self._families[name].iter(), prefix))
 
     def get_latest(self, keys: list[bytes]) -> list[bytes | None]:
         """Current values, outside any snapshot (the materializer is the only writer)."""
-        values: list[bytes | None] = self._db.get(keys)
+        values: list[bytes | None] = family_get(self._db, keys)
         return values
 
     # -- writes -----------------------------------------------------------------------------
@@ -300,6 +313,45 @@ class Engine:
 
     def changes_snapshot(self) -> rocksdict.Snapshot:
         return self._families[families.CHANGES].snapshot()
+
+    @property
+    def column_families(self) -> tuple[str, ...]:
+        """The names of every column family of the database."""
+        return families.ALL
+
+    def verify_page(
+        self, family: str, start: bytes | None, max_entries: int
+    ) -> tuple[bytes | None, int, int]:
+        """Read up to ``max_entries`` entries of column family ``family`` from ``start`` on.
+
+        Every block read from a file has its checksum verified; blocks read do not enter the block
+        cache, so verifying does not push the hot blocks out. Returns ``(where the next page starts
+        or None at the family's end, entries read, bytes read)``; ``StoreReadError`` on a failure.
+        """
+        handle = self._families[family]
+        options = rocksdict.ReadOptions()
+        options.set_verify_checksums(True)
+        options.fill_cache(False)
+        options.set_readahead_size(2 * 1024 * 1024)
+        try:
+            iterator = handle.iter(options)
+            if start is None:
+                iterator.seek_to_first()
+            else:
+                iterator.seek(start)
+            entries = size = 0
+            while entries < max_entries and iterator.valid():
+                size += len(iterator.key()) + len(iterator.value())
+                entries += 1
+                iterator.next()
+            if iterator.valid():
+                return iterator.key(), entries, size
+        except StoreError:
+            raise
+        except Exception as exc:
+            raise read_error(exc) from exc
+        check_status(iterator)
+        return None, entries, size
 
     def approximate_num_keys(self) -> int:
         return int(self._db.property_int_value("rocksdb.estimate-num-keys") or 0)
@@ -410,15 +462,10 @@ class SnapshotReader:
         self._iterator = self._index_iterator = _ReleasedSnapshot()
 
     def get(self, key: bytes) -> bytes | None:
-        try:
-            value: bytes = self._snapshot[key]
-        except StoreClosedError:
-            raise
-        except Exception:  # rocksdict raises a bare Exception for an absent key
-            return None
-        return value
+        return self.get_many((key,))[0]
 
     def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        """Values in request order, ``None`` only for absent keys; ``StoreReadError`` if a read failed."""
         snapshot = self._snapshot
         values: list[bytes | None] = []
         append = values.append
@@ -427,7 +474,9 @@ class SnapshotReader:
                 append(snapshot[key])
             except StoreClosedError:
                 raise
-            except Exception:  # rocksdict raises a bare Exception for an absent key
+            except Exception as exc:  # rocksdict raises a bare Exception for absence and failure alike
+                if not is_absent(exc):
+                    raise read_error(exc) from exc
                 append(None)
         return values
 
@@ -472,4 +521,6 @@ def _scan(
             return items, items[-1][0]
         items.append((key_of(key), iterator.value()))
         iterator.next()
+    # An iterator also stops on a failed read: without this check a corrupt block ends the page early.
+    check_status(iterator)
     return items, None

@@ -6,10 +6,11 @@ Hierarchy::
     ├── StoreLockedError          the store directory is held by another process
     ├── StoreClosedError          the store was stopped; no more reads
     ├── StoreCorruptError         the store directory cannot be opened as a store
+    │   └── StoreReadError        a read failed for a reason other than "not found" (corruption, I/O)
     ├── StoreWriteError           the store's files cannot be written; RocksDB refuses writes until reopened
     │   ├── StoreFullError        its volume is full (or a quota or file size limit is reached)
     │   ├── StoreIOError          its volume failed a read or write (device, filesystem)
-    │   ├── StoreCorruptWriteError  RocksDB found the store's files corrupt while writing
+    │   ├── StoreCorruptWriteError  RocksDB found its files corrupt while writing (also a StoreReadError)
     │   └── StoreWriterClosedError  the copy was closed while being written (also a StoreClosedError)
     ├── InvalidTransitionError    a state change the store's lifecycle does not allow (a bug)
     ├── InvalidPositionError      a position string or mapping is malformed
@@ -43,6 +44,20 @@ class StoreCorruptError(StoreError):
     """The store directory exists but cannot be used (corrupt, foreign or incompatible)."""
 
 
+class StoreReadError(StoreCorruptError):
+    """A read of the store's files failed for a reason other than "not found".
+
+    RocksDB found a checksum mismatch or another corruption, or the volume answered an I/O error:
+    the copy cannot be trusted, so the read has no answer (never "absent", never a short page).
+    ``file`` is the file RocksDB names in its message, when it names one.
+    """
+
+    def __init__(self, message: str, *, file: str | None = None, engine_message: str | None = None) -> None:
+        super().__init__(message)
+        self.file = file
+        self.engine_message = engine_message if engine_message is not None else message
+
+
 class StoreWriteError(StoreError):
     """RocksDB refused a write, flush, ingestion or option change of the store's database.
 
@@ -59,8 +74,9 @@ class StoreIOError(StoreWriteError):
     """The store's volume failed an I/O other than for space: check the device and filesystem."""
 
 
-class StoreCorruptWriteError(StoreWriteError):
-    """RocksDB found the store's files corrupt while writing: the copy cannot be trusted."""
+class StoreCorruptWriteError(StoreWriteError, StoreReadError):
+    """RocksDB found the store's files corrupt while writing (a flush or compaction read a corrupt
+    file): the copy cannot be trusted, and, like any failed read, it is rebuilt from the topic."""
 
 
 class StoreWriterClosedError(StoreWriteError, StoreClosedError):

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 import rocksdict
 
 from store import families
+from store.corruption import check_status, family_get, prefixed
 from store.position import Position
 
 if TYPE_CHECKING:
@@ -218,16 +219,7 @@ def floor_from(
 
 def scan_versions(iterator: Any, key: bytes) -> list[tuple[bytes, bytes]]:
     """Every stored version of one key, read through a ``history`` iterator (re-seeked)."""
-    escaped = escape(key)
-    iterator.seek(escaped)
-    versions: list[tuple[bytes, bytes]] = []
-    while iterator.valid():
-        history_key = iterator.key()
-        if not history_key.startswith(escaped):
-            break
-        versions.append((history_key, iterator.value()))
-        iterator.next()
-    return versions
+    return list(prefixed(iterator, escape(key)))
 
 
 class HistoryRecorder:
@@ -254,6 +246,8 @@ class HistoryRecorder:
             iterator = live.iter()
             escaped = escape(key)
             iterator.seek(escaped)
+            if not iterator.valid():
+                check_status(iterator)  # a failed read is no evidence the key has no history
             has_history[key] = iterator.valid() and iterator.key().startswith(escaped)
         needing_base = [key for key, has in has_history.items() if not has]
         previous = (
@@ -289,7 +283,7 @@ class HistoryRecorder:
                 batch.delete_range(
                     version_key(key, partition, -1), version_key(key, partition, offset), history
                 )
-                stored = live.get(version_key(key, partition, offset))
+                stored = family_get(live, version_key(key, partition, offset))
                 if (
                     stored is not None
                     and stored[:1] == TOMBSTONE
@@ -300,6 +294,8 @@ class HistoryRecorder:
                 batch.delete(change, changes)
                 done += 1
                 iterator.next()
+            if not iterator.valid():
+                check_status(iterator)
             if done < budget:
                 batch.delete_range(
                     _TIME_PREFIX + _PARTITION.pack(partition), _time_key(partition, floor_offset), meta

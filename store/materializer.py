@@ -26,7 +26,7 @@ from store.apply_loop import ApplyLoop
 from store.bulkload import BulkPhase
 from store.config import StoreConfig
 from store.engine import can_write
-from store.exceptions import StoreClosedError, StoreWriteError
+from store.exceptions import StoreClosedError, StoreReadError, StoreWriteError
 from store.kafka import (
     RebuildRequired,
     TopicInfo,
@@ -41,7 +41,7 @@ from store.records import CatchUp, PartitionCatchUp
 from store.restore_slots import RestoreSlots
 from store.source import ConsumerSource, RecordSource
 from store.state import RestoreMode, StoreState
-from store.writer import StoreCopies, TableWriter
+from store.writer import StoreCopies, TableWriter, check_written_copy
 
 logger = logging.getLogger(__name__)
 
@@ -90,7 +90,9 @@ class Materializer:
         backoff = Backoff(retry.backoff_initial_seconds, retry.backoff_max_seconds)
         while not self._stop.is_set():
             try:
-                self._session(self._copies.open_writer(), backoff)
+                writer = self._copies.open_writer()
+                check_written_copy(writer)
+                self._session(writer, backoff)
             except RebuildRequired as signal:
                 self._log.warning(
                     'store "%s": %s; rebuilding from the earliest offsets',
@@ -99,6 +101,12 @@ class Materializer:
                 )
                 self.progress.note_error(signal.reason)
                 self._copies.rebuild(signal.reason)
+            except StoreReadError as exc:
+                # Before write errors: a write refused for corruption is both. The copy is marked
+                # corrupt (and logged), and the next turn rebuilds it.
+                self.progress.note_error(str(exc))
+                if not self._copies.report_corruption(exc):  # nothing to rebuild (stopping)
+                    backoff.wait(self._stop)
             except StoreWriteError as exc:
                 self._pause_until_writable(exc, backoff)
             except TransientSourceError as exc:

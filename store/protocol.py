@@ -7,10 +7,11 @@ Only the materializer writes.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Protocol, runtime_checkable
 
+from store.corruption import CorruptionReport
 from store.position import Position
 from store.state import RestoreMode, StoreState
 
@@ -73,6 +74,25 @@ class RestoreProgress:
     target: Position  # the end offsets being restored to
     mode: RestoreMode = RestoreMode.RECORDS
 
+    @property
+    def progress(self) -> float:
+        """The share of this restore done, from 0 to 1: records applied over applied plus remaining.
+
+        Remaining records are counted in offsets, which also count the records compaction removed
+        from the topic: the share errs low, never high.
+        """
+        total = self.records_applied + self.records_remaining
+        return 1.0 if total <= 0 else self.records_applied / total
+
+    @property
+    def eta_seconds(self) -> float | None:
+        """Seconds until the target at the recent rate; ``None`` while nothing moves (waiting, no rate)."""
+        if self.records_remaining <= 0:
+            return 0.0
+        if self.mode is RestoreMode.WAITING or self.records_per_second <= 0:
+            return None
+        return self.records_remaining / self.records_per_second
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class MemoryUsage:
@@ -121,6 +141,9 @@ class StoreStatus:
     indexes: dict[str, IndexStatus] = dataclasses.field(default_factory=dict)
     stale: bool = False  # reads are answered from the last good copy while a rebuild runs
     memory: MemoryUsage | None = None  # every open copy (two while a rebuild runs)
+    corruption: CorruptionReport | None = None  # why the served copy answers no read, until replaced
+    corruptions_found: int = 0  # copies found corrupt since this process opened the store
+    verification_passes: int = 0  # background verification passes completed without finding any
 
     @property
     def total_lag(self) -> int:
@@ -142,12 +165,19 @@ class ServableStore(Protocol):
         """Whether reads get answers now: READY, or REBUILDING while a last good copy is served."""
         ...
 
+    @property
+    def corruption(self) -> CorruptionReport | None:
+        """Why the served copy answers no read (a read of it failed), until a rebuilt copy replaces it."""
+        ...
+
     def view(self, as_of: Position | None = None) -> AbstractContextManager[ReadOnlyKeyValueStore]:
         """A consistent read view (a RocksDB snapshot and the position it reflects).
 
         With ``as_of`` the view answers as of exactly that position; raises
         ``HistoryNotKeptError``, ``PositionNotReachedError`` or ``HistoryExpiredError`` when it
-        cannot. Raises ``StoreClosedError`` once the store is stopped.
+        cannot. Raises ``StoreClosedError`` once the store is stopped, ``StoreReadError`` while the
+        served copy is corrupt; a read through the view raises ``StoreReadError`` when it fails
+        for any reason but "not found".
         """
         ...
 
@@ -157,6 +187,20 @@ class ServableStore(Protocol):
 
     def status(self) -> StoreStatus: ...
 
+    def position(self) -> Position:
+        """The position reads see now (no view is taken)."""
+        ...
+
     def wait_for_position(self, minimum: Position, timeout: float) -> bool:
         """Block until the store's position reaches ``minimum``; ``False`` if ``timeout`` passes first."""
+        ...
+
+    def add_listener(self, listener: Callable[[], None]) -> Callable[[], None]:
+        """Call ``listener()`` after every change of the store (a write, a state change, ...);
+        returns the function that removes it.
+
+        For waiters that cannot block a thread (an event loop): it runs on the thread making the
+        change, with the store's lock held, so it must return at once and may read only
+        ``position()`` and ``state``. It may also be called when nothing a reader sees changed.
+        """
         ...

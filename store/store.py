@@ -5,11 +5,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import TracebackType
 
 from store.config import StoreConfig
 from store.copies import Copies
+from store.corruption import CorruptionReport
 from store.exceptions import StoreClosedError
 from store.lock import DirectoryLock
 from store.materializer import Materializer
@@ -24,6 +25,7 @@ from store.protocol import (
 from store.replica import Replica
 from store.restore_slots import PROCESS_RESTORE_SLOTS, RestoreSlots
 from store.state import StoreState
+from store.verifier import Verifier
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +45,11 @@ class Store:
     A store whose start fails for a reason a retry cannot fix (its directory locked by another
     process, or unusable) is FAILED, with the reason in ``status().last_error``.
 
+    A read of a copy that fails for any reason but "not found" (corruption, I/O error), whether a
+    reader's, the materializer's or the background verifier's (``store.verifier``), marks that copy
+    corrupt: it answers no read any more (``view()`` raises ``StoreReadError``, ``corruption`` says
+    why) and a copy rebuilt from the topic replaces it, beside it if the store was READY.
+
     ``restore_slots`` limits how many stores bulk-restore at once (``store.restore_slots``); stores
     not given one share a process-wide limit of one.
 
@@ -57,6 +64,7 @@ class Store:
         self._changed = self._copies.changed
         self._directory_lock = DirectoryLock(config.name, config.path)
         self._materializer: Materializer | None = None
+        self._verifier: Verifier | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -75,8 +83,14 @@ class Store:
 
     @property
     def readable(self) -> bool:
-        """Whether reads get answers: READY, or REBUILDING while the last good copy is served."""
+        """Whether reads get answers: READY, or REBUILDING while the last good copy is served;
+        never while the served copy is corrupt."""
         return self._copies.readable
+
+    @property
+    def corruption(self) -> CorruptionReport | None:
+        """Why the served copy answers no read (corruption found in it), until a rebuilt copy replaces it."""
+        return self._copies.corruption
 
     def start(self) -> None:
         """Lock and open the store directory and start materializing; returns at once.
@@ -100,10 +114,19 @@ class Store:
             self._copies.fail(str(exc))
             raise
         self._materializer = Materializer(self.config, self._copies, self._restore_slots)
+        maintenance = self.config.tuning.maintenance
+        if maintenance.verify_interval_seconds > 0:
+            self._verifier = Verifier(
+                self._copies, maintenance.verify_interval_seconds, maintenance.verify_bytes_per_second
+            )
         self._materializer.start()
+        if self._verifier is not None:
+            self._verifier.start()
 
     def stop(self) -> None:
         """Stop materializing, flush, close the database and release the directory."""
+        if self._verifier is not None:
+            self._verifier.stop()
         if self._materializer is not None:
             self._materializer.stop()
         position = self._copies.close()
@@ -154,6 +177,9 @@ class Store:
 
         With ``as_of``, every read answers as of exactly that position (the store must keep
         history, have reached the position, and still retain it).
+
+        Raises ``StoreReadError`` when the served copy is corrupt; a read that fails for any
+        reason but "not found" raises it too, and marks the copy corrupt.
         """
         with self._copies.reading(as_of) as reader:
             yield reader
@@ -166,6 +192,10 @@ class Store:
     def wait_for_position(self, minimum: Position, timeout: float) -> bool:
         with self._changed:
             return self._changed.wait_for(lambda: self.position().reaches(minimum), timeout)
+
+    def add_listener(self, listener: Callable[[], None]) -> Callable[[], None]:
+        """Call ``listener()`` after every change (see ``ServableStore.add_listener``)."""
+        return self._changed.add_listener(listener)
 
     def status(self) -> StoreStatus:
         copies, materializer = self._copies, self._materializer
@@ -196,7 +226,10 @@ class Store:
             memory=copies.memory(),
             seconds_since_last_contact=time.monotonic() - last_contact if last_contact else None,
             indexes=_index_statuses(serving),
-            stale=serving is not None and serving is not writing,
+            stale=serving is not None and serving is not writing and serving.corruption is None,
+            corruption=serving.corruption if serving is not None else None,
+            corruptions_found=copies.corruptions_found,
+            verification_passes=self._verifier.passes if self._verifier is not None else 0,
         )
 
 

@@ -4,7 +4,8 @@
 - :class:`ConsumerTuning`: how the topic is polled and watched (``store.source``, ``store.apply_loop``).
 - :class:`RetryTuning`: the backoff between retries after a broker or disk problem (``store.materializer``).
 - :class:`RestoreTuning`: bulk restores and the pacing of any restore (``store.bulkload``).
-- :class:`MaintenanceTuning`: the periodic work of a READY store (``store.apply_loop``).
+- :class:`MaintenanceTuning`: the periodic work of a READY store (``store.apply_loop``,
+  ``store.verifier``).
 
 :class:`StoreTuning` groups them, with the hot-key read cache (``store.replica``). The service's
 ``engine`` settings (``service.settings``) set some of them by the same field names.
@@ -69,6 +70,10 @@ class MaintenanceTuning:
     checkpoint_interval_seconds: float = 30.0
     # How often a store that keeps history moves its floor and prunes old versions.
     history_prune_interval_seconds: float = 5.0
+    # Background verification (``store.verifier``): the pause between passes that read the whole
+    # served copy back with checksums verified (0 turns it off), and the most a pass reads a second.
+    verify_interval_seconds: float = 3600.0
+    verify_bytes_per_second: int = 16 * 1024 * 1024
 
 
 _GROUPS = ("rocksdb", "consumer", "retry", "restore", "maintenance")

@@ -13,6 +13,9 @@ import threading
 from pathlib import Path
 from typing import Protocol
 
+from store.corruption import FINDERS, CorruptionReport
+from store.exceptions import StoreReadError
+from store.kafka import RebuildRequired
 from store.position import Position
 from store.records import RecordBatch
 from store.state import StoreState
@@ -27,6 +30,11 @@ class TableWriter(Protocol):
     @property
     def position(self) -> Position:
         """The next offset per partition written so far (stored with the data)."""
+        ...
+
+    @property
+    def corruption(self) -> CorruptionReport | None:
+        """Set once a read or write of this copy failed (by any thread): it must be rebuilt."""
         ...
 
     @property
@@ -101,3 +109,16 @@ class StoreCopies(Protocol):
     def reopen(self) -> None:
         """Reopen the written copy after a write error; ``StoreWriteError`` if it cannot be yet."""
         ...
+
+    def report_corruption(self, error: StoreReadError) -> bool:
+        """A read or write of the written copy on the materializer's thread failed (corruption,
+        I/O error): mark the copy corrupt; ``True`` if it is (the store may be stopping)."""
+        ...
+
+
+def check_written_copy(writer: TableWriter) -> None:
+    """Raise ``RebuildRequired`` once the written copy was found corrupt, by whichever thread: the
+    materializer checks before each step, so no write is under way on the copy it replaces."""
+    report = writer.corruption
+    if report is not None:
+        raise RebuildRequired(f"corruption found by {FINDERS[report.found_by]}: {report.detail}")

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import hashlib
 
+import httpx
 import pyarrow as pa
 import pytest
 
 from clients import StatestoreClient
 from clients import exceptions as e
-from clients.client import Call
+from clients.flow import sent
 from clients.position import Position
-from clients.retry import RetryPolicy
+from clients.retry import Deadline, RetryPolicy
+from clients.wire import Call
 from service.app import create_app
 from service.local_broker import free_port
 from store import InMemoryStore, StoreState
@@ -19,6 +21,11 @@ from tests.clients.conftest import BackgroundServer, ServeStores, json_records, 
 from tests.support.server import serve_app
 
 FAST_RETRY = RetryPolicy(initial_backoff=0.02, max_backoff=0.2)
+
+
+def send(client: StatestoreClient, call: Call) -> httpx.Response:
+    """One request as the client sends its own (retried within its deadline), built by hand."""
+    return client._run(sent(call, Deadline(client.options.deadline), client.options))
 
 
 def test_reads_decode_per_value_format(serve_stores: ServeStores, products_store: InMemoryStore) -> None:
@@ -121,35 +128,38 @@ def test_every_problem_type_the_service_sends_maps_to_its_error(
         with pytest.raises(e.InvalidParameterError):
             list(client.scan("products", "p", page_size=0))
         with pytest.raises(e.BadKeyEncodingError):
-            client._send(Call("GET", "/v1/stores/products/keys/%%%", {"key_encoding": "base64"}))
+            send(client, Call("GET", "/v1/stores/products/keys/%%%", {"key_encoding": "base64"}))
         with pytest.raises(e.MalformedRequestError):
-            client._send(
+            send(
+                client,
                 Call(
                     "POST",
                     "/v1/stores/products/keys:batchGet",
                     {},
                     {"Content-Type": "application/json"},
                     b"{",
-                )
+                ),
             )
         with pytest.raises(e.UnsupportedMediaTypeError):
-            client._send(
-                Call("POST", "/v1/stores/products/keys:batchGet", {}, {"Content-Type": "text/csv"}, b"a")
+            send(
+                client,
+                Call("POST", "/v1/stores/products/keys:batchGet", {}, {"Content-Type": "text/csv"}, b"a"),
             )
         with pytest.raises(e.BodyTooLargeError):
-            client._send(
+            send(
+                client,
                 Call(
                     "POST",
                     "/v1/stores/products/keys:batchGet",
                     {},
                     {"Content-Type": "application/json"},
                     b" " * 5000,
-                )
+                ),
             )
         with pytest.raises(e.MethodNotAllowedError):
-            client._send(Call("DELETE", "/v1/stores/products/keys/p001"))
+            send(client, Call("DELETE", "/v1/stores/products/keys/p001"))
         with pytest.raises(e.RouteNotFoundError):
-            client._send(Call("GET", "/v2/nothing"))
+            send(client, Call("GET", "/v2/nothing"))
 
 
 def test_bearer_tokens_unauthorized_and_forbidden(

@@ -182,3 +182,37 @@ def test_an_as_of_older_than_the_retained_history_is_refused_with_the_floor(port
         assert client.get("shortlived", "k", as_of=floor) == json.loads(
             portfolio.model("shortlived", floor)[b"k"]
         )
+
+
+def test_views_of_both_flavours_offer_every_read_at_their_position(portfolio: Portfolio) -> None:
+    first = portfolio.produce(
+        "positions", [(b"view-1", position(1, "VIEWS", 1)), (b"view-2", position(2, "VIEWS", 2))]
+    )
+    second = portfolio.produce("positions", [(b"view-2", None)])
+    then, now = (portfolio.model("positions", at) for at in (first, second))
+    rows_then, rows_now = (by_ticker(model)["VIEWS"] for model in (then, now))
+    assert rows_then != rows_now
+    keys = pa.array([b"view-1", b"view-2"], pa.binary())
+    views = pa.array(["VIEWS"])
+    with StatestoreClient(portfolio.url, retry=NO_RETRY) as client:
+        consistent, pinned = client.consistent("positions", first), client.pinned("positions")
+        assert consistent.index_arrow("by_ticker", views).column("key").to_pylist() == [b"view-1", b"view-2"]
+        assert list(pinned.index_lookup("by_ticker", "VIEWS")) == rows_now
+        assert pinned.index_get_many("by_ticker", ["VIEWS"]) == {"VIEWS": rows_now}
+        assert pinned.index_arrow("by_ticker", views).column("key").to_pylist() == [b"view-1"]
+    with StatestoreClient(portfolio.url, retry=NO_RETRY, deadline=1.0) as client:
+        ahead = client.pinned("positions", {0: 10**9, 1: 10**9})
+        with pytest.raises(e.PositionNotReachedError):
+            ahead.index_get_many("by_ticker", ["VIEWS"])
+
+    async def read_async() -> None:
+        async with AsyncStatestoreClient(portfolio.url, retry=NO_RETRY) as client:
+            consistent = await client.consistent("positions", first)
+            assert (await consistent.get_arrow(keys)).to_pylist() == [then[b"view-1"], then[b"view-2"]]
+            assert (await consistent.index_arrow("by_ticker", views)).num_rows == 2
+            pinned = await client.pinned("positions")
+            assert [row async for row in pinned.index_lookup("by_ticker", "VIEWS")] == rows_now
+            assert await pinned.index_get_many("by_ticker", ["VIEWS"]) == {"VIEWS": rows_now}
+            assert (await pinned.get_arrow(keys)).to_pylist() == [now[b"view-1"], None]
+
+    asyncio.run(read_async())

@@ -24,13 +24,6 @@ def test_dedupe_keeps_first_seen_order_and_maps_every_row() -> None:
     assert [unique[i] for i in index] == [b"b", b"a", b"b", b"c", b"a"]
 
 
-def test_chunks_split_into_batches_of_at_most_size() -> None:
-    keys = [bytes([i]) for i in range(7)]
-    assert [list(c) for c in wire.chunks(keys, 3)] == [keys[0:3], keys[3:6], keys[6:7]]
-    with pytest.raises(ValueError, match="at least 1"):
-        list(wire.chunks(keys, 0))
-
-
 def test_text_keys_go_in_the_path_and_awkward_ones_as_base64() -> None:
     assert wire.path_key("p 1é") == ("p%201%C3%A9", {})
     assert wire.path_key("a/b") == (base64.urlsafe_b64encode(b"a/b").decode(), {"key_encoding": "base64"})

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from collections import Counter
 
 import httpx
@@ -23,11 +24,13 @@ KEYS = [f"k{i:03}" for i in range(300)]
 
 class Readers:
     """Threads reading every key over HTTP (single and batch gets) until stopped; each answer must
-    be 200 and hold a value one of the two generations gave the key."""
+    be 200 and hold a value one of the two generations gave the key. They ask ``/readyz`` too: a
+    replica that answers reads stays ready (``readiness``: its statuses and the states it named)."""
 
     def __init__(self, url: str, allowed: dict[str, set[bytes]], threads: int = 2) -> None:
         self.allowed = allowed
         self.statuses: Counter[int] = Counter()
+        self.readiness: Counter[tuple[int, str]] = Counter()
         self.failures: list[str] = []
         self._stop = threading.Event()
         self._threads = [
@@ -50,6 +53,8 @@ class Readers:
                 self.statuses[batch.status_code] += 1
                 if batch.status_code != 200:
                     self.failures.append(f"batchGet: {batch.status_code} {batch.text[:200]}")
+                ready = client.get("/readyz")
+                self.readiness[ready.status_code, ready.json()["stores"]["prices"]] += 1
 
     def stop(self) -> None:
         self._stop.set()
@@ -78,13 +83,17 @@ def test_reads_go_on_through_a_broker_outage_and_the_store_follows_the_broker_ba
         own_broker.stop()
         service.wait_for(lambda: service.info("prices")["last_error"] is not None, 60, "a reported outage")
         first = service.info("prices")["seconds_since_last_contact"]
-        first_gauge = gauge(service, "statestore_seconds_since_last_contact")
+        last_contact = gauge(service, "statestore_last_contact_timestamp_seconds")
         service.wait_for(
             lambda: service.info("prices")["seconds_since_last_contact"] > first + 1,
             30,
             "the time since the last contact to grow",
         )
-        assert gauge(service, "statestore_seconds_since_last_contact") > first_gauge
+        # The time of the last contact stays where it was while the broker is away.
+        assert gauge(service, "statestore_last_contact_timestamp_seconds") == pytest.approx(
+            last_contact, abs=0.5
+        )
+        assert time.time() - gauge(service, "statestore_last_contact_timestamp_seconds") > first + 1
         info = service.info("prices")
         assert info["state"] == "READY"
         assert info["stale"] is False
@@ -107,11 +116,13 @@ def test_reads_go_on_through_a_broker_outage_and_the_store_follows_the_broker_ba
         # The outage is over: its error no longer shows (records and metadata answers go through).
         service.wait_for(lambda: service.info("prices")["last_error"] is None, 30, "the error to clear")
         assert service.info("prices")["seconds_since_last_contact"] < first + 1
+        assert gauge(service, "statestore_last_contact_timestamp_seconds") > last_contact + 1
         assert gauge(service, "statestore_stale") == 0
     finally:
         readers.stop()
     assert not readers.failures, readers.failures[:5]
     assert set(readers.statuses) == {200}, readers.statuses
     assert readers.statuses[200] > 100
+    assert {status for status, _ in readers.readiness} == {200}, readers.readiness
     assert "reads are served from the last good copy until then (stale)" in service.log
     assert "the rebuilt copy replaced the stale one" in service.log

@@ -32,13 +32,15 @@ stores:
     indexes:
       - {name: by_category, field: category}
     history: {retention_ms: 86400000}
-    engine: {block_cache_bytes: 1GiB, checkpoint_interval_seconds: 10, bulk_load_workers: 6}
+    engine: {verify_interval_seconds: 0, block_cache_bytes: 1GiB, checkpoint_interval_seconds: 10,
+             bulk_load_workers: 6}
   - name: customers
     topic: customers
 engine:
   block_cache_bytes: 128MiB
   write_buffer_bytes: 16777216
   read_cache_entries: 0
+  verify_bytes_per_second: 4MiB
   max_concurrent_bulk_restores: 2
 limits:
   max_batch_keys: 500
@@ -136,14 +138,21 @@ def test_engine_settings_apply_to_every_store_and_a_store_overrides_them(config_
     products, customers = (c.tuning for c in store_configs(load_settings(config_file)))
     default = StoreTuning()
     assert customers == default.replace(
-        block_cache_bytes=128 * 2**20, write_buffer_bytes=16 * 2**20, read_cache_entries=0
+        block_cache_bytes=128 * 2**20,
+        write_buffer_bytes=16 * 2**20,
+        read_cache_entries=0,
+        verify_bytes_per_second=4 * 2**20,
     )
     assert products == customers.replace(
-        block_cache_bytes=2**30, checkpoint_interval_seconds=10, bulk_load_workers=6
+        block_cache_bytes=2**30,
+        checkpoint_interval_seconds=10,
+        bulk_load_workers=6,
+        verify_interval_seconds=0,
     )
     assert products.rocksdb.block_cache_bytes == 2**30
     assert products.maintenance.checkpoint_interval_seconds == 10
     assert products.restore.bulk_load_workers == 6
+    assert products.maintenance.verify_interval_seconds == 0
     assert type(products.rocksdb.block_cache_bytes) is int
 
 

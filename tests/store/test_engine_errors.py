@@ -15,6 +15,7 @@ from store import (
     StoreCorruptWriteError,
     StoreFullError,
     StoreIOError,
+    StoreReadError,
     StoreWriteError,
     StoreWriterClosedError,
 )
@@ -70,3 +71,11 @@ def test_rocksdicts_own_closed_error_is_a_closed_writer() -> None:
     assert (
         type(write_error(DB, rocksdict.DbClosedError("DB instance already closed"))) is StoreWriterClosedError
     )
+
+
+def test_a_write_refused_for_corruption_is_also_a_failed_read_naming_the_file() -> None:
+    """So the materializer reacts to it as to any corruption found: the copy is rebuilt."""
+    error = write_error(DB, Exception("Corruption: block checksum mismatch in /s/db/000009.sst offset 5"))
+    assert isinstance(error, StoreReadError)
+    assert error.file == "/s/db/000009.sst"
+    assert error.engine_message.startswith("Corruption: block checksum mismatch")

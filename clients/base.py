@@ -1,0 +1,341 @@
+"""What the sync and async clients share: their configuration, and every read written once as a flow.
+
+:class:`BaseClient` builds the requests, retries, batches, pages and decodes, all as flows
+(:mod:`clients.flow`) that do no I/O; :class:`clients.client.StatestoreClient` runs them with blocking
+httpx calls and :class:`clients.aio.AsyncStatestoreClient` with asyncio. Each flavour adds only its
+driver and the thin public methods that run one flow each. A flow may also run several flows at once
+(``flow.Together``): one call can send its parts concurrently and merge the answers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from typing import Any, Generic, TypedDict, TypeVar, Unpack
+
+import httpx
+import pyarrow as pa
+
+from clients import flow, indexes, wire
+from clients.exceptions import AnswerTooLargeError, DeadlineExceededError, KeyNotFoundError
+from clients.flow import Attempt, Flow
+from clients.indexes import IndexValue
+from clients.options import DEFAULT_BATCH_SIZE, ClientOptions, Verify
+from clients.paging import Pager, Send
+from clients.position import Position, PositionLike
+from clients.retry import Deadline, RetryPolicy
+from clients.wire import Call, Key, StoreInfo, ValueFormat
+
+HttpT = TypeVar("HttpT", bound=httpx.Client | httpx.AsyncClient)
+TransportT = TypeVar("TransportT", bound=httpx.BaseTransport | httpx.AsyncBaseTransport)
+RowsT = TypeVar("RowsT")
+"""What a streaming read returns: an ``Iterator`` of :data:`Row`, or an ``AsyncIterator``."""
+Row = tuple[Key, Any]
+"""One item of a streaming read: ``(key, value)``."""
+
+
+class ReadAt(TypedDict, total=False):
+    """The keywords every read takes.
+
+    ``min_position=`` demands a table at least that new (the read waits for it, within the deadline);
+    ``as_of=`` reads exactly that position (the store must keep history back to it); not both.
+    ``deadline=`` bounds the call with its retries, in seconds (default: the client's ``deadline``).
+    """
+
+    min_position: PositionLike | None
+    as_of: PositionLike | None
+    deadline: float | None
+
+
+class IndexReadAt(ReadAt, total=False):
+    """The keywords of a batch index read: those of every read, and ``limit_per_value=``.
+
+    ``limit_per_value`` is the number of rows per value one batch answer holds (default 1,000);
+    a value with more rows is paged on with GET.
+    """
+
+    limit_per_value: int
+
+
+class IndexRowsAt(IndexReadAt, total=False):
+    """The keywords of a batch index read, and ``binary_keys=True`` for row keys as ``bytes``."""
+
+    binary_keys: bool
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _IndexBatch:
+    """What every batch of one index lookup asks, but its values."""
+
+    store: str
+    index: str
+    limit_per_value: int
+    min_position: PositionLike | None
+    as_of: PositionLike | None
+
+
+def pinned_at(read: ReadAt) -> tuple[PositionLike | None, PositionLike | None]:
+    """``(min_position, as_of)`` of a read, refused before anything is sent when both are given."""
+    min_position, as_of = read.get("min_position"), read.get("as_of")
+    wire.read_params(min_position, as_of=as_of)
+    return min_position, as_of
+
+
+def floor_of(min_position: PositionLike | None) -> Position | None:
+    return Position.of(min_position) if min_position is not None else None
+
+
+class BaseClient(ABC, Generic[HttpT, TransportT, RowsT]):
+    """A client of one statestore service: configuration, one connection pool, reads as flows."""
+
+    def __init__(
+        self,
+        url: str | ClientOptions,
+        *,
+        token: str | None = None,
+        verify: Verify = True,
+        timeout: float = 10.0,
+        deadline: float = 30.0,
+        retry: RetryPolicy | None = None,
+        batch_size: int | None = None,
+        transport: TransportT | None = None,
+    ) -> None:
+        """``url`` is the service's base URL, or the :class:`ClientOptions` of another client.
+
+        ``token`` is sent as a bearer token; ``verify`` is ``True`` (system CAs), ``False`` or a CA
+        bundle; ``timeout`` bounds one attempt and ``deadline`` a whole call with its retries;
+        ``batch_size`` is the number of keys per batch request; ``transport`` replaces httpx's.
+        """
+        if isinstance(url, ClientOptions):
+            self.options = url
+        else:
+            self.options = ClientOptions(
+                url,
+                token=token,
+                verify=verify,
+                timeout=timeout,
+                deadline=deadline,
+                retry=retry or RetryPolicy(),
+                batch_size=batch_size or DEFAULT_BATCH_SIZE,
+            )
+        self._http: HttpT = self._connect(transport)
+        self._formats: dict[str, ValueFormat] = {}
+
+    @abstractmethod
+    def _connect(self, transport: TransportT | None) -> HttpT:
+        """The httpx client (one connection pool) this client sends with."""
+
+    @abstractmethod
+    def _rows(self, flow: Flow[None]) -> RowsT:
+        """The items a streaming flow emits, as this flavour's iterator (run lazily)."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.options.url!r})"
+
+    def _request(self, attempt: Attempt) -> httpx.Request:
+        call = attempt.call
+        return self._http.build_request(
+            call.method,
+            call.path,
+            params=attempt.params,
+            headers=call.headers,
+            content=call.content,
+            timeout=attempt.timeout,
+        )
+
+    # -- streaming reads: the same method serves both flavours ------------------------------------
+
+    def scan(self, store: str, prefix: Key = "", *, page_size: int = 1000, **read: Unpack[ReadAt]) -> RowsT:
+        """``(key, value)`` pairs whose key starts with ``prefix``, byte-ordered, across pages.
+
+        Later pages demand at least the position of the first, so the scan never goes back in time;
+        with ``as_of=`` every page reads exactly that position, so the whole scan is one version.
+        Keys are ``str`` for a text prefix and ``bytes`` for a bytes prefix. ``deadline=`` bounds
+        each page. An ``Iterator`` from the sync client, an ``AsyncIterator`` from the async one.
+        """
+        return self._rows(self._scan_flow(store, prefix, page_size, read))
+
+    def index_lookup(
+        self,
+        store: str,
+        index: str,
+        value: IndexValue,
+        *,
+        page_size: int = 1000,
+        binary_keys: bool = False,
+        **read: Unpack[ReadAt],
+    ) -> RowsT:
+        """Every ``(row key, value)`` whose indexed field equals ``value``, by row key, across pages.
+
+        ``client.index_lookup("positions", "by_ticker", "AAPL")``. Pages read like :meth:`scan`:
+        never back in time, or all exactly ``as_of``. Row keys are UTF-8 text unless ``binary_keys``.
+        """
+        return self._rows(self._index_lookup_flow(store, index, value, page_size, binary_keys, read))
+
+    # -- flows -------------------------------------------------------------------------------------
+
+    def _deadline(self, seconds: float | None) -> Deadline:
+        return Deadline(seconds or self.options.deadline)
+
+    def _sent(self, call: Call, deadline: Deadline) -> Flow[httpx.Response]:
+        return flow.sent(call, deadline, self.options)
+
+    def _sender(self, deadline: Deadline | float | None) -> Send:
+        """Sends calls within ``deadline``: one shared ``Deadline``, or these seconds for each call."""
+        if isinstance(deadline, Deadline):
+            return lambda call: self._sent(call, deadline)
+        return lambda call: self._sent(call, self._deadline(deadline))
+
+    def _stores_flow(self, deadline: float | None) -> Flow[list[StoreInfo]]:
+        response = yield from self._sent(Call("GET", "/v1/stores"), self._deadline(deadline))
+        infos = [StoreInfo.from_json(item) for item in wire.json_body(response).get("stores", [])]
+        self._formats.update((info.name, info.value_format) for info in infos)
+        return infos
+
+    def _store_flow(self, store: str, deadline: float | None) -> Flow[StoreInfo]:
+        response = yield from self._sent(Call("GET", wire.store_path(store)), self._deadline(deadline))
+        info = StoreInfo.from_json(wire.json_body(response))
+        self._formats[store] = info.value_format
+        return info
+
+    def _position_flow(
+        self, store: str, position: PositionLike | None, deadline: float | None = None
+    ) -> Flow[Position]:
+        """``position`` if given, else the store's position now."""
+        if position is not None:
+            return Position.of(position)
+        info = yield from self._store_flow(store, deadline)
+        return info.position
+
+    def _value_format_flow(self, store: str) -> Flow[ValueFormat]:
+        if store not in self._formats:
+            yield from self._store_flow(store, None)
+        return self._formats[store]
+
+    def _get_flow(self, store: str, key: Key, raw: bool, read: ReadAt) -> Flow[Any]:
+        if key in ("", b""):
+            # The empty key has no path segment: the batch route asks for it.
+            found = yield from self._get_many_flow(store, [key], raw, read)
+            return found[0]
+        call = wire.get_call(store, key, read.get("min_position"), read.get("as_of"))
+        try:
+            response = yield from self._sent(call, self._deadline(read.get("deadline")))
+        except KeyNotFoundError:
+            return None
+        return wire.decode_get(response, raw)
+
+    def _get_many_flow(self, store: str, keys: Sequence[Key], raw: bool, read: ReadAt) -> Flow[list[Any]]:
+        unique, index = wire.dedupe([wire.key_bytes(k) for k in keys])
+        value_format = None if raw else (yield from self._value_format_flow(store))
+        array = yield from self._get_arrow_flow(store, pa.array(unique, type=pa.binary()), read)
+        found = array.to_pylist()
+        if value_format is not None:
+            found = [None if v is None else wire.decode_value(v, value_format) for v in found]
+        return [found[i] for i in index]
+
+    def _batches(self, values: pa.Array, deadline: Deadline, what: str) -> Iterator[pa.Array]:
+        """``values`` in slices of ``batch_size``; a slice not yet sent when ``deadline`` passes fails."""
+        size = self.options.batch_size
+        for start in range(0, len(values), size):
+            if deadline.expired:
+                raise DeadlineExceededError(f"{what} ran past its deadline")
+            yield values.slice(start, size)
+
+    def _get_arrow_flow(self, store: str, keys: pa.Array, read: ReadAt) -> Flow[pa.Array]:
+        min_position, as_of = pinned_at(read)
+        deadline = self._deadline(read.get("deadline"))
+        parts: list[pa.Array] = []
+        for chunk in self._batches(keys, deadline, f"batch get on store {store!r}"):
+            response = yield from self._sent(wire.batch_get_call(store, chunk, min_position, as_of), deadline)
+            parts.append(wire.decode_values(response.content, len(chunk)))
+        return pa.concat_arrays(parts) if parts else pa.array([], type=pa.binary())
+
+    def _scan_flow(self, store: str, prefix: Key, page_size: int, read: ReadAt) -> Flow[None]:
+        min_position, as_of = pinned_at(read)
+        value_format = yield from self._value_format_flow(store)
+        binary = isinstance(prefix, bytes)
+
+        def row(item: Any) -> Row:
+            key = wire.decode_scan_key(item["key"], binary)
+            return key, wire.decode_json_member(item["value"], value_format)
+
+        def decode(page: Any) -> tuple[Iterator[Row], str | None]:
+            return map(row, page.get("items", [])), page.get("next_after")
+
+        pager: Pager[str] = Pager(
+            lambda after, floor: wire.scan_call(store, prefix, after, page_size, floor, as_of), decode, as_of
+        )
+        yield from pager.every_page(self._sender(read.get("deadline")), None, floor_of(min_position))
+
+    def _index_pager(
+        self, store: str, index: str, value: str, page_size: int, as_of: PositionLike | None
+    ) -> Pager[bytes]:
+        """The pages of the rows whose indexed field is ``value``; items are ``(raw row key, value)``."""
+        return Pager(
+            lambda after, floor: indexes.index_call(store, index, value, after, page_size, floor, as_of),
+            indexes.decode_index_page,
+            as_of,
+        )
+
+    def _index_lookup_flow(
+        self, store: str, index: str, value: IndexValue, page_size: int, binary_keys: bool, read: ReadAt
+    ) -> Flow[None]:
+        min_position, as_of = pinned_at(read)
+        pager = self._index_pager(store, index, indexes.index_text(value), page_size, as_of).with_items(
+            lambda item: (indexes.row_key(item[0], binary_keys), item[1])
+        )
+        yield from pager.every_page(self._sender(read.get("deadline")), None, floor_of(min_position))
+
+    def _index_arrow_flow(
+        self, store: str, index: str, values: pa.Array, read: IndexReadAt
+    ) -> Flow[pa.Table]:
+        min_position, as_of = pinned_at(read)
+        limit_per_value = read.get("limit_per_value", indexes.DEFAULT_LIMIT_PER_VALUE)
+        deadline = self._deadline(read.get("deadline"))
+        parts: list[pa.Table] = []
+        for chunk in self._batches(values, deadline, f"index lookup on store {store!r}"):
+            lookup = _IndexBatch(store, index, limit_per_value, min_position, as_of)
+            parts.extend((yield from self._index_chunk_flow(lookup, chunk, deadline)))
+        if not parts:
+            return indexes.INDEX_ANSWER.empty_table().drop_columns(["next_after"])
+        return pa.concat_tables(parts)
+
+    def _index_chunk_flow(
+        self, lookup: _IndexBatch, chunk: pa.Array, deadline: Deadline
+    ) -> Flow[list[pa.Table]]:
+        """The answers for ``chunk``, halved and asked again while the service finds one too large.
+
+        A batch of values whose rows together pass the service's ``limits.max_answer_rows`` is
+        refused whole (413 ``answer-too-large``); its halves are smaller answers. A single value
+        still too large is the caller's to narrow (``limit_per_value``).
+        """
+        call = indexes.index_batch_call(
+            lookup.store, lookup.index, chunk, lookup.limit_per_value, lookup.min_position, lookup.as_of
+        )
+        try:
+            response = yield from self._sent(call, deadline)
+        except AnswerTooLargeError:
+            if len(chunk) < 2:
+                raise
+            half = len(chunk) // 2
+            first = yield from self._index_chunk_flow(lookup, chunk.slice(0, half), deadline)
+            second = yield from self._index_chunk_flow(lookup, chunk.slice(half), deadline)
+            return first + second
+        table = indexes.decode_index_batch(response.content, chunk)
+        # A value with more rows than the batch answered is paged on at the batch's position.
+        floor = None if lookup.as_of is not None else wire.position_of(response)
+        more: dict[str, list[tuple[bytes, Any]]] = {}
+        for value, cursor in indexes.continued_values(table):
+            pager = self._index_pager(lookup.store, lookup.index, value, lookup.limit_per_value, lookup.as_of)
+            rows = pager.every_page(self._sender(deadline), cursor, floor)
+            more[value] = yield from flow.collected(rows)
+        return [indexes.with_more_pages(table, more)]
+
+    def _index_get_many_flow(
+        self, store: str, index: str, values: Sequence[IndexValue], read: IndexRowsAt
+    ) -> Flow[dict[IndexValue, list[Row]]]:
+        texts = [indexes.index_text(v) for v in values]
+        unique = pa.array(list(dict.fromkeys(texts)), pa.string())
+        table = yield from self._index_arrow_flow(store, index, unique, read)
+        return indexes.grouped_rows(table, values, texts, read.get("binary_keys", False))
