@@ -193,20 +193,19 @@ def plan_lookup(
         raise ValueError("pass as_of= or min_position=, not both: as_of pins the exact position")
     url, token = connection(session, url, token)
     exact = consistent or as_of is not None
-    if isinstance(verify, bool | str):
-        options = ClientOptions(
-            url,
-            token=token,
-            verify=verify,
-            timeout=timeout,
-            deadline=deadline,
-            batch_size=batch_size,
-            retry=RetryPolicy(max_backoff=5.0),
-        )
-    else:
+    if not isinstance(verify, bool | str):
         raise TypeError(
             "verify must be True/False or a CA bundle path: tasks rebuild the client on executors"
         )
+    options = ClientOptions(
+        url,
+        token=token,
+        verify=verify,
+        timeout=timeout,
+        deadline=deadline,
+        batch_size=batch_size,
+        retry=RetryPolicy(max_backoff=5.0),
+    )
     planning = dataclasses.replace(
         options, deadline=planning_deadline, timeout=min(timeout, planning_deadline)
     )
@@ -220,22 +219,9 @@ def plan_lookup(
             if isinstance(exc, UnauthorizedError) and token is None and is_connect(session):
                 exc.add_note(UNREADABLE_TOKEN)
             raise
-        if as_of is not None:
-            position = Position.of(as_of)
-        elif min_position is not None:
-            position = info.position.merged(Position.of(min_position))
-        else:
-            position = info.position
-        if index is not None and info.value_format != "json":
-            raise SchemaMismatchError(
-                f"store {store!r} holds {info.value_format} values; indexes exist on JSON stores only"
-            )
+        position = _pinned(info.position, as_of, min_position)
         schema = value_schema_of(session, value_schema) if value_schema is not None else None
-        if schema is not None and info.value_format != "json":
-            raise SchemaMismatchError(
-                f"store {store!r} holds {info.value_format} values; value_schema applies to JSON stores only:"
-                f" drop value_schema to get a {'binary' if info.value_format == 'bytes' else 'string'} column"
-            )
+        _check_format(store, info.value_format, index, schema)
         arrow_type = pa.struct(list(to_arrow_schema(schema))) if schema is not None else None
         spec = LookupSpec(
             options, store, str(position), info.value_format, arrow_type, cache_bytes, exact, index
@@ -252,18 +238,44 @@ def plan_lookup(
     )  # fmt: skip
     with _planned_lock:
         _planned[lookup_id] = planned
-    through = f" through index {index!r}" if index is not None else ""
-    if exact:
+    _log_plan(planned, position)
+    return Plan(spec, value_type, planned)
+
+
+def _pinned(current: Position, as_of: PositionLike | None, min_position: PositionLike | None) -> Position:
+    """The position a lookup pins: ``as_of`` exactly, else the store's, at least ``min_position``."""
+    if as_of is not None:
+        return Position.of(as_of)
+    if min_position is not None:
+        return current.merged(Position.of(min_position))
+    return current
+
+
+def _check_format(store: str, value_format: str, index: str | None, schema: StructType | None) -> None:
+    """Indexes and ``value_schema`` need a JSON store: fail on the driver, naming what to do."""
+    if index is not None and value_format != "json":
+        raise SchemaMismatchError(
+            f"store {store!r} holds {value_format} values; indexes exist on JSON stores only"
+        )
+    if schema is not None and value_format != "json":
+        raise SchemaMismatchError(
+            f"store {store!r} holds {value_format} values; value_schema applies to JSON stores only:"
+            f" drop value_schema to get a {'binary' if value_format == 'bytes' else 'string'} column"
+        )
+
+
+def _log_plan(planned: LookupInfo, position: Position) -> None:
+    through = f" through index {planned.index!r}" if planned.index is not None else ""
+    if planned.exact:
         log.info(
             "lookup %s of store %r%s at %s reads exactly as of position %s (rerun with as_of=%r)",
-            lookup_id[:8], store, through, url, position or "(empty)", str(position),
+            planned.lookup_id[:8], planned.store, through, planned.url, position or "(empty)", str(position),
         )  # fmt: skip
     else:
         log.info(
             "lookup %s of store %r%s at %s pinned to position %s",
-            lookup_id[:8], store, through, url, position or "(empty)",
+            planned.lookup_id[:8], planned.store, through, planned.url, position or "(empty)",
         )  # fmt: skip
-    return Plan(spec, value_type, planned)
 
 
 def _check_reads(client: StatestoreClient, spec: LookupSpec) -> None:
