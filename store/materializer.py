@@ -79,6 +79,8 @@ class MaterializerTarget(Protocol):
 
     def defer_compactions(self, deferred: bool) -> None: ...
 
+    def compact_leftover_level0(self) -> None: ...
+
     def rebuild(self, reason: str) -> None: ...
 
     def reopen(self) -> None: ...
@@ -574,6 +576,9 @@ class Materializer:
             restoring = False
             pacing.close()
             self._become_ready(partitions)
+            if bulk_caught_up is not None:
+                # Readers are served meanwhile; new records wait for it (about a second at most).
+                target.compact_leftover_level0()
             # An index added to an existing store is built from the READY table, so reads of the
             # store go on meanwhile (that index answers IndexNotReadyError).
             target.build_indexes(self._stop)

@@ -311,6 +311,13 @@ class Store:
         if writer is not None:
             writer.defer_compactions(deferred)
 
+    def compact_leftover_level0(self) -> None:
+        """After a bulk restore: merge the level-0 files RocksDB would leave, so cold reads search
+        one sorted run (``Engine.compact_leftover_level0``)."""
+        writer = self._writer
+        if writer is not None:
+            writer.compact_leftover_level0()
+
     def build_indexes(self, stop: threading.Event) -> None:
         self._require_writer().build_indexes(stop)
 
