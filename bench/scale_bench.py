@@ -39,8 +39,6 @@ adds a column with each figure as a share of the baseline's::
 from __future__ import annotations
 
 import argparse
-import asyncio
-import bisect
 import contextlib
 import json
 import os
@@ -51,25 +49,18 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import orjson
-import pyarrow as pa
 import redis
-import uvloop
 
 from bench.http_bench import (
     CLIENT_CPU,
     SERVER_CPU,
     Load,
-    _arrow_body,
     _child,
     _free_port,
     _http,
-    _http_load,
     _interleaved,
-    _post,
     _redis,
 )
 from bench.scale_data import (
@@ -83,24 +74,27 @@ from bench.scale_data import (
     settings,
     value,
 )
+from bench.scale_freshness import TAIL_SECONDS, freshness_part
 from bench.scale_support import (
     MIB,
     PeakMemory,
     Service,
+    arrow_post,
+    check_arrow,
+    check_json,
+    json_post,
     median,
     pin_process,
-    probe_request,
+    pinned,
     running,
     table_state,
     tree_pss,
 )
 from service.local_broker import LocalBroker
-from store import Position, Store, StoreConfig
+from store import Store, StoreConfig
 from store.engine import directory_size
 
 PARTS = ("bootstrap", "after-ready", "cold", "freshness", "spark")
-# How long the freshness part keeps probing after the writes end.
-TAIL_SECONDS = 2.0
 # Every figure each part reports ("service" comes with any part that reads from the service).
 FIGURES: dict[str, tuple[str, ...]] = {
     "bootstrap": (
@@ -148,10 +142,6 @@ FIGURES: dict[str, tuple[str, ...]] = {
     ),
     "spark": ("fact rows", "lookup_join rows/s", "Python workers' peak PSS (MiB)", "broadcast join rows/s"),
 }
-BATCH_PATH = f"/v1/stores/{STORE}/keys:batchGet"
-ARROW = "application/vnd.apache.arrow.stream"
-
-
 _STARTED = time.perf_counter()
 
 
@@ -204,42 +194,6 @@ class Report:
 
 
 # -- requests and answers -------------------------------------------------------------------------
-
-
-def _json_post(keys: list[bytes]) -> bytes:
-    return _post(BATCH_PATH, "application/json", orjson.dumps({"keys": [k.decode() for k in keys]}))
-
-
-def _arrow_post(keys: list[bytes]) -> bytes:
-    return _post(BATCH_PATH, ARROW, _arrow_body(keys))
-
-
-def _check_json(body: bytes) -> object:
-    values = orjson.loads(body)["values"]
-    if len(values) != BATCH or None in values:
-        raise RuntimeError("a batch answer lacks values: the keys asked are not the table's")
-    return values
-
-
-def _check_arrow(body: bytes) -> object:
-    table = pa.ipc.open_stream(body).read_all()
-    if table.num_rows != BATCH or table.column("value").null_count:
-        raise RuntimeError("a batch answer lacks values: the keys asked are not the table's")
-    return table
-
-
-@contextlib.contextmanager
-def _pinned(cpu: int) -> Iterator[None]:
-    """This thread (and what it starts meanwhile) on ``cpu`` only; the earlier affinity after."""
-    if not hasattr(os, "sched_setaffinity") or cpu >= (os.cpu_count() or 1):
-        yield
-        return
-    before = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, {cpu})
-    try:
-        yield
-    finally:
-        os.sched_setaffinity(0, before)
 
 
 def _rounds(contenders: dict[str, Load], rounds: int, seconds: float) -> dict[str, list[float]]:
@@ -362,11 +316,11 @@ def _part_cold(
     hot = [[key(rng.randrange(args.records)) for _ in range(BATCH)] for _ in range(50)]
     n = args.connections
     contenders = {
-        "JSON cold": _http(service.port, lambda _n: _json_post(stream.batch()), n, _check_json),
-        "Arrow cold": _http(service.port, lambda _n: _arrow_post(stream.batch()), n, _check_arrow),
+        "JSON cold": _http(service.port, lambda _n: json_post(stream.batch()), n, check_json),
+        "Arrow cold": _http(service.port, lambda _n: arrow_post(stream.batch()), n, check_arrow),
         "Redis MGET cold": _redis(redis_port, stream.batch, n),
-        "JSON hot": _http(service.port, [_json_post(b) for b in hot], n, _check_json),
-        "Arrow hot": _http(service.port, [_arrow_post(b) for b in hot], n, _check_arrow),
+        "JSON hot": _http(service.port, [json_post(b) for b in hot], n, check_json),
+        "Arrow hot": _http(service.port, [arrow_post(b) for b in hot], n, check_arrow),
         "Redis MGET hot": _redis(redis_port, hot, n),
     }
     for load in contenders.values():
@@ -407,136 +361,6 @@ def _in_process(
             report.add("cold", f"in-process view().get_many {kind} keys/s", asked * BATCH / spent)
     finally:
         store.stop()
-
-
-async def _reads_and_probes(
-    port: int, request_at: Callable[[int], bytes], seconds: float, connections: int, tail: float
-) -> tuple[int, list[tuple[float, Position]]]:
-    """Batches on ``connections`` for ``seconds``; meanwhile, for ``tail`` s longer, the position
-    every ~2 ms on one more connection: (batches answered, [(time answered, position)])."""
-    probes: list[tuple[float, Position]] = []
-
-    async def probe() -> None:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        request = probe_request()
-        deadline = time.perf_counter() + seconds + tail
-        while time.perf_counter() < deadline:
-            writer.write(request)
-            head = (await reader.readuntil(b"\r\n\r\n")).lower()
-            start = head.index(b"content-length:") + 15
-            await reader.readexactly(int(head[start : head.index(b"\r\n", start)]))
-            answered = time.time()
-            start = head.index(b"statestore-position:") + 20
-            probes.append(
-                (answered, Position.parse(head[start : head.index(b"\r\n", start)].decode().strip()))
-            )
-            await asyncio.sleep(0.002)
-        writer.close()
-
-    (answers, _), _ = await asyncio.gather(
-        _http_load(port, request_at, seconds, connections, _check_json), probe()
-    )
-    return answers, probes
-
-
-def _visible_after(
-    deliveries: list[tuple[int, int, int]], probes: list[tuple[float, Position]]
-) -> tuple[list[float], int]:
-    """Seconds from each record's CreateTime to the first probe whose position covers it; and how
-    many records no probe saw."""
-    times = [t for t, _ in probes]
-    covered: dict[int, list[int]] = {}
-    for partition in {p for p, _, _ in deliveries}:
-        highest, offsets = 0, []
-        for _, position in probes:
-            highest = max(highest, position.get(partition, 0))
-            offsets.append(highest)
-        covered[partition] = offsets
-    latencies, unseen = [], 0
-    for partition, offset, created_ms in deliveries:
-        index = bisect.bisect_right(covered[partition], offset)
-        if index == len(times):
-            unseen += 1
-        else:
-            latencies.append(times[index] - created_ms / 1000)
-    return sorted(latencies), unseen
-
-
-def _percentile(sorted_values: list[float], fraction: float) -> float:
-    if not sorted_values:
-        return float("nan")
-    return sorted_values[min(len(sorted_values) - 1, int(len(sorted_values) * fraction))]
-
-
-def _updating(
-    args: argparse.Namespace, tmp: Path, round_number: int
-) -> tuple[Path, Path, list[subprocess.Popen[str]]]:
-    """Start the writer and the bare watcher (both wait for a go on stdin): their output files."""
-    deliveries, arrivals = tmp / f"deliveries-{round_number}.txt", tmp / f"arrivals-{round_number}.txt"
-    common = [sys.executable, "-m", "bench.scale_data", "--bootstrap", args.bootstrap,
-              "--records", str(args.records), *(f"--kafka={setting}" for setting in args.kafka)]  # fmt: skip
-    children = [
-        subprocess.Popen(
-            [*common, name, "--seconds", str(seconds), "--rate", str(args.write_rate), "--out", str(out)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        for name, seconds, out in (
-            ("writer", args.seconds, deliveries),
-            ("watcher", args.seconds + TAIL_SECONDS, arrivals),
-        )
-    ]
-    for child in children:
-        assert child.stdout is not None
-        child.stdout.readline()  # "ready"
-    for child in children:
-        assert child.stdin is not None
-        child.stdin.write("go\n")
-        child.stdin.flush()
-    return deliveries, arrivals, children
-
-
-def _part_freshness(
-    service: Service, stream: FreshKeys, args: argparse.Namespace, tmp: Path, report: Report
-) -> None:
-    request_at = lambda _n: _json_post(stream.batch())  # noqa: E731
-    quiet, loaded, visible, received, unseen, written = [], [], [], [], 0, 0
-    for round_number in range(args.rounds):
-        answers, _ = uvloop.run(
-            _reads_and_probes(service.port, request_at, args.seconds, args.connections, 0)
-        )
-        quiet.append(answers * BATCH / args.seconds)
-        deliveries_path, arrivals_path, children = _updating(args, tmp, round_number)
-        answers, probes = uvloop.run(
-            _reads_and_probes(service.port, request_at, args.seconds, args.connections, TAIL_SECONDS)
-        )
-        if any(child.wait(timeout=120) for child in children):
-            raise SystemExit("the writer or the watcher failed")
-        loaded.append(answers * BATCH / args.seconds)
-        deliveries = [
-            (int(p), int(o), int(t))
-            for p, o, t in (line.split() for line in deliveries_path.read_text().splitlines())
-        ]
-        written += len(deliveries)
-        seen, missed = _visible_after(deliveries, probes)
-        visible += seen
-        unseen += missed
-        received += [float(line) / 1e3 for line in arrivals_path.read_text().splitlines()]
-    visible.sort()
-    received.sort()
-    part = "freshness"
-    report.add(part, "updates written per second", written / (args.seconds * args.rounds))
-    for label, fraction in (("p50", 0.5), ("p99", 0.99)):
-        at = _percentile(visible, fraction) * 1e3
-        report.add(part, f"write-to-visible {label} (ms)", at, f"{at:,.1f}")
-    for label, fraction in (("p50", 0.5), ("p99", 0.99)):
-        at = _percentile(received, fraction) * 1e3
-        report.add(part, f"bare consumer, write-to-received {label} (ms)", at, f"{at:,.1f}")
-    report.add(part, f"updates not visible {TAIL_SECONDS:g} s after the writes", unseen)
-    report.add(part, "JSON cold keys/s without writes", median(quiet))
-    report.add(part, "JSON cold keys/s with writes", median(loaded))
-    report.add(part, "with / without writes", None, f"{median(loaded) / median(quiet):.0%}")
 
 
 # -- orchestration --------------------------------------------------------------------------------
@@ -592,12 +416,12 @@ def _serve_parts(args: argparse.Namespace, tmp: Path, redis_port: int, report: R
         report.add("service", "READY from process start (s)", seconds, f"{seconds:.1f}")
         report.add("service", "peak PSS while restoring (MiB)", peak / MIB)
         pin_process(service.pid, SERVER_CPU)
-        with _pinned(CLIENT_CPU):
+        with pinned(CLIENT_CPU):
             n = args.connections
             if "after-ready" in args.parts:
                 _begin("after-ready")
                 reference = {
-                    "JSON cold": _http(service.port, lambda _n: _json_post(stream.batch()), n, _check_json),
+                    "JSON cold": _http(service.port, lambda _n: json_post(stream.batch()), n, check_json),
                     "Redis MGET cold": _redis(redis_port, stream.batch, n),
                 }
                 _part_after_ready(service, reference, args, report)
@@ -608,7 +432,8 @@ def _serve_parts(args: argparse.Namespace, tmp: Path, redis_port: int, report: R
                 hot = _part_cold(service, stream, redis_port, args, report)
             if "freshness" in args.parts:
                 _begin("freshness")
-                _part_freshness(service, stream, args, tmp, report)
+                for figure, number, text in freshness_part(service, stream, args, tmp):
+                    report.add("freshness", figure, number, text)
         if "spark" in args.parts:
             from bench.scale_spark import spark_part  # noqa: PLC0415 (pyspark only when asked)
 
@@ -619,7 +444,7 @@ def _serve_parts(args: argparse.Namespace, tmp: Path, redis_port: int, report: R
                 report.add("spark", figure, number, text)
     if "cold" in args.parts:
         _begin("cold: in-process reads")
-        with _pinned(CLIENT_CPU):
+        with pinned(CLIENT_CPU):
             _in_process(args, service.state_dir, stream, hot, report)
     if stream.wrapped:
         print("note: every key of the table was asked; later cold batches asked keys again", flush=True)

@@ -16,15 +16,58 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import orjson
+import pyarrow as pa
 import rocksdict
 import yaml
 
-from bench.http_bench import _get, _wait_http
+from bench.http_bench import _arrow_body, _get, _post, _wait_http
 from bench.restores_bench import _children, _pss_bytes
-from bench.scale_data import STORE, TOPIC, key
+from bench.scale_data import BATCH, STORE, TOPIC, key
 from service.local_broker import free_port
 
 MIB = 1024 * 1024
+BATCH_PATH = f"/v1/stores/{STORE}/keys:batchGet"
+ARROW = "application/vnd.apache.arrow.stream"
+
+
+# -- requests and answers ----------------------------------------------------------------------
+
+
+def json_post(keys: list[bytes]) -> bytes:
+    return _post(BATCH_PATH, "application/json", orjson.dumps({"keys": [k.decode() for k in keys]}))
+
+
+def arrow_post(keys: list[bytes]) -> bytes:
+    return _post(BATCH_PATH, ARROW, _arrow_body(keys))
+
+
+def check_json(body: bytes) -> object:
+    values = orjson.loads(body)["values"]
+    if len(values) != BATCH or None in values:
+        raise RuntimeError("a batch answer lacks values: the keys asked are not the table's")
+    return values
+
+
+def check_arrow(body: bytes) -> object:
+    table = pa.ipc.open_stream(body).read_all()
+    if table.num_rows != BATCH or table.column("value").null_count:
+        raise RuntimeError("a batch answer lacks values: the keys asked are not the table's")
+    return table
+
+
+@contextlib.contextmanager
+def pinned(cpu: int) -> Iterator[None]:
+    """This thread (and what it starts meanwhile) on ``cpu`` only; the earlier affinity after."""
+    if not hasattr(os, "sched_setaffinity") or cpu >= (os.cpu_count() or 1):
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {cpu})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
 
 
 # -- memory ---------------------------------------------------------------------------------------
