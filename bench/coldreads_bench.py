@@ -14,9 +14,9 @@ the block cache as far as it goes. Variants:
   merged after the restore: ``Engine.compact_leftover_level0``);
 - the rest are ``now`` rewritten (a forced full compaction) in another format, to see what each
   would give: ``hash-index`` (data blocks with a hash index), ``no-compression``,
-  ``16k-blocks``, ``mmap`` (no compression, files read through mmap), ``cache-1g`` (a 1 GiB block
-  cache instead of 256 MiB), ``multiget`` (``Rdict.get(list)``, RocksDB's batched MultiGet
-  with the GIL released, instead of one snapshot lookup per key).
+  ``16k-blocks``, ``mmap`` (no compression, files read through mmap), ``cache-<N>g`` (an N GiB
+  block cache instead of 256 MiB, e.g. ``cache-2g``), ``multiget`` (``Rdict.get(list)``,
+  RocksDB's batched MultiGet with the GIL released, instead of one snapshot lookup per key).
 
 Reported per variant: keys/s (variants alternate, ``--rounds`` times ``--seconds`` each; median),
 CPU time per key (user and system: steadier than wall time on a shared machine), level-0 files and
@@ -24,7 +24,7 @@ disk; with ``--instructions``, the instructions per key counted by ``valgrind --
 (repeatable under load; user space only: the kernel's part of a read is the system time)::
 
     python -m bench coldreads --records 1000000 --instructions
-    python -m bench coldreads --records 10000000 --variants before,now,no-compression,cache-1g
+    python -m bench coldreads --records 10000000 --variants now,multiget,no-compression,cache-2g
 """
 
 from __future__ import annotations
@@ -51,12 +51,19 @@ from store.restore_worker import last_per_key_order, table_options
 
 CHUNK = 250_000
 CFS = ("default", "meta", "index", "history", "changes")
-VARIANTS = ("before", "now", "hash-index", "no-compression", "16k-blocks", "mmap", "cache-1g", "multiget")
+VARIANTS = ("before", "now", "hash-index", "no-compression", "16k-blocks", "mmap", "cache-<N>g", "multiget")
+
+
+def _cache_bytes(name: str) -> int:
+    """The block cache of a variant: N GiB for ``cache-<N>g``, else the engine's default."""
+    if name.startswith("cache-") and name.endswith("g") and name[6:-1].isdigit():
+        return int(name[6:-1]) << 30
+    return EngineTuning().block_cache_bytes
 
 
 def _variant_options(name: str) -> rocksdict.Options:
     """The engine's options, changed as the variant says."""
-    cache = 1 << 30 if name == "cache-1g" else EngineTuning().block_cache_bytes
+    cache = _cache_bytes(name)
     options = _options(EngineTuning(block_cache_bytes=cache))
     table = table_options(rocksdict.Cache(cache))
     if name == "hash-index":
@@ -210,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
         _child(args.child, args)
         return 0
     names = [n.strip() for n in args.variants.split(",") if n.strip()]
-    unknown = set(names) - set(VARIANTS)
+    unknown = {n for n in names if n not in VARIANTS and _cache_bytes(n) == EngineTuning().block_cache_bytes}
     if unknown:
         parser.error(f"unknown variants {sorted(unknown)}; choose from {', '.join(VARIANTS)}")
     if args.instructions and shutil.which("valgrind") is None:
@@ -239,6 +246,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"round {round_number + 1} done", flush=True)
         level0 = {name: reader.level0 for name, reader in readers.items()}
         disk = {name: directory_size(paths[_built(name)]) for name in names}
+        cached = {
+            name: int(opened[_built(name)].property_int_value("rocksdb.block-cache-usage") or 0)
+            for name in names
+        }
         for db in opened.values():
             db.close()
         instructions = (
@@ -251,8 +262,11 @@ def main(argv: list[str] | None = None) -> int:
         f"\n{args.records:,} records; 1,000-key batches of keys never asked before;"
         f" medians of {args.rounds} rounds\n"
     )
-    print("| variant | keys/s | CPU µs/key (user / sys) | instructions/key | level-0 files | disk (MiB) |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print(
+        "| variant | keys/s | CPU µs/key (user / sys) | instructions/key | level-0 files | disk (MiB)"
+        " | block cache used (MiB) |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for name in names:
         rounds = results[name]
         rate = statistics.median(keys / spent for keys, spent, _, _ in rounds)
@@ -260,7 +274,8 @@ def main(argv: list[str] | None = None) -> int:
         system = statistics.median(s / keys * 1e6 for keys, _, _, s in rounds)
         counted = f"{instructions[name]:,.0f}" if name in instructions else "-"
         cpu = f"{user:.2f} / {system:.2f}"
-        print(f"| {name} | {rate:,.0f} | {cpu} | {counted} | {level0[name]} | {disk[name] / MIB:,.0f} |")
+        sizes = f"{disk[name] / MIB:,.0f} | {cached[name] / MIB:,.0f}"
+        print(f"| {name} | {rate:,.0f} | {cpu} | {counted} | {level0[name]} | {sizes} |")
     return 0
 
 
