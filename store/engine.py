@@ -84,6 +84,10 @@ def _is_space_error(exc: Exception) -> bool:
 # RocksDB compacts level 0 once it holds this many files (its default, set here because
 # Engine.compact_leftover_level0 relies on it).
 LEVEL0_COMPACTION_TRIGGER = 4
+# From this many level-0 files RocksDB slows writes down, and stops them (its defaults; see
+# Engine.defer_compactions).
+LEVEL0_SLOWDOWN_WRITES_TRIGGER = 20
+LEVEL0_STOP_WRITES_TRIGGER = 36
 
 
 def _options(tuning: EngineTuning) -> rocksdict.Options:
@@ -94,6 +98,8 @@ def _options(tuning: EngineTuning) -> rocksdict.Options:
     options.set_write_buffer_size(tuning.write_buffer_bytes)
     options.set_max_background_jobs(2)
     options.set_level_zero_file_num_compaction_trigger(LEVEL0_COMPACTION_TRIGGER)
+    options.set_level_zero_slowdown_writes_trigger(LEVEL0_SLOWDOWN_WRITES_TRIGGER)
+    options.set_level_zero_stop_writes_trigger(LEVEL0_STOP_WRITES_TRIGGER)
     options.set_block_based_table_factory(table_options(rocksdict.Cache(tuning.block_cache_bytes)))
     options.set_compression_type(rocksdict.DBCompressionType.lz4())
     return options
@@ -142,6 +148,7 @@ class Engine:
         self._changes_handle = self._db.get_column_family_handle(_CHANGES_CF)
         self._write_options = rocksdict.WriteOptions()
         self._write_options.disable_wal = True
+        self._write_triggers_raised = False
         version = self._meta.get(_FORMAT_KEY)
         if version is None:
             self._meta.put(_FORMAT_KEY, FORMAT_VERSION, self._write_options)
@@ -297,11 +304,36 @@ class Engine:
         While a bulk restore ingests its files, compacting them costs the restore a CPU it needs,
         and each later file would be merged again; once resumed, RocksDB compacts them all at once.
         Not persisted: a reopened store compacts as usual.
+
+        A large restore leaves more level-0 files than RocksDB lets writes go on with: it would
+        stop every write (the restore's last records and offsets too, so READY) until it had
+        compacted them, about a second per million records. So on resuming, the write triggers
+        are raised above the files there are, until the next ``flush`` finds them compacted.
         """
+        changes = {"disable_auto_compactions": "true" if deferred else "false"}
         try:
-            self._db.set_options({"disable_auto_compactions": "true" if deferred else "false"})
+            files = self._level0_files()
+            if not deferred and files >= LEVEL0_SLOWDOWN_WRITES_TRIGGER:
+                changes["level0_slowdown_writes_trigger"] = str(files + LEVEL0_SLOWDOWN_WRITES_TRIGGER)
+                changes["level0_stop_writes_trigger"] = str(files + LEVEL0_STOP_WRITES_TRIGGER)
+                self._write_triggers_raised = True
+            self._db.set_options(changes)
         except Exception as exc:
             raise self._write_error(exc) from exc
+
+    def _restore_write_triggers(self) -> None:
+        """RocksDB's write triggers again, once level 0 is below them (``defer_compactions``)."""
+        if self._write_triggers_raised and self._level0_files() < LEVEL0_SLOWDOWN_WRITES_TRIGGER:
+            self._db.set_options(
+                {
+                    "level0_slowdown_writes_trigger": str(LEVEL0_SLOWDOWN_WRITES_TRIGGER),
+                    "level0_stop_writes_trigger": str(LEVEL0_STOP_WRITES_TRIGGER),
+                }
+            )
+            self._write_triggers_raised = False
+
+    def _level0_files(self) -> int:
+        return int(self._db.property_int_value("rocksdb.num-files-at-level0") or 0)
 
     def compact_leftover_level0(self) -> int:
         """Merge the table's level-0 files into its sorted levels if RocksDB would leave them there;
@@ -314,7 +346,7 @@ class Engine:
         Blocks the calling thread (not the GIL) while it runs: about a second per million records.
         """
         try:
-            files = int(self._db.property_int_value("rocksdb.num-files-at-level0") or 0)
+            files = self._level0_files()
             if 0 < files < LEVEL0_COMPACTION_TRIGGER:
                 self._db.compact_range(None, None, rocksdict.CompactOptions())
         except Exception as exc:
@@ -352,6 +384,7 @@ class Engine:
         from the offsets makes right again.
         """
         try:
+            self._restore_write_triggers()
             for family in (self._index, self.history, self.changes, self._db, self._meta):
                 family.flush(True)
         except Exception as exc:

@@ -142,6 +142,38 @@ def test_level0_files_fewer_than_rocksdb_compacts_are_merged(tmp_path: Path) -> 
         engine.close()
 
 
+def _write_triggers(db_path: Path) -> tuple[int, int]:
+    """The table's level-0 slowdown and stop triggers, from the options file RocksDB wrote last."""
+    latest = max(db_path.glob("OPTIONS-*"), key=lambda path: int(path.name.split("-")[1]))
+    table = latest.read_text().split('[CFOptions "default"]')[1].split("[CFOptions")[0]
+    values = dict(line.strip().split("=", 1) for line in table.splitlines() if "=" in line)
+    return int(values["level0_slowdown_writes_trigger"]), int(values["level0_stop_writes_trigger"])
+
+
+def test_writes_go_on_while_a_large_restores_level0_files_are_compacted(tmp_path: Path) -> None:
+    engine = Engine(tmp_path / "db", EngineTuning())
+    try:
+        engine.defer_compactions(True)
+        _ingest_overlapping(engine, tmp_path, 40)
+        assert _level0_files(engine) == 39  # above the 36 at which RocksDB stops every write
+        engine.defer_compactions(False)
+        # Else the restore's last records and offsets (and so READY) would wait for the compaction.
+        assert engine._db.property_int_value("rocksdb.is-write-stopped") == 0
+        assert _write_triggers(tmp_path / "db")[1] > 39
+        batch = engine.new_batch()
+        engine.put_offsets(batch, {0: 1})
+        engine.write(batch)
+        deadline = time.monotonic() + 30
+        while _level0_files(engine) >= 20:
+            assert time.monotonic() < deadline, "level 0 was never compacted after compactions resumed"
+            time.sleep(0.05)
+        engine.flush()  # a checkpoint: RocksDB's own triggers again
+        assert _write_triggers(tmp_path / "db") == (20, 36)
+        assert engine.stored_position() == {0: 1}
+    finally:
+        engine.close()
+
+
 def test_partitions_are_shared_out_by_records_left() -> None:
     assert split_partitions({0: 100, 1: 100, 2: 100}, 3) == [[0], [1], [2]]
     # Four partitions on two workers: the two big ones apart, each with a small one.
