@@ -12,6 +12,9 @@ the block cache as far as it goes. Variants:
   level-0 files left where RocksDB leaves them (fewer than 4 stay);
 - ``now``: the engine as it is (files with the table's bloom filters; leftover level-0 files
   merged after the restore: ``Engine.compact_leftover_level0``);
+- ``unsettled-before`` / ``unsettled-now``: the table right at READY, before RocksDB compacted
+  what the restore ingested: 17 overlapping files (what a 1M restore in 3 workers leaves), the
+  chunk files without / with the table's bloom filters;
 - the rest are ``now`` rewritten (a forced full compaction) in another format, to see what each
   would give: ``hash-index`` (data blocks with a hash index), ``no-compression``,
   ``16k-blocks``, ``mmap`` (no compression, files read through mmap), ``cache-<N>g`` (an N GiB
@@ -50,8 +53,22 @@ from store.engine import Engine, SnapshotReader, _options, directory_size
 from store.restore_worker import last_per_key_order, table_options
 
 CHUNK = 250_000
+# Level-0 files of the unsettled variants: about what a restore of 1M records in 3 workers
+# leaves at READY (chunks halve towards each worker's end).
+UNSETTLED_FILES = 17
 CFS = ("default", "meta", "index", "history", "changes")
-VARIANTS = ("before", "now", "hash-index", "no-compression", "16k-blocks", "mmap", "cache-<N>g", "multiget")
+VARIANTS = (
+    "before",
+    "now",
+    "unsettled-before",
+    "unsettled-now",
+    "hash-index",
+    "no-compression",
+    "16k-blocks",
+    "mmap",
+    "cache-<N>g",
+    "multiget",
+)
 
 
 def _cache_bytes(name: str) -> int:
@@ -81,7 +98,7 @@ def _variant_options(name: str) -> rocksdict.Options:
 def _sst_options(name: str) -> rocksdict.Options:
     options = rocksdict.Options(raw_mode=True)
     options.set_compression_type(rocksdict.DBCompressionType.lz4())
-    if name != "before":
+    if name not in ("before", "unsettled-before"):
         options.set_block_based_table_factory(table_options())
     return options
 
@@ -93,8 +110,10 @@ def _build(path: Path, records: int, name: str) -> None:
     order = list(range(records))
     random.Random(1).shuffle(order)
     sst_options = _sst_options(name)
-    for start in range(0, records, CHUNK):
-        numbers = order[start : start + CHUNK]
+    unsettled = name.startswith("unsettled-")
+    chunk = max(1, records // UNSETTLED_FILES) if unsettled else CHUNK
+    for start in range(0, records, chunk):
+        numbers = order[start : start + chunk]
         keys = [key(i) for i in numbers]
         sst = path.parent / f"chunk-{start}.sst"
         writer = rocksdict.SstFileWriter(sst_options)
@@ -103,13 +122,16 @@ def _build(path: Path, records: int, name: str) -> None:
             writer[keys[i]] = value(numbers[i])
         writer.finish()
         engine.ingest([sst])
+    if unsettled:
+        engine.close()  # as at READY, before RocksDB compacted the files (readers open them so)
+        return
     engine.defer_compactions(False)
     if name != "before":
         engine.compact_leftover_level0()
     while _compacting(engine):
         time.sleep(0.5)
     engine.close()
-    if name not in ("before", "now"):
+    if name not in ("before", "now", "unsettled-before", "unsettled-now"):
         db = rocksdict.Rdict(
             str(path), _variant_options(name), column_families=dict.fromkeys(CFS, _variant_options(name))
         )

@@ -218,7 +218,7 @@ def _run_child(args: argparse.Namespace, name: str, *extra: str) -> tuple[dict[s
     process = subprocess.Popen(
         [*command, "--bootstrap", args.bootstrap, *extra], stdout=subprocess.PIPE, text=True
     )
-    with PeakMemory(process.pid) as memory:
+    with PeakMemory.of(process.pid) as memory:
         output, _ = process.communicate()
     if process.returncode:
         raise SystemExit(f"child {name} failed with exit code {process.returncode}")

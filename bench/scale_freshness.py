@@ -153,7 +153,7 @@ def freshness_part(service: Service, stream: FreshKeys, args: argparse.Namespace
         for label, fraction in (("p50", 0.5), ("p99", 0.99)):
             at = _percentile(latencies, fraction) * 1e3
             figures.append((f"{name} {label} (ms)", at, f"{at:,.1f}"))
-    share = median(loaded) / median(quiet)
+    share = median(loaded) / median(quiet) if median(quiet) else float("nan")
     figures += [
         (f"updates not visible {TAIL_SECONDS:g} s after the writes", unseen, None),
         ("JSON cold keys/s without writes", median(quiet), None),

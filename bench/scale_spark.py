@@ -9,17 +9,15 @@ facts with the same products read from Parquet, when the products table is at mo
 
 from __future__ import annotations
 
-import os
-import sys
-import threading
 import time
 from pathlib import Path
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from bench.scale_data import STORE, VALUE_SCHEMA
-from bench.scale_support import MIB, spark_workers_pss
+from bench.scale_support import MIB, PeakMemory, spark_workers_pss
+from bench.spark_bench import local_session
 from clients.spark import lookup_join
 
 
@@ -28,45 +26,12 @@ def _key_of(number: Column) -> Column:
     return F.substring(F.md5(number.cast("string")), 1, 16)
 
 
-class _WorkerMemory:
-    """Peak PSS of the Spark Python workers, sampled every 100 ms while in a ``with`` block."""
-
-    def __init__(self) -> None:
-        self.peak = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-
-    def _sample(self) -> None:
-        while not self._stop.is_set():
-            self.peak = max(self.peak, spark_workers_pss())
-            self._stop.wait(0.1)
-
-    def __enter__(self) -> _WorkerMemory:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
 Figures = dict[str, tuple[float | None, str]]
 
 
 def spark_part(url: str, records: int, facts: int, tmp: Path, broadcast_max_rows: int) -> Figures:
     """Run the joins; the figures by name: (number, text)."""
-    # Python workers must run this interpreter (the one with the clients' dependencies).
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("statestore-scale-bench")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.memory", "2g")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = local_session("statestore-scale-bench")
     figures: Figures = {"fact rows": (facts, f"{facts:,}")}
     try:
         facts_path, products_path = str(tmp / "facts"), str(tmp / "products")
@@ -93,7 +58,7 @@ def spark_part(url: str, records: int, facts: int, tmp: Path, broadcast_max_rows
         if missing:
             raise SystemExit(f"{missing} of 1,000 sampled facts found no product: keys disagree")
 
-        with _WorkerMemory() as memory:
+        with PeakMemory(spark_workers_pss, interval=0.1) as memory:
             started = time.perf_counter()
             joined(facts_df).write.format("noop").mode("overwrite").save()
             seconds = time.perf_counter() - started

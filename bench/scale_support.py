@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import orjson
@@ -79,18 +79,24 @@ def tree_pss(pid: int) -> int:
 
 
 class PeakMemory:
-    """Samples a process tree's PSS every 50 ms on a thread while in a ``with`` block; ``peak``."""
+    """The peak of ``measure()`` (bytes), sampled every ``interval`` s on a thread while in a
+    ``with`` block; ``PeakMemory.of(pid)`` samples a process tree's PSS."""
 
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
+    def __init__(self, measure: Callable[[], int], interval: float = 0.05) -> None:
         self.peak = 0
+        self._measure = measure
+        self._interval = interval
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
 
+    @classmethod
+    def of(cls, pid: int) -> PeakMemory:
+        return cls(lambda: tree_pss(pid))
+
     def _sample(self) -> None:
         while not self._stop.is_set():
-            self.peak = max(self.peak, tree_pss(self.pid))
-            self._stop.wait(0.05)
+            self.peak = max(self.peak, self._measure())
+            self._stop.wait(self._interval)
 
     def __enter__(self) -> PeakMemory:
         self._thread.start()
@@ -200,7 +206,7 @@ class Service:
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
-        with PeakMemory(self._process.pid) as memory:
+        with PeakMemory.of(self._process.pid) as memory:
             while True:
                 if self._process.poll() is not None:
                     raise SystemExit(f"the service exited; see {self._log_path}")

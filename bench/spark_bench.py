@@ -96,6 +96,23 @@ def _service(config: Path, port: int) -> Iterator[str]:
             process.kill()
 
 
+def local_session(app_name: str) -> SparkSession:
+    """The benches' Spark: ``local[2]``, a 2 GiB driver, small shuffles, no UI, quiet."""
+    # Python workers must run this interpreter (the one with the clients' dependencies).
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.memory", "2g")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
 def _best_seconds(run: Callable[[], None], rounds: int) -> float:
     run()  # warm-up: JIT, Python workers, file cache
     times = []
@@ -113,8 +130,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds per contender (best counts)")
     args = parser.parse_args(argv)
 
-    # Python workers must run this interpreter (the one with the clients' dependencies).
-    os.environ["PYSPARK_PYTHON"] = sys.executable
     results: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="spark-bench-") as tmp, LocalBroker() as broker:
         started = time.perf_counter()
@@ -130,15 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         with _service(config, free_port()) as url:
             print(f"stores ready after {time.perf_counter() - started:.1f} s", flush=True)
-            spark = (
-                SparkSession.builder.master("local[2]")
-                .appName("statestore-spark-bench")
-                .config("spark.ui.enabled", "false")
-                .config("spark.sql.shuffle.partitions", "2")
-                .config("spark.driver.memory", "2g")
-                .getOrCreate()
-            )
-            spark.sparkContext.setLogLevel("ERROR")
+            spark = local_session("statestore-spark-bench")
             facts_path, products_path, customers_path = (
                 str(Path(tmp) / n) for n in ("facts", "products", "customers")
             )
