@@ -21,9 +21,11 @@ $(STAMP): pyproject.toml
 	$(UV) pip install --quiet --python $(PY) -e '.[dev]'
 	@# Spark needs a Java runtime; install one when the machine has none.
 	@command -v java >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless; }
+	@# The scale bench (run at a CI size by the tests) compares against Redis.
+	@command -v redis-server >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq redis-server; }
 	@touch $(STAMP)
 
-## setup: create .venv with the server, client, Spark and test dependencies (Java too if missing)
+## setup: create .venv with the server, client, Spark and test dependencies (Java and redis-server too if missing)
 setup: $(STAMP)
 
 ## demo: start an embedded broker and the service, run a Spark lookup join, print the results

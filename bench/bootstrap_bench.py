@@ -133,15 +133,15 @@ def _child_bare_max(bootstrap: str, records: int) -> float:
     return elapsed
 
 
-def _child_bare(bootstrap: str, records: int) -> float:
+def _child_bare(bootstrap: str, records: int, topic: str = TOPIC, partitions: int = PARTITIONS) -> float:
     """The bare consumer tuned as the issue and the design notes tune it."""
     consumer = Consumer(
         {"bootstrap.servers": bootstrap, "group.id": "bench-bare", "fetch.queue.backoff.ms": 10}
     )
     start = time.perf_counter()
-    for partition in range(PARTITIONS):
-        consumer.get_watermark_offsets(TopicPartition(TOPIC, partition), timeout=10)
-    consumer.assign([TopicPartition(TOPIC, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+    for partition in range(partitions):
+        consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
     seen = 0
     while seen < records:
         seen += sum(1 for message in consumer.consume(10_000, 1.0) if message.error() is None)

@@ -28,8 +28,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import orjson
 import pyarrow as pa
@@ -97,10 +98,27 @@ def _serve(kind: str, port: int, config: Path | None) -> None:
 # -- the load generator ---------------------------------------------------------------------------
 
 
+T = TypeVar("T")
+RequestSource = Sequence[bytes] | Callable[[int], bytes]
+BatchSource = Sequence[list[bytes]] | Callable[[int], list[bytes]]
+
+
+def _nth(source: Sequence[T] | Callable[[int], T]) -> Callable[[int], T]:
+    """The n-th item to send: a sequence round-robin, or what a callable builds for ``n``."""
+    if callable(source):
+        return source
+    return lambda n: source[n % len(source)]
+
+
 async def _http_load(
-    port: int, requests: list[bytes], seconds: float, connections: int, parse: Callable[[bytes], object]
+    port: int, requests: RequestSource, seconds: float, connections: int, parse: Callable[[bytes], object]
 ) -> tuple[int, list[float]]:
-    """Send ``requests`` round-robin over keep-alive connections; returns (answers, latencies)."""
+    """Send ``requests`` over keep-alive connections; returns (answers, latencies).
+
+    A list is sent round-robin, each connection starting at its own place; a callable is asked
+    for every request (given its running number on the connection).
+    """
+    request_at = _nth(requests)
     deadline = time.perf_counter() + seconds
     latencies: list[float] = []
 
@@ -110,7 +128,7 @@ async def _http_load(
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         i = offset
         while time.perf_counter() < deadline:
-            request = requests[i % len(requests)]
+            request = request_at(i)
             i += 1
             started = time.perf_counter()
             writer.write(request)
@@ -148,7 +166,7 @@ def _interleaved(contenders: dict[str, Load], seconds: float) -> dict[str, tuple
     return {name: (counts[name] / (slices * SLICE_SECONDS), sorted(latencies[name])) for name in contenders}
 
 
-def _http(port: int, requests: list[bytes], connections: int, parse: Callable[[bytes], object]) -> Load:
+def _http(port: int, requests: RequestSource, connections: int, parse: Callable[[bytes], object]) -> Load:
     return lambda seconds: uvloop.run(_http_load(port, requests, seconds, connections, parse))
 
 
@@ -184,7 +202,9 @@ def _read_arrow(body: bytes) -> object:
     return pa.ipc.open_stream(body).read_all()
 
 
-async def _redis_load(port: int, batches: list[list[bytes]], seconds: float, connections: int) -> int:
+async def _redis_load(port: int, batches: BatchSource, seconds: float, connections: int) -> int:
+    """``MGET`` of ``batches`` (a list round-robin, or what a callable builds) on ``connections``."""
+    batch_at = _nth(batches)
     client = aredis.Redis(host="127.0.0.1", port=port, max_connections=connections)
     deadline = time.perf_counter() + seconds
     done = 0
@@ -193,7 +213,7 @@ async def _redis_load(port: int, batches: list[list[bytes]], seconds: float, con
         nonlocal done
         i = offset
         while time.perf_counter() < deadline:
-            values = await client.mget(batches[i % len(batches)])
+            values = await client.mget(batch_at(i))
             assert len(values) == BATCH
             i += 1
             done += 1
@@ -203,7 +223,7 @@ async def _redis_load(port: int, batches: list[list[bytes]], seconds: float, con
     return done
 
 
-def _redis(port: int, batches: list[list[bytes]], connections: int) -> Load:
+def _redis(port: int, batches: BatchSource, connections: int) -> Load:
     return lambda seconds: (uvloop.run(_redis_load(port, batches, seconds, connections)), [])
 
 

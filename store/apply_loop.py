@@ -148,6 +148,9 @@ class ApplyLoop:
         self.restoring = False
         self._pacing.close()
         self._become_ready()
+        if self._after_bulk:
+            # Readers are served meanwhile; new records wait for it (about a second at most).
+            self._copies.writer.compact_leftover_level0()
         # An index added to an existing store is built from the READY table, so reads of the
         # store go on meanwhile (that index answers IndexNotReadyError). READY may have swapped a
         # rebuilt copy in: the writer is asked for again.

@@ -41,6 +41,7 @@ from store.exceptions import (
 from store.indexes import IndexSpec
 from store.position import Position
 from store.protocol import MAX_SCAN_LIMIT, MemoryUsage, ScanPage
+from store.restore_worker import table_options
 from store.tuning import RocksDBOptions
 
 logger = logging.getLogger(__name__)
@@ -117,6 +118,15 @@ def write_error(path: Path, exc: Exception, closed: bool = False) -> StoreWriteE
     )
 
 
+# RocksDB compacts level 0 once it holds this many files (its default, set here because
+# Engine.compact_leftover_level0 relies on it).
+LEVEL0_COMPACTION_TRIGGER = 4
+# From this many level-0 files RocksDB slows writes down, and stops them (its defaults; see
+# Engine.defer_compactions).
+LEVEL0_SLOWDOWN_WRITES_TRIGGER = 20
+LEVEL0_STOP_WRITES_TRIGGER = 36
+
+
 def _options(tuning: RocksDBOptions) -> rocksdict.Options:
     options = rocksdict.Options(raw_mode=True)
     options.create_if_missing(True)
@@ -124,10 +134,10 @@ def _options(tuning: RocksDBOptions) -> rocksdict.Options:
     options.set_atomic_flush(True)
     options.set_write_buffer_size(tuning.write_buffer_bytes)
     options.set_max_background_jobs(2)
-    table = rocksdict.BlockBasedOptions()
-    table.set_block_cache(rocksdict.Cache(tuning.block_cache_bytes))
-    table.set_bloom_filter(10, False)
-    options.set_block_based_table_factory(table)
+    options.set_level_zero_file_num_compaction_trigger(LEVEL0_COMPACTION_TRIGGER)
+    options.set_level_zero_slowdown_writes_trigger(LEVEL0_SLOWDOWN_WRITES_TRIGGER)
+    options.set_level_zero_stop_writes_trigger(LEVEL0_STOP_WRITES_TRIGGER)
+    options.set_block_based_table_factory(table_options(rocksdict.Cache(tuning.block_cache_bytes)))
     options.set_compression_type(rocksdict.DBCompressionType.lz4())
     return options
 
@@ -173,6 +183,7 @@ class Engine:
         self._meta_handle = self._handles[families.META]
         self._write_options = rocksdict.WriteOptions()
         self._write_options.disable_wal = True
+        self._write_triggers_raised = False
         try:
             version = family_get(self._meta, _FORMAT_KEY)
         except StoreReadError as exc:
@@ -260,11 +271,54 @@ class Engine:
         While a bulk restore ingests its files, compacting them costs the restore a CPU it needs,
         and each later file would be merged again; once resumed, RocksDB compacts them all at once.
         Not persisted: a reopened store compacts as usual.
+
+        A large restore leaves more level-0 files than RocksDB lets writes go on with: it would
+        stop every write (the restore's last records and offsets too, so READY) until it had
+        compacted them, about a second per million records. So on resuming, the write triggers
+        are raised above the files there are, until the next ``flush`` finds them compacted.
         """
+        changes = {"disable_auto_compactions": "true" if deferred else "false"}
         try:
-            self._db.set_options({"disable_auto_compactions": "true" if deferred else "false"})
+            files = self._level0_files()
+            if not deferred and files >= LEVEL0_SLOWDOWN_WRITES_TRIGGER:
+                changes["level0_slowdown_writes_trigger"] = str(files + LEVEL0_SLOWDOWN_WRITES_TRIGGER)
+                changes["level0_stop_writes_trigger"] = str(files + LEVEL0_STOP_WRITES_TRIGGER)
+                self._write_triggers_raised = True
+            self._db.set_options(changes)
         except Exception as exc:
             raise self._write_error(exc) from exc
+
+    def _restore_write_triggers(self) -> None:
+        """RocksDB's write triggers again, once level 0 is below them (``defer_compactions``)."""
+        if self._write_triggers_raised and self._level0_files() < LEVEL0_SLOWDOWN_WRITES_TRIGGER:
+            self._db.set_options(
+                {
+                    "level0_slowdown_writes_trigger": str(LEVEL0_SLOWDOWN_WRITES_TRIGGER),
+                    "level0_stop_writes_trigger": str(LEVEL0_STOP_WRITES_TRIGGER),
+                }
+            )
+            self._write_triggers_raised = False
+
+    def _level0_files(self) -> int:
+        return int(self._db.property_int_value("rocksdb.num-files-at-level0") or 0)
+
+    def compact_leftover_level0(self) -> int:
+        """Merge the table's level-0 files into its sorted levels if RocksDB would leave them there;
+        returns how many level-0 files there were.
+
+        A bulk restore ingests one file per chunk, and files whose keys overlap stay in level 0,
+        where a point read searches every one of them. From ``LEVEL0_COMPACTION_TRIGGER`` files on,
+        RocksDB compacts them in the background; fewer (a bulk restore of up to about a million
+        records) would stay until later writes add more, doubling the cost of a cold read for good.
+        Blocks the calling thread (not the GIL) while it runs: about a second per million records.
+        """
+        try:
+            files = self._level0_files()
+            if 0 < files < LEVEL0_COMPACTION_TRIGGER:
+                self._db.compact_range(None, None, rocksdict.CompactOptions())
+        except Exception as exc:
+            raise self._write_error(exc) from exc
+        return files
 
     def write(self, batch: rocksdict.WriteBatch) -> None:
         """Apply ``batch`` atomically (WAL disabled: the topic is the log)."""
@@ -295,6 +349,7 @@ class Engine:
         """
         last = (families.DEFAULT, families.META)
         try:
+            self._restore_write_triggers()
             for name in [*(name for name in families.ALL if name not in last), *last]:
                 self._families[name].flush(True)
         except Exception as exc:

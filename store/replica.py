@@ -232,6 +232,10 @@ class Replica:
         """Stop or resume automatic compactions while a bulk restore ingests files."""
         self.engine.defer_compactions(deferred)
 
+    def compact_leftover_level0(self) -> None:
+        """After a bulk restore: merge the level-0 files RocksDB would leave (``Engine``)."""
+        self.engine.compact_leftover_level0()
+
     def ingest(self, sst_path: Path | None, next_offsets: dict[int, int]) -> None:
         """Ingest a bootstrap chunk's SST file, then record the chunk's offsets."""
         engine = self.engine

@@ -60,6 +60,11 @@ class TableWriter(Protocol):
         """Stop or resume automatic compactions while a bulk restore ingests files."""
         ...
 
+    def compact_leftover_level0(self) -> None:
+        """After a bulk restore: merge the level-0 files RocksDB would leave, so cold reads search
+        one sorted run."""
+        ...
+
     def checkpoint(self) -> None:
         """Persist what has been applied so far (data and offsets together)."""
         ...

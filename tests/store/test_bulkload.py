@@ -104,6 +104,84 @@ def test_sst_files_are_compressed_like_the_database(tmp_path: Path) -> None:
     assert b"Snappy" not in data
 
 
+def _filter_bytes(engine: Engine) -> int:
+    properties = engine._db.property_value("rocksdb.aggregated-table-properties") or ""
+    return int(properties.split("filter block size=")[1].split(";")[0])
+
+
+def test_sst_files_carry_the_databases_bloom_filters(tmp_path: Path) -> None:
+    engine = Engine(tmp_path / "db", RocksDBOptions())
+    try:
+        path = write_sst(tmp_path / "chunk.sst", [b"k%04d" % i for i in range(1000)], [b"v"] * 1000)
+        assert path is not None
+        engine.ingest([path])
+        # About 10 bits a key: without filters a read would search every level-0 file's index.
+        assert _filter_bytes(engine) >= 1000
+    finally:
+        engine.close()
+
+
+def _ingest_overlapping(engine: Engine, tmp_path: Path, files: int) -> None:
+    """``files`` SST files that all span the same key range, so all but the first land in level 0."""
+    for number in range(files):
+        keys = [b"k%05d" % i for i in range(number, 3000, files)] + [b"z"]
+        path = write_sst(tmp_path / f"{number}.sst", keys, [b"v%d" % number] * len(keys))
+        assert path is not None
+        engine.ingest([path])
+
+
+def _level0_files(engine: Engine) -> int:
+    return int(engine._db.property_int_value("rocksdb.num-files-at-level0") or 0)
+
+
+def test_level0_files_fewer_than_rocksdb_compacts_are_merged(tmp_path: Path) -> None:
+    engine = Engine(tmp_path / "db", RocksDBOptions())
+    try:
+        engine.defer_compactions(True)
+        _ingest_overlapping(engine, tmp_path, 3)
+        engine.defer_compactions(False)
+        # Two files in level 0, below RocksDB's trigger (4): RocksDB alone would leave them there.
+        assert engine.compact_leftover_level0() == 2
+        assert _level0_files(engine) == 0
+        assert engine.snapshot()[b"z"] == b"v2"  # the last file still wins
+        assert engine.snapshot()[b"k00000"] == b"v0"
+        assert engine.compact_leftover_level0() == 0
+    finally:
+        engine.close()
+
+
+def _write_triggers(db_path: Path) -> tuple[int, int]:
+    """The table's level-0 slowdown and stop triggers, from the options file RocksDB wrote last."""
+    latest = max(db_path.glob("OPTIONS-*"), key=lambda path: int(path.name.split("-")[1]))
+    table = latest.read_text().split('[CFOptions "default"]')[1].split("[CFOptions")[0]
+    values = dict(line.strip().split("=", 1) for line in table.splitlines() if "=" in line)
+    return int(values["level0_slowdown_writes_trigger"]), int(values["level0_stop_writes_trigger"])
+
+
+def test_writes_go_on_while_a_large_restores_level0_files_are_compacted(tmp_path: Path) -> None:
+    engine = Engine(tmp_path / "db", RocksDBOptions())
+    try:
+        engine.defer_compactions(True)
+        _ingest_overlapping(engine, tmp_path, 40)
+        assert _level0_files(engine) == 39  # above the 36 at which RocksDB stops every write
+        engine.defer_compactions(False)
+        # Else the restore's last records and offsets (and so READY) would wait for the compaction.
+        assert engine._db.property_int_value("rocksdb.is-write-stopped") == 0
+        assert _write_triggers(tmp_path / "db")[1] > 39
+        batch = engine.new_batch()
+        engine.put_offsets(batch, {0: 1})
+        engine.write(batch)
+        deadline = time.monotonic() + 30
+        while _level0_files(engine) >= 20:
+            assert time.monotonic() < deadline, "level 0 was never compacted after compactions resumed"
+            time.sleep(0.05)
+        engine.flush()  # a checkpoint: RocksDB's own triggers again
+        assert _write_triggers(tmp_path / "db") == (20, 36)
+        assert engine.stored_position() == {0: 1}
+    finally:
+        engine.close()
+
+
 def test_partitions_are_shared_out_by_records_left() -> None:
     assert split_partitions({0: 100, 1: 100, 2: 100}, 3) == [[0], [1], [2]]
     # Four partitions on two workers: the two big ones apart, each with a small one.
@@ -197,19 +275,14 @@ def test_compactions_wait_while_deferred_and_run_once_resumed(tmp_path: Path) ->
     engine = Engine(tmp_path / "db", RocksDBOptions())
     try:
         engine.defer_compactions(True)
-        # Overlapping files (every one spans the whole key range) land in level 0.
-        for number in range(6):
-            keys = [b"k%05d" % i for i in range(number, 3000, 6)] + [b"z"]
-            path = write_sst(tmp_path / f"{number}.sst", keys, [b"v%d" % number] * len(keys))
-            assert path is not None
-            engine.ingest([path])
-        level0 = engine._db.property_int_value("rocksdb.num-files-at-level0")
+        _ingest_overlapping(engine, tmp_path, 6)
+        level0 = _level0_files(engine)
         # The first file went to the last level (nothing to overlap); the other five stay in level 0,
         # more than its compaction trigger (4).
         assert level0 == 5
         engine.defer_compactions(False)
         deadline = time.monotonic() + 30
-        while engine._db.property_int_value("rocksdb.num-files-at-level0") >= 4:
+        while _level0_files(engine) >= 4:
             assert time.monotonic() < deadline, "level 0 was never compacted after compactions resumed"
             time.sleep(0.05)
         assert engine.snapshot()[b"z"] == b"v5"

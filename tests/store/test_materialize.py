@@ -7,8 +7,10 @@ import logging
 import re
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
+import rocksdict
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from service.local_broker import LocalBroker
@@ -95,6 +97,41 @@ def test_a_restart_resumes_from_the_stored_offsets(
     assert_equals_model(second, latest_per_key(records + more), end)
     # Only the new records were read again.
     assert second.status().records_applied_total == len(more)
+
+
+def _level0_files(db_path: Path) -> int | None:
+    """Level-0 files of a store's table, from a read-only instance opened beside the store
+    (``None``: a compaction removed files while it opened)."""
+    try:
+        db = rocksdict.Rdict(
+            str(db_path), rocksdict.Options(raw_mode=True), access_type=rocksdict.AccessType.read_only()
+        )
+    except Exception:
+        return None
+    try:
+        return int(db.property_int_value("rocksdb.num-files-at-level0") or 0)
+    finally:
+        db.close()
+
+
+def test_a_bulk_restore_leaves_no_level0_files_behind(
+    make_topic: Callable[..., str], make_store: Callable[..., Store], producer: Producer
+) -> None:
+    topic = make_topic(partitions=3)
+    records = mixed_records(15_000, keys=15_000, seed=6, tombstone_every=1_000_000)
+    end = produce_tracked(producer, topic, records)
+    # One worker per partition, each writing one file: the files span the same key range, so all
+    # but the first land in level 0, fewer than the four at which RocksDB compacts them by itself.
+    tuning = bulk_tuning(
+        min_records=500, chunk_records=100_000, poll_max_records=100_000, bulk_load_workers=3
+    )
+    store = make_store(topic, tuning=tuning)
+    assert store.wait_until_ready(60), store.status()
+    deadline = time.monotonic() + 20
+    while (files := _level0_files(store.config.path / "db")) != 0:
+        assert time.monotonic() < deadline, f"{files} level-0 files stayed after the bulk restore"
+        time.sleep(0.1)
+    assert_equals_model(store, latest_per_key(records), end)
 
 
 def test_an_empty_topic_is_ready_at_once(

@@ -1,0 +1,305 @@
+"""Cold point reads of the embedded engine: table layouts and formats side by side, in one run.
+
+Every variant holds the same table (``--records`` keys of ``bench/scale_data.py``: 16-byte hex
+MD5 keys, ~105-byte JSON values), built the way a bulk restore builds it: chunks of 250,000
+records in random key order, each sorted and written as an SST file, ingested one after the other
+with compactions deferred, then compactions resumed and waited for. Reads are 1,000-key
+``get_many`` calls of ``store.engine.SnapshotReader`` (the store's read path below its hot-key
+cache) on keys never asked before (``FreshKeys``), after a warm-up of ``--warm`` batches that fills
+the block cache as far as it goes. Variants:
+
+- ``before``: the files as the bulk restore wrote them before issue 19 (no bloom filters), and
+  level-0 files left where RocksDB leaves them (fewer than 4 stay);
+- ``now``: the engine as it is (files with the table's bloom filters; leftover level-0 files
+  merged after the restore: ``Engine.compact_leftover_level0``);
+- ``unsettled-before`` / ``unsettled-now``: the table right at READY, before RocksDB compacted
+  what the restore ingested: 17 overlapping files (what a 1M restore in 3 workers leaves), the
+  chunk files without / with the table's bloom filters;
+- the rest are ``now`` rewritten (a forced full compaction) in another format, to see what each
+  would give: ``hash-index`` (data blocks with a hash index), ``no-compression``,
+  ``16k-blocks``, ``mmap`` (no compression, files read through mmap), ``cache-<N>g`` (an N GiB
+  block cache instead of 256 MiB, e.g. ``cache-2g``), ``multiget`` (``Rdict.get(list)``,
+  RocksDB's batched MultiGet with the GIL released, instead of one snapshot lookup per key).
+
+Reported per variant: keys/s (variants alternate, ``--rounds`` times ``--seconds`` each; median),
+CPU time per key (user and system: steadier than wall time on a shared machine), level-0 files and
+disk; with ``--instructions``, the instructions per key counted by ``valgrind --tool=callgrind``
+(repeatable under load; user space only: the kernel's part of a read is the system time)::
+
+    python -m bench coldreads --records 1000000 --instructions
+    python -m bench coldreads --records 10000000 --variants now,multiget,no-compression,cache-2g
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import rocksdict
+
+from bench.scale_data import BATCH, FreshKeys, key, value
+from bench.scale_support import MIB
+from store import EngineTuning, Position
+from store.engine import Engine, SnapshotReader, _options, directory_size
+from store.restore_worker import last_per_key_order, table_options
+
+CHUNK = 250_000
+# Level-0 files of the unsettled variants: about what a restore of 1M records in 3 workers
+# leaves at READY (chunks halve towards each worker's end).
+UNSETTLED_FILES = 17
+CFS = ("default", "meta", "index", "history", "changes")
+VARIANTS = (
+    "before",
+    "now",
+    "unsettled-before",
+    "unsettled-now",
+    "hash-index",
+    "no-compression",
+    "16k-blocks",
+    "mmap",
+    "cache-<N>g",
+    "multiget",
+)
+
+
+def _cache_bytes(name: str) -> int:
+    """The block cache of a variant: N GiB for ``cache-<N>g``, else the engine's default."""
+    if name.startswith("cache-") and name.endswith("g") and name[6:-1].isdigit():
+        return int(name[6:-1]) << 30
+    return EngineTuning().block_cache_bytes
+
+
+def _variant_options(name: str) -> rocksdict.Options:
+    """The engine's options, changed as the variant says."""
+    cache = _cache_bytes(name)
+    options = _options(EngineTuning(block_cache_bytes=cache))
+    table = table_options(rocksdict.Cache(cache))
+    if name == "hash-index":
+        table.set_data_block_index_type(rocksdict.DataBlockIndexType.binary_and_hash())
+    if name == "16k-blocks":
+        table.set_block_size(16 * 1024)
+    options.set_block_based_table_factory(table)
+    if name in ("no-compression", "mmap"):
+        options.set_compression_type(rocksdict.DBCompressionType.none())
+    if name == "mmap":
+        options.set_allow_mmap_reads(True)
+    return options
+
+
+def _sst_options(name: str) -> rocksdict.Options:
+    options = rocksdict.Options(raw_mode=True)
+    options.set_compression_type(rocksdict.DBCompressionType.lz4())
+    if name not in ("before", "unsettled-before"):
+        options.set_block_based_table_factory(table_options())
+    return options
+
+
+def _build(path: Path, records: int, name: str) -> None:
+    """The table as a bulk restore leaves it (``before`` / ``now``), or rewritten in a format."""
+    engine = Engine(path, EngineTuning())
+    engine.defer_compactions(True)
+    order = list(range(records))
+    random.Random(1).shuffle(order)
+    sst_options = _sst_options(name)
+    unsettled = name.startswith("unsettled-")
+    chunk = max(1, records // UNSETTLED_FILES) if unsettled else CHUNK
+    for start in range(0, records, chunk):
+        numbers = order[start : start + chunk]
+        keys = [key(i) for i in numbers]
+        sst = path.parent / f"chunk-{start}.sst"
+        writer = rocksdict.SstFileWriter(sst_options)
+        writer.open(str(sst))
+        for i in last_per_key_order(keys):
+            writer[keys[i]] = value(numbers[i])
+        writer.finish()
+        engine.ingest([sst])
+    if unsettled:
+        engine.close()  # as at READY, before RocksDB compacted the files (readers open them so)
+        return
+    engine.defer_compactions(False)
+    if name != "before":
+        engine.compact_leftover_level0()
+    while _compacting(engine):
+        time.sleep(0.5)
+    engine.close()
+    if name not in ("before", "now", "unsettled-before", "unsettled-now"):
+        db = rocksdict.Rdict(
+            str(path), _variant_options(name), column_families=dict.fromkeys(CFS, _variant_options(name))
+        )
+        compact = rocksdict.CompactOptions()
+        compact.set_bottommost_level_compaction(rocksdict.BottommostLevelCompaction.force())
+        db.compact_range(None, None, compact)
+        db.close()
+
+
+def _compacting(engine: Engine) -> bool:
+    db = engine._db
+    return bool(db.property_int_value("rocksdb.compaction-pending")) or bool(
+        db.property_int_value("rocksdb.num-running-compactions")
+    )
+
+
+def _built(name: str) -> str:
+    """The database a variant reads: ``multiget`` reads ``now``'s another way."""
+    return "now" if name == "multiget" else name
+
+
+def _open(path: Path, name: str) -> rocksdict.Rdict:
+    """A variant's database, open for reads (compactions off: nothing moves while measured)."""
+    options = _variant_options(name)
+    options.set_disable_auto_compactions(True)
+    return rocksdict.Rdict(str(path), options, column_families=dict.fromkeys(CFS, options))
+
+
+class _Reader:
+    """How a variant reads 1,000 keys from its database."""
+
+    def __init__(self, db: rocksdict.Rdict, name: str) -> None:
+        self.level0 = int(db.property_int_value("rocksdb.num-files-at-level0") or 0)
+        if name == "multiget":
+            self.read: Callable[[list[bytes]], list[bytes | None]] = db.get
+        else:
+
+            def read(keys: list[bytes]) -> list[bytes | None]:
+                return SnapshotReader(db.snapshot(), Position()).get_many(keys)
+
+            self.read = read
+
+
+def _measure(reader: _Reader, stream: FreshKeys, seconds: float) -> tuple[int, float, float, float]:
+    """(keys read, read seconds, user CPU seconds, system CPU seconds); key making not counted."""
+    keys_read, spent, user, system = 0, 0.0, 0.0, 0.0
+    while spent < seconds:
+        keys = stream.batch()
+        before = resource.getrusage(resource.RUSAGE_THREAD)
+        started = time.perf_counter()
+        values = reader.read(keys)
+        spent += time.perf_counter() - started
+        after = resource.getrusage(resource.RUSAGE_THREAD)
+        user += after.ru_utime - before.ru_utime
+        system += after.ru_stime - before.ru_stime
+        keys_read += len(values)
+        if None in values:
+            raise SystemExit("a key of the table was not found")
+    return keys_read, spent, user, system
+
+
+def _count_instructions(path: Path, args: argparse.Namespace, name: str) -> float:
+    """Instructions per key of ``--count`` batches after the warm-up, under callgrind, in a child."""
+    out = path.parent / "callgrind.out"
+    command = [
+        "valgrind", "--tool=callgrind", "--collect-atstart=no", "--toggle-collect=map_next",
+        f"--callgrind-out-file={out}", sys.executable, "-m", "bench.coldreads_bench", "--child", str(path),
+        "--variants", name, "--records", str(args.records),
+        "--warm", str(args.warm), "--count", str(args.count),
+    ]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, check=True)
+    collected = [line for line in result.stderr.splitlines() if "Collected :" in line]
+    return int(collected[-1].split(":")[-1]) / (args.count * BATCH)
+
+
+def _child(path: Path, args: argparse.Namespace) -> None:
+    """Under callgrind: the warm-up in a loop, the counted batches through ``map`` (the only
+    ``map_next`` calls, so ``--toggle-collect=map_next`` counts exactly them)."""
+    db = _open(path, args.variants)
+    reader = _Reader(db, args.variants)
+    stream = FreshKeys(args.records)
+    for _ in range(args.warm):
+        reader.read(stream.batch())
+    batches = [stream.batch() for _ in range(args.count)]
+    list(map(reader.read, batches))
+    db.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench coldreads",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--variants", default="before,now,hash-index,no-compression,mmap,cache-1g,multiget")
+    parser.add_argument("--seconds", type=float, default=2.0, help="read seconds per variant and round")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--warm", type=int, default=300, help="warm-up batches of 1,000 keys per variant")
+    parser.add_argument("--instructions", action="store_true", help="count instructions with callgrind")
+    parser.add_argument("--count", type=int, default=20, help="batches counted under callgrind")
+    parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        _child(args.child, args)
+        return 0
+    names = [n.strip() for n in args.variants.split(",") if n.strip()]
+    unknown = {n for n in names if n not in VARIANTS and _cache_bytes(n) == EngineTuning().block_cache_bytes}
+    if unknown:
+        parser.error(f"unknown variants {sorted(unknown)}; choose from {', '.join(VARIANTS)}")
+    if args.instructions and shutil.which("valgrind") is None:
+        parser.error("--instructions needs valgrind (apt-get install -y valgrind)")
+
+    with tempfile.TemporaryDirectory(prefix="coldreads-") as tmp:
+        paths: dict[str, Path] = {}
+        for name in names:
+            built = _built(name)
+            if built not in paths:
+                started = time.perf_counter()
+                (Path(tmp) / built).mkdir()
+                paths[built] = Path(tmp) / built / "db"
+                _build(paths[built], args.records, built)
+                print(f"built {built} in {time.perf_counter() - started:.1f} s", flush=True)
+        opened = {built: _open(path, built) for built, path in paths.items()}
+        readers = {name: _Reader(opened[_built(name)], name) for name in names}
+        stream = FreshKeys(args.records)
+        for reader in readers.values():
+            for _ in range(args.warm):
+                reader.read(stream.batch())
+        results: dict[str, list[tuple[int, float, float, float]]] = {name: [] for name in names}
+        for round_number in range(args.rounds):
+            for name, reader in readers.items():
+                results[name].append(_measure(reader, stream, args.seconds))
+            print(f"round {round_number + 1} done", flush=True)
+        level0 = {name: reader.level0 for name, reader in readers.items()}
+        disk = {name: directory_size(paths[_built(name)]) for name in names}
+        cached = {
+            name: int(opened[_built(name)].property_int_value("rocksdb.block-cache-usage") or 0)
+            for name in names
+        }
+        for db in opened.values():
+            db.close()
+        instructions = (
+            {name: _count_instructions(paths[_built(name)], args, name) for name in names}
+            if args.instructions
+            else {}
+        )
+
+    print(
+        f"\n{args.records:,} records; 1,000-key batches of keys never asked before;"
+        f" medians of {args.rounds} rounds\n"
+    )
+    print(
+        "| variant | keys/s | CPU µs/key (user / sys) | instructions/key | level-0 files | disk (MiB)"
+        " | block cache used (MiB) |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for name in names:
+        rounds = results[name]
+        rate = statistics.median(keys / spent for keys, spent, _, _ in rounds)
+        user = statistics.median(u / keys * 1e6 for keys, _, u, _ in rounds)
+        system = statistics.median(s / keys * 1e6 for keys, _, _, s in rounds)
+        counted = f"{instructions[name]:,.0f}" if name in instructions else "-"
+        cpu = f"{user:.2f} / {system:.2f}"
+        sizes = f"{disk[name] / MIB:,.0f} | {cached[name] / MIB:,.0f}"
+        print(f"| {name} | {rate:,.0f} | {cpu} | {counted} | {level0[name]} | {sizes} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,214 @@
+"""The table of ``python -m bench scale``, and the processes that write and read it apart from the
+bench's own: ``python -m bench.scale_data CHILD ...`` (produce, bare, store, writer, watcher).
+
+Light to import: a child starts without the HTTP and Spark stacks the bench itself loads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+from confluent_kafka import OFFSET_END, Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+TOPIC = "scale-bench"
+STORE = "scale"
+PARTITIONS = 6
+BATCH = 1000
+VALUE_SCHEMA = "name string, price double, category string"
+
+
+def key(i: int) -> bytes:
+    """Record ``i``'s 16-byte key: the hex MD5 of its number.
+
+    Keys therefore arrive in random order and consecutive numbers land all over the key space;
+    Spark computes the same key as ``substring(md5(cast(i as string)), 1, 16)``.
+    """
+    return hashlib.md5(b"%d" % i).hexdigest()[:16].encode()
+
+
+def value(i: int, version: int = 0) -> bytes:
+    """A JSON value of about 105 bytes (``version`` tells updates apart)."""
+    return (
+        b'{"name": "product %d", "price": %d.99, "category": "c%d", "tags": ["a", "b"],'
+        b' "stock": %d, "version": %d}' % (i, i % 997, i % 13, (i * 7919) % 10007, version)
+    )
+
+
+class FreshKeys:
+    """Batches of keys nobody asked for before in this run, shared by every contender.
+
+    Batch after batch takes the next record numbers, whose keys are spread uniformly over the key
+    space; no key comes back until all ``records`` have been asked (``wrapped`` tells).
+    """
+
+    def __init__(self, records: int) -> None:
+        self._records = records
+        self._next = 0
+
+    def batch(self, _n: int = 0) -> list[bytes]:
+        start = self._next
+        self._next += BATCH
+        return [key(i % self._records) for i in range(start, start + BATCH)]
+
+    @property
+    def wrapped(self) -> bool:
+        return self._next > self._records
+
+
+# -- data -----------------------------------------------------------------------------------------
+
+
+def create_topic(bootstrap: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    topic = NewTopic(TOPIC, PARTITIONS, 1, config={"cleanup.policy": "compact"})
+    for future in admin.create_topics([topic]).values():
+        future.result(timeout=30)
+
+
+def produce_share(bootstrap: str, records: int, share: int, shares: int) -> None:
+    """Produce records ``share``, ``share + shares``, ... (one producer process of ``shares``)."""
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 20,
+            "batch.num.messages": 10000,
+            "queue.buffering.max.messages": 2_000_000,
+        }
+    )
+    for i in range(share, records, shares):
+        while True:
+            try:
+                producer.produce(TOPIC, key=key(i), value=value(i))
+                break
+            except BufferError:
+                producer.poll(0.05)
+    if producer.flush(300):
+        raise SystemExit("records were not all delivered")
+
+
+def write_updates(bootstrap: str, records: int, rate: int, seconds: float, out: Path) -> None:
+    """Update random keys at ``rate`` records/s for ``seconds``, once told to go on stdin.
+
+    Writes to ``out`` one line per delivered record: partition, offset, and the time it was
+    produced (its CreateTime, milliseconds since the epoch).
+    """
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "linger.ms": 5, "queue.buffering.max.messages": 1_000_000}
+    )
+    delivered: list[tuple[int, int, int]] = []
+
+    def on_delivery(error: KafkaError | None, message: Message) -> None:
+        if error is None:
+            delivered.append((message.partition() or 0, message.offset() or 0, message.timestamp()[1]))
+
+    producer.list_topics(TOPIC, timeout=30)
+    print("ready", flush=True)
+    sys.stdin.readline()
+    rng = random.Random(11)
+    start = time.monotonic()
+    sent = 0
+    while (elapsed := time.monotonic() - start) < seconds:
+        due = int(elapsed * rate)
+        while sent < due:
+            i = rng.randrange(records)
+            try:
+                producer.produce(TOPIC, key=key(i), value=value(i, version=sent + 1), on_delivery=on_delivery)
+            except BufferError:
+                producer.poll(0.01)
+                continue
+            sent += 1
+        producer.poll(0)
+        time.sleep(0.002)
+    producer.flush(60)
+    out.write_text("".join(f"{p} {o} {t}\n" for p, o, t in delivered))
+
+
+def watch_updates(bootstrap: str, kafka: dict[str, str], seconds: float, out: Path) -> None:
+    """A bare consumer with the store's consumer settings, reading from the end of every partition
+    for ``seconds`` once told to go on stdin: the baseline of the write-to-visible latency.
+
+    Writes to ``out`` one line per record produced after the go: the milliseconds from its
+    CreateTime to its arrival here.
+    """
+    from store.kafka import consumer_config  # noqa: PLC0415 (the other children start without it)
+
+    consumer = Consumer(consumer_config("scale-bench-watcher", {"bootstrap.servers": bootstrap, **kafka}))
+    for partition in range(PARTITIONS):
+        consumer.get_watermark_offsets(TopicPartition(TOPIC, partition), timeout=10)
+    consumer.assign([TopicPartition(TOPIC, p, OFFSET_END) for p in range(PARTITIONS)])
+    consumer.consume(1, 0.5)  # the assignment in effect: the end offsets are resolved
+    print("ready", flush=True)
+    sys.stdin.readline()
+    # This broker may resolve the end a little early: records from before the go do not count.
+    went_ms = time.time() * 1000
+    arrivals: list[float] = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for message in consumer.consume(10_000, 0.05):
+            if message.error() is None and message.timestamp()[1] >= went_ms:
+                arrivals.append(time.time() * 1000 - message.timestamp()[1])
+    consumer.close()
+    out.write_text("".join(f"{ms:.3f}\n" for ms in arrivals))
+
+
+def child_store(bootstrap: str, records: int, state_dir: Path) -> dict[str, float]:
+    """A ``Store`` from an empty ``state_dir`` to READY: its seconds, and its size on disk then."""
+    from store import Store, StoreConfig  # noqa: PLC0415 (the other children start without it)
+    from store.engine import directory_size  # noqa: PLC0415
+
+    store = Store(StoreConfig(STORE, TOPIC, {"bootstrap.servers": bootstrap}, state_dir))
+    start = time.perf_counter()
+    store.start()
+    if not store.wait_until_ready(timeout=7200):
+        raise SystemExit("the store did not become READY")
+    seconds = time.perf_counter() - start
+    total = store.position().total()
+    disk = directory_size(state_dir)
+    store.stop()
+    if total < records:
+        raise SystemExit(f"the store's position covers {total} records, expected {records}")
+    return {"seconds": seconds, "disk": disk}
+
+
+def settings(pairs: list[str]) -> dict[str, str]:
+    """``KEY=VALUE`` arguments as a mapping."""
+    return dict(pair.split("=", 1) for pair in pairs)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.scale_data", description=__doc__)
+    parser.add_argument("child", choices=["produce", "bare", "store", "writer", "watcher"])
+    parser.add_argument("--bootstrap", required=True)
+    parser.add_argument("--records", type=int, required=True)
+    parser.add_argument("--share", type=int, default=0)
+    parser.add_argument("--shares", type=int, default=1)
+    parser.add_argument("--state-dir", type=Path)
+    parser.add_argument("--rate", type=int, default=50_000)
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--kafka", action="append", default=[], metavar="KEY=VALUE")
+    args = parser.parse_args(argv)
+    if args.child == "produce":
+        produce_share(args.bootstrap, args.records, args.share, args.shares)
+    elif args.child == "bare":
+        from bench.bootstrap_bench import _child_bare  # noqa: PLC0415 (only this child needs it)
+
+        print(json.dumps({"seconds": _child_bare(args.bootstrap, args.records, TOPIC, PARTITIONS)}))
+    elif args.child == "store":
+        print(json.dumps(child_store(args.bootstrap, args.records, args.state_dir)))
+    elif args.child == "writer":
+        write_updates(args.bootstrap, args.records, args.rate, args.seconds, args.out)
+    else:
+        watch_updates(args.bootstrap, settings(args.kafka), args.seconds, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
