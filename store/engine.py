@@ -117,6 +117,10 @@ def write_error(path: Path, exc: Exception, closed: bool = False) -> StoreWriteE
     )
 
 
+_INFO_LOG_FILES = 2
+_INFO_LOG_FILE_BYTES = 512 * 1024
+
+
 def _options(tuning: RocksDBOptions) -> rocksdict.Options:
     options = rocksdict.Options(raw_mode=True)
     options.create_if_missing(True)
@@ -129,6 +133,10 @@ def _options(tuning: RocksDBOptions) -> rocksdict.Options:
     table.set_bloom_filter(10, False)
     options.set_block_based_table_factory(table)
     options.set_compression_type(rocksdict.DBCompressionType.lz4())
+    # RocksDB's own info log: every open renames the last one to LOG.old.*; a store reopened after
+    # write errors on a full volume must not fill what is left of it with them.
+    options.set_keep_log_file_num(_INFO_LOG_FILES)
+    options.set_max_log_file_size(_INFO_LOG_FILE_BYTES)
     return options
 
 
@@ -276,6 +284,14 @@ class Engine:
     def _write_error(self, exc: Exception) -> StoreWriteError:
         return write_error(self.path, exc, closed=self._db is None)
 
+    def check_writable(self) -> None:
+        """Write the format version again (a change of nothing, and no file is created): raises the
+        write error while RocksDB refuses writes after a background error, returns once it takes
+        them again."""
+        batch = self.new_batch()
+        batch.put(_FORMAT_KEY, FORMAT_VERSION, self._meta_handle)
+        self.write(batch)
+
     def ingest(self, sst_paths: Sequence[Path]) -> None:
         """Ingest SST files built by the bulk loader into the table (later files win)."""
         options = rocksdict.IngestExternalFileOptions()
@@ -393,6 +409,15 @@ def directory_size(path: Path) -> int:
             except FileNotFoundError:  # compaction removed it while we walked
                 continue
     return total
+
+
+def free_bytes(directory: Path) -> int:
+    """Bytes free for an unprivileged writer on the volume of ``directory`` (0 if unknown)."""
+    try:
+        stats = os.statvfs(directory)
+    except OSError:
+        return 0
+    return stats.f_bavail * stats.f_frsize
 
 
 def can_write(directory: Path, size: int) -> bool:

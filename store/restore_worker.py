@@ -154,6 +154,7 @@ class _Restore:
         self.chunks = 0
         config = dict(job["consumer_config"])
         config["error_cb"] = self._on_client_error
+        config["logger"] = self  # librdkafka's lines go to the store (store.kafka_log), never raw to stderr
         self.consumer = Consumer(config)
 
     def emit(self, event: records.WorkerEvent) -> None:
@@ -161,6 +162,10 @@ class _Restore:
 
     def _on_client_error(self, error: KafkaError) -> None:
         self.emit(records.KafkaErrorReport.of(error, None))
+
+    def log(self, level: int, _format: str, facility: str, _client: str, text: str, *_rest: Any) -> None:
+        """The ``logger`` interface confluent-kafka calls."""
+        self.emit(records.WorkerLog(level, facility, text))
 
     def run(self) -> None:
         consumer, topic, catch_up = self.consumer, self.topic, self.catch_up
