@@ -85,9 +85,10 @@ class OncePerInterval:
 def _problem(text: str) -> tuple[str, str, str, int | None]:
     """``(key, what it is, what to do, level)`` of one report (``level`` ``None``: as reported);
     reports of the same problem share a key."""
-    text = _HANDLE.sub("", _THREAD.sub("", text)).strip()
-    lowered = text.lower()
+    text = _THREAD.sub("", text)
     address = _ADDRESS.search(text)
+    text = _HANDLE.sub("", text).strip()
+    lowered = text.lower()
     where = f" at {address.group(1)}" if address else ""
     if any(marker in lowered for marker in _SECURITY):
         return (
