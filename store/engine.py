@@ -121,12 +121,30 @@ _INFO_LOG_FILES = 2
 _INFO_LOG_FILE_BYTES = 512 * 1024
 
 
-def _options(tuning: RocksDBOptions) -> rocksdict.Options:
+# The smallest write buffer a small volume gets (see ``write_buffer_for``).
+_MIN_WRITE_BUFFER_BYTES = 1024 * 1024
+
+
+def write_buffer_for(path: Path, configured: int) -> int:
+    """The write buffer (memtable) size of the database at ``path``: ``configured``, but at most a
+    quarter of its volume. After a full volume refused a flush, RocksDB resumes writing by itself
+    only once a write buffer is free; on a volume not much larger than one it never would."""
+    directory = path
+    while not directory.exists() and directory != directory.parent:
+        directory = directory.parent
+    try:
+        stats = os.statvfs(directory)
+    except OSError:
+        return configured
+    return min(configured, max(_MIN_WRITE_BUFFER_BYTES, stats.f_blocks * stats.f_frsize // 4))
+
+
+def _options(tuning: RocksDBOptions, write_buffer_bytes: int) -> rocksdict.Options:
     options = rocksdict.Options(raw_mode=True)
     options.create_if_missing(True)
     options.create_missing_column_families(True)
     options.set_atomic_flush(True)
-    options.set_write_buffer_size(tuning.write_buffer_bytes)
+    options.set_write_buffer_size(write_buffer_bytes)
     options.set_max_background_jobs(2)
     table = rocksdict.BlockBasedOptions()
     table.set_block_cache(rocksdict.Cache(tuning.block_cache_bytes))
@@ -149,7 +167,16 @@ class Engine:
 
     def __init__(self, path: Path, options: RocksDBOptions) -> None:
         self.path = path
-        self._options = _options(options)
+        self.write_buffer_bytes = write_buffer_for(path, options.write_buffer_bytes)
+        if self.write_buffer_bytes < options.write_buffer_bytes:
+            logger.info(
+                "the store at %s writes memtables of %d MiB, not engine.write_buffer_bytes (%d MiB): at"
+                " most a quarter of its volume, so that RocksDB resumes by itself after the volume was full",
+                path,
+                self.write_buffer_bytes // 2**20,
+                options.write_buffer_bytes // 2**20,
+            )
+        self._options = _options(options, self.write_buffer_bytes)
         try:
             # Options given only to the constructor are ignored when reopening an existing
             # database unless they are also given per column family.

@@ -4,8 +4,9 @@ Reads go on meanwhile from the copy as it is: a READY store stays READY, its sta
 
 - A full volume (:class:`StoreFullError`): wait for space, retrying a write that creates no file
   (``TableWriter.check_writable``) with backoff. RocksDB resumes writing by itself once its volume
-  has a write buffer free (``engine.write_buffer_bytes``; it checks every few seconds), and the
-  copy stays open, so nothing applied is lost. Only a refusal RocksDB does not recover from by
+  has a write buffer free (``engine.write_buffer_bytes``, at most a quarter of the volume:
+  ``store.engine.write_buffer_for``; it checks every few seconds), and the copy stays open, so
+  nothing applied is lost. Only a refusal RocksDB does not recover from by
   itself (a file size limit, a quota) has the copy reopened, once the volume has had the space for
   a while; then what was applied since the last checkpoint is read again (RESTORING).
 - An I/O error (:class:`StoreIOError`) or a refusal of no known kind: say so and retry with
@@ -23,7 +24,7 @@ import threading
 import time
 
 from store.config import StoreConfig
-from store.engine import can_write, free_bytes
+from store.engine import can_write, free_bytes, write_buffer_for
 from store.exceptions import StoreFullError, StoreReadError, StoreWriteError, StoreWriterClosedError
 from store.position import Position
 from store.progress import Backoff, Progress
@@ -55,7 +56,7 @@ class WriteErrors:
 
     def wait_for_space(self, error: StoreFullError, backoff: Backoff) -> None:
         """Return once the written copy takes writes again, or on a stop."""
-        buffer_bytes = self._config.tuning.rocksdb.write_buffer_bytes
+        buffer_bytes = write_buffer_for(self._config.path, self._config.tuning.rocksdb.write_buffer_bytes)
         self._progress.note_error(str(error))
         self._log.error(
             'store "%s": %s. Materializing is paused; reads go on at position %s, staler each second'
