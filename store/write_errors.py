@@ -86,6 +86,7 @@ class WriteErrors:
             if (
                 self._copies.writing is None or now - space_since >= _RESUME_GRACE_SECONDS
             ) and self._reopened():
+                self._resumed()
                 return
 
     def retry_after_failure(self, error: StoreWriteError, backoff: Backoff) -> bool:
@@ -105,17 +106,16 @@ class WriteErrors:
             backoff.wait(self._stop)
             if self._stop.is_set():
                 return True
-            if attempt < attempts:
-                refusal = self._try_write()
-                if refusal is None:
-                    self._resumed()
-                    return True
-                if isinstance(refusal, StoreFullError):
-                    self.wait_for_space(refusal, backoff)
-                    return True
-                last = refusal
-            elif self._reopened():
+            if attempt == attempts and not self._reopened():
+                continue  # the last attempt reopens the copy (RocksDB keeps refusing until then)
+            refusal = self._try_write()
+            if refusal is None:
+                self._resumed()
                 return True
+            if isinstance(refusal, StoreFullError):
+                self.wait_for_space(refusal, backoff)
+                return True
+            last = refusal
             self._log.warning(
                 'store "%s": still cannot write (attempt %d of %d): %s',
                 self._config.name,
@@ -148,13 +148,13 @@ class WriteErrors:
         return free_bytes(path) >= buffer_bytes and can_write(path, min(buffer_bytes, _SPACE_PROBE_MAX_BYTES))
 
     def _reopened(self) -> bool:
+        """Whether the written copy could be reopened (then it is written from its stored offsets)."""
         try:
             self._copies.reopen()
         except StoreWriteError as exc:
             self._progress.note_error(str(exc))
             self._log.warning('store "%s": still cannot write: %s', self._config.name, exc)
             return False
-        self._resumed()
         return True
 
     def _resumed(self) -> None:
