@@ -146,15 +146,26 @@ class BaseClient(ABC, Generic[HttpT, TransportT, RowsT]):
 
     # -- streaming reads: the same method serves both flavours ------------------------------------
 
-    def scan(self, store: str, prefix: Key = "", *, page_size: int = 1000, **read: Unpack[ReadAt]) -> RowsT:
+    def scan(
+        self,
+        store: str,
+        prefix: Key = "",
+        *,
+        after: Key | None = None,
+        page_size: int = 1000,
+        **read: Unpack[ReadAt],
+    ) -> RowsT:
         """``(key, value)`` pairs whose key starts with ``prefix``, byte-ordered, across pages.
+
+        With ``after``, the scan starts strictly after that key (to resume a scan, or to read one
+        key range); pages are fetched only as the caller reaches them, so stopping early is cheap.
 
         Later pages demand at least the position of the first, so the scan never goes back in time;
         with ``as_of=`` every page reads exactly that position, so the whole scan is one version.
         Keys are ``str`` for a text prefix and ``bytes`` for a bytes prefix. ``deadline=`` bounds
         each page. An ``Iterator`` from the sync client, an ``AsyncIterator`` from the async one.
         """
-        return self._rows(self._scan_flow(store, prefix, page_size, read))
+        return self._rows(self._scan_flow(store, prefix, after, page_size, read))
 
     def index_lookup(
         self,
@@ -251,7 +262,9 @@ class BaseClient(ABC, Generic[HttpT, TransportT, RowsT]):
             parts.append(wire.decode_values(response.content, len(chunk)))
         return pa.concat_arrays(parts) if parts else pa.array([], type=pa.binary())
 
-    def _scan_flow(self, store: str, prefix: Key, page_size: int, read: ReadAt) -> Flow[None]:
+    def _scan_flow(
+        self, store: str, prefix: Key, after: Key | None, page_size: int, read: ReadAt
+    ) -> Flow[None]:
         min_position, as_of = pinned_at(read)
         value_format = yield from self._value_format_flow(store)
         binary = isinstance(prefix, bytes)
@@ -266,7 +279,8 @@ class BaseClient(ABC, Generic[HttpT, TransportT, RowsT]):
         pager: Pager[str] = Pager(
             lambda after, floor: wire.scan_call(store, prefix, after, page_size, floor, as_of), decode, as_of
         )
-        yield from pager.every_page(self._sender(read.get("deadline")), None, floor_of(min_position))
+        cursor = None if after is None else wire.scan_cursor(after, binary)
+        yield from pager.every_page(self._sender(read.get("deadline")), cursor, floor_of(min_position))
 
     def _index_pager(
         self, store: str, index: str, value: str, page_size: int, as_of: PositionLike | None

@@ -8,6 +8,7 @@ Hierarchy::
     ├── UnexpectedResponseError                 an answer the HTTP API does not describe
     ├── ValueDecodeError (also ValueError)      a stored value does not decode per the store's value format
     ├── SchemaMismatchError (also ValueError)   a Spark value schema that cannot apply to the store
+    ├── UnsupportedSparkError                   what the installed PySpark version or session kind cannot do
     └── ProblemError                            the service answered an RFC 9457 problem
         ├── UnknownStoreError                   404 unknown-store
         ├── UnknownIndexError                   404 unknown-index
@@ -85,6 +86,10 @@ class ValueDecodeError(StatestoreClientError, ValueError):
 
 class SchemaMismatchError(StatestoreClientError, ValueError):
     """A value schema was given that cannot apply to the store (e.g. the store does not hold JSON)."""
+
+
+class UnsupportedSparkError(StatestoreClientError):
+    """Something the installed PySpark version or the session kind cannot do; the message names both."""
 
 
 class ProblemError(StatestoreClientError):
