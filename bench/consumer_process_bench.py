@@ -6,9 +6,10 @@ measured side by side in one run, on the same embedded broker, alternating, medi
 
     python -m bench consumer_process --records 500000 --repeat 3
 
-- ``apply rate``: an embedded store reading a backlog of ``--records`` records (16 B keys, 100 B
-  values, 3 partitions) through the record-by-record path a READY store uses (the bulk restore is
-  off), timed from a tenth of the backlog applied to READY, so the child's start is not counted.
+- ``apply rate``: an embedded store reading a backlog of ``--records`` records (the bootstrap
+  bench's: 16 B keys, 100 B values, 3 partitions) through the record-by-record path a READY store
+  uses (the bulk restore is off), timed from a tenth of the backlog applied to READY, so the
+  child's start is not counted.
 - ``latency``: a READY store; one record at a time is produced (``linger.ms`` 0) and flushed, and
   the time until the store's position covers it is taken (``Store.wait_for_position``): what a
   writer waits before a read sees its write. ``--samples`` records, 10 ms apart. The consumers use
@@ -20,7 +21,6 @@ measured side by side in one run, on the same embedded broker, alternating, medi
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import tempfile
 import time
@@ -29,12 +29,13 @@ from pathlib import Path
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from bench.bootstrap_bench import PARTITIONS
+from bench.bootstrap_bench import TOPIC as BACKLOG
+from bench.bootstrap_bench import _produce as produce_backlog
 from service.local_broker import LocalBroker
 from store import Position, Store, StoreConfig, StoreTuning
 
-BACKLOG = "consumer-bench-backlog"
 LIVE = "consumer-bench-live"
-PARTITIONS = 3
 MODES = {"in-process": False, "child-process": True}
 _FETCH_WAIT_MS = 5
 
@@ -45,27 +46,6 @@ def _create(bootstrap: str, topic: str, partitions: int) -> None:
         [NewTopic(topic, partitions, 1, config={"cleanup.policy": "compact"})]
     ).values():
         future.result(timeout=15)
-
-
-def _produce_backlog(bootstrap: str, records: int) -> None:
-    _create(bootstrap, BACKLOG, PARTITIONS)
-    producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "linger.ms": 20,
-            "batch.num.messages": 10000,
-            "queue.buffering.max.messages": 2_000_000,
-        }
-    )
-    value = os.urandom(100)
-    for i in range(records):
-        while True:
-            try:
-                producer.produce(BACKLOG, key=i.to_bytes(16, "big"), value=value, partition=i % PARTITIONS)
-                break
-            except BufferError:
-                producer.poll(0.05)
-    producer.flush(120)
 
 
 def _store(bootstrap: str, topic: str, state_dir: str, child_process: bool) -> Store:
@@ -140,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     with LocalBroker() as broker:
         bootstrap = broker.bootstrap_servers
         print(f"producing {args.records:,} records (16 B keys, 100 B values, {PARTITIONS} partitions)...")
-        _produce_backlog(bootstrap, args.records)
+        produce_backlog(bootstrap, args.records, False)
         _create(bootstrap, LIVE, 1)
         for round_number in range(args.repeat):
             for mode, child_process in MODES.items():

@@ -30,6 +30,26 @@ _REAP_INTERVAL_SECONDS = 1.0
 _PIPE_BYTES = 1024 * 1024  # fs.pipe-max-size by default: more needs a privilege
 
 
+# Runs a script of this package with ``store`` a bare package (its ``__init__`` not run), so the
+# script imports only the modules it names (leaf modules: ``store.records``, ``store.pipes``) and
+# the child starts without the package's dependencies.
+_BOOTSTRAP = (
+    "import runpy, sys, types\n"
+    "package = types.ModuleType('store')\n"
+    "package.__path__ = [sys.argv[1]]\n"
+    "sys.modules['store'] = package\n"
+    "script = sys.argv[2]\n"
+    "sys.argv = sys.argv[2:]\n"
+    "runpy.run_path(script, run_name='__main__')\n"
+)
+
+
+def script_command(script: Path) -> list[str]:
+    """The command that runs ``script`` (a file of this package) as a child does."""
+    # -P: the current directory stays off the child's sys.path.
+    return [sys.executable, "-P", "-c", _BOOTSTRAP, str(script.parent), str(script)]
+
+
 class ChildProcess:
     """A script of this package (``script``: its file) in a child process and process group of
     its own, with pipes to its stdin and from its stdout; stderr is this process's."""
@@ -44,8 +64,7 @@ class ChildProcess:
         }
         with _started_lock:  # registered before the reaper can see it exit
             self.process = subprocess.Popen(
-                # -P: the script's own directory (this package's) stays off the child's sys.path.
-                [sys.executable, "-P", str(script)],
+                script_command(script),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 env=env,

@@ -1,4 +1,4 @@
-"""The store's Kafka client in a child process, started as ``python -P .../store/consumer_process.py``.
+"""The store's Kafka client in a child process (started by ``store.children.ChildProcess``).
 
 librdkafka has crashed its whole process (SIGSEGV) when the topic a consumer was assigned was
 deleted. Here such a crash ends only this process: the store keeps serving its last good copy and
@@ -25,40 +25,20 @@ any                                ``("failed", text)`` when the Kafka client ra
 
 It exits when its stdin ends: the store closed it, or the store's process is gone.
 
-Run as a script it imports nothing of ours but the leaf modules ``store/records.py`` and
-``store/pipes.py``, loaded from their files, so it starts without the ``store`` package.
+Run as a child (``store.children``: the ``store`` package bare, its ``__init__`` not run) it
+imports nothing of ours but the leaf modules ``store/records.py`` and ``store/pipes.py``, so it
+starts without the package's dependencies.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import sys
-from pathlib import Path
-from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-
-def _load_leaf(name: str) -> ModuleType:
-    """This package's module ``name`` loaded from its file, without importing the package."""
-    spec = importlib.util.spec_from_file_location(
-        f"_statestore_{name}", Path(__file__).with_name(f"{name}.py")
-    )
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while being made
-    spec.loader.exec_module(module)
-    return module
-
-
-if TYPE_CHECKING or __package__:
-    from store import pipes, records
-else:  # run as a script
-    pipes = _load_leaf("pipes")
-    records = _load_leaf("records")
+from store import pipes, records
 
 _STDIN, _STDOUT = 0, 1
 _MAX_HELD_LINES = 1_000  # log lines and client errors held between two answers; more are dropped

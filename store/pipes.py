@@ -1,11 +1,10 @@
 """Messages between the store's process and its consumer process, as frames on a pipe.
 
-A frame is the length of a pickle (4 bytes, big-endian), then the pickle of plain values (no
-classes of this package: the child process loads its modules from their files, under other
-names). One writer per pipe, frames of any size.
+A frame is the length of a pickle (4 bytes, big-endian), then the pickle of plain values (tuples,
+lists, dicts, bytes, numbers, text). One writer per pipe, frames of any size.
 
-A leaf module: it imports nothing of this package, so the consumer process (started as the script
-``store/consumer_process.py``) loads it from its file without the package.
+A leaf module: it imports nothing of this package, so the consumer process
+(``store/consumer_process.py``) imports it without the package's dependencies.
 """
 
 from __future__ import annotations

@@ -13,10 +13,10 @@
   consumer process's pipe (:meth:`Poll.fields`, :meth:`Poll.from_fields`; frames: ``store.pipes``).
 - :func:`describe`: a topic's id and partition count, asked of the broker.
 
-A leaf module: it imports nothing else of this package. The child processes, started as the scripts
-``store/restore_worker.py`` and ``store/consumer_process.py``, load it from its file without
-importing the package and its dependencies (which keeps their start cheap), so both sides share
-one definition of records, catch-up, events and frames.
+A leaf module: it imports nothing else of this package. The child processes (the scripts
+``store/restore_worker.py`` and ``store/consumer_process.py``, see ``store.children``) import it
+without the package's ``__init__`` and its dependencies (which keeps their start cheap), so both
+sides share one definition of records, catch-up, events and frames.
 """
 
 from __future__ import annotations

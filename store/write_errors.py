@@ -123,9 +123,14 @@ class WriteErrors:
                 attempts,
                 last,
             )
-        reason = f"{last} (gave up after {attempts} attempts; fix the volume, then restart the store)"
-        self._copies.fail(reason)
+        refusal = last.__cause__ or last
+        reason = (
+            f"the store at {self._config.path} kept failing to write through {attempts} attempts"
+            f" ({refusal}); check its volume (the kernel log names failing devices), then restart the store"
+        )
+        # Logged first: whoever waits for FAILED then finds the line written.
         self._log.error('store "%s" is FAILED: %s', self._config.name, reason)
+        self._copies.fail(reason)
         return False
 
     def _try_write(self) -> StoreWriteError | None:

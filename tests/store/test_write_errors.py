@@ -7,35 +7,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 import rocksdict
 from confluent_kafka import Producer
 
 from store import Store, StoreState
-from store.engine import Engine, write_error
 from tests.support.kafka import latest_per_key
+from tests.support.refusals import refuse_writes
 from tests.support.stores import FAST, assert_equals_model, produce_tracked
 
 TUNING = FAST.replace(write_error_attempts=3)
 EIO = "IO error: While appending to file: /s/db/000012.sst: Input/output error"
-
-
-def refuse(monkeypatch: pytest.MonkeyPatch, refusal: Exception, times: int | None) -> list[int]:
-    """Every write of every engine refused with ``refusal`` (``times`` of them, or all); returns
-    the list the refusals are counted in."""
-    refused: list[int] = []
-    real_write = Engine.write
-
-    def write(engine: Engine, batch: Any) -> None:
-        if times is None or len(refused) < times:
-            refused.append(1)
-            raise write_error(engine.path, refusal) from refusal
-        real_write(engine, batch)
-
-    monkeypatch.setattr(Engine, "write", write)
-    return refused
 
 
 def ready_store(
@@ -58,16 +41,17 @@ def test_a_volume_that_keeps_failing_writes_makes_the_store_failed_with_the_reas
 ) -> None:
     caplog.set_level(logging.INFO, logger="store")
     store, topic, _records = ready_store(make_topic, make_store, producer)
-    refused = refuse(monkeypatch, Exception(EIO), times=None)
+    refused = refuse_writes(monkeypatch, Exception(EIO), times=None)
     produce_tracked(producer, topic, [(b"key-001", b"later")])
     with store._changed:
         assert store._changed.wait_for(lambda: store.state is StoreState.FAILED, 60), store.status()
     assert not store.readable
     last_error = store.status().last_error or ""
-    assert "an I/O error" in last_error
-    assert "gave up after 3 attempts" in last_error
+    assert "kept failing to write through 3 attempts" in last_error
+    assert "Input/output error" in last_error
+    assert "then restart the store" in last_error
     assert len(refused) >= 3
-    failed = [r.getMessage() for r in caplog.records if "is FAILED" in r.getMessage()]
+    failed = [r.getMessage() for r in caplog.records if 'store "s" is FAILED' in r.getMessage()]
     assert len(failed) == 1, failed
     assert "check its volume" in failed[0]
 
@@ -79,7 +63,7 @@ def test_an_io_error_that_passes_is_retried_and_nothing_is_lost(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     store, topic, records = ready_store(make_topic, make_store, producer)
-    refused = refuse(monkeypatch, Exception(EIO), times=2)
+    refused = refuse_writes(monkeypatch, Exception(EIO), times=2)
     more = [(b"key-001", b"later"), (b"key-999", b"new")]
     end = store.position().merged(produce_tracked(producer, topic, more))
     assert store.wait_for_position(end, 60), store.status()
@@ -97,7 +81,7 @@ def test_a_copy_closed_under_the_writer_is_no_error_to_report(
 ) -> None:
     caplog.set_level(logging.INFO, logger="store")
     store, topic, records = ready_store(make_topic, make_store, producer)
-    refuse(monkeypatch, rocksdict.DbClosedError("DB instance already closed"), times=1)
+    refuse_writes(monkeypatch, rocksdict.DbClosedError("DB instance already closed"), times=1)
     more = [(b"key-002", b"later")]
     end = store.position().merged(produce_tracked(producer, topic, more))
     assert store.wait_for_position(end, 60), store.status()
