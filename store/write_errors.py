@@ -123,10 +123,9 @@ class WriteErrors:
                 attempts,
                 last,
             )
-        refusal = last.__cause__ or last
         reason = (
             f"the store at {self._config.path} kept failing to write through {attempts} attempts"
-            f" ({refusal}); check its volume (the kernel log names failing devices), then restart the store"
+            f" ({last.__cause__ or last}); check its volume (the kernel log names failing devices), then restart the store"
         )
         # Logged first: whoever waits for FAILED then finds the line written.
         self._log.error('store "%s" is FAILED: %s', self._config.name, reason)
