@@ -125,7 +125,8 @@ class WriteErrors:
             )
         reason = (
             f"the store at {self._config.path} kept failing to write through {attempts} attempts"
-            f" ({last.__cause__ or last}); check its volume (the kernel log names failing devices), then restart the store"
+            f" ({last.__cause__ or last}); check its volume (the kernel log names failing devices),"
+            " then restart the store"
         )
         # Logged first: whoever waits for FAILED then finds the line written.
         self._log.error('store "%s" is FAILED: %s', self._config.name, reason)
