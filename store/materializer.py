@@ -8,10 +8,16 @@ partition is caught up (``store.records.CatchUp``): it reported end-of-partition
 to the high watermark that fetch responses carry. The ListOffsets answer sampled at start is only
 a lower bound for the restore target (some brokers answer it too low).
 
+A session reads through a record source (``store.source``): by default the Kafka client runs in
+a child process (``store.child_source``), so that a crash inside it cannot stop the reads.
+
 Problems end a session and decide what comes next (:meth:`Materializer._run`): stored offsets
-no longer valid → rebuild from the earliest offsets; the volume refuses writes → pause until it
-takes them, then reopen; a broker or topic problem → retry with backoff. The thread never dies of
-them. It writes through the store's copies (``store.writer``), never through ``Store``.
+no longer valid, or the written copy found corrupt → rebuild from the earliest offsets; the
+volume refuses writes → the reaction to that kind of refusal (``store.write_errors``: wait for
+space, retry, or FAILED after an I/O error that does not pass); the Kafka client's process died
+→ one line, and another after a backoff; a broker or topic problem → retry with backoff. Reads go
+on meanwhile from the copy as it is. The thread never dies of these. It writes through the
+store's copies (``store.writer``), never through ``Store``.
 """
 
 from __future__ import annotations
