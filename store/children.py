@@ -13,7 +13,6 @@ processes other children left behind (orphans are handed to PID 1).
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import signal
 import subprocess
@@ -27,7 +26,6 @@ _started: set[int] = set()  # pids of children started here and not yet waited f
 _started_lock = threading.Lock()
 _reaper_started = threading.Event()
 _REAP_INTERVAL_SECONDS = 1.0
-_PIPE_BYTES = 1024 * 1024  # fs.pipe-max-size by default: more needs a privilege
 
 
 # Runs a script of this package with ``store`` a bare package (its ``__init__`` not run), so the
@@ -77,7 +75,6 @@ class ChildProcess:
         assert stdout is not None
         self.stdin: IO[bytes] = stdin
         self.stdout: IO[bytes] = stdout
-        _widen(stdout.fileno())
 
     @property
     def pid(self) -> int:
@@ -113,14 +110,6 @@ class ChildProcess:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.process.pid, signal.SIGKILL)
         return self.end(stop=False)
-
-
-def _widen(fd: int) -> None:
-    """Let the pipe hold a whole poll (about 1.2 MB for 10,000 records of 100 bytes): through the
-    default 64 KiB, a poll takes some twenty hand-overs between the processes, each waiting for the
-    other to be scheduled, which on a busy machine cost more than the poll itself."""
-    with contextlib.suppress(OSError, AttributeError):  # Linux only; capped by fs.pipe-max-size
-        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
 
 
 def describe_exit(code: int | None) -> str:
