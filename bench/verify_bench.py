@@ -26,7 +26,7 @@ from typing import Any
 
 from store import Position
 from store.engine import Engine, SnapshotReader
-from store.tuning import RocksDBOptions
+from store.tuning import MaintenanceTuning, RocksDBOptions
 from store.verifier import Verifier, VerifyStep
 
 
@@ -73,10 +73,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args(argv)
     rng = random.Random(5)
-    tuning = RocksDBOptions()
+    tuning = MaintenanceTuning()
 
     with tempfile.TemporaryDirectory() as directory:
-        engine = Engine(Path(directory) / "db", tuning)
+        engine = Engine(Path(directory) / "db", RocksDBOptions())
         for start in range(0, args.keys, 10_000):
             batch = engine.new_batch()
             for i in range(start, min(start + 10_000, args.keys)):
@@ -84,8 +84,8 @@ def main(argv: list[str] | None = None) -> int:
             engine.write(batch)
         engine.flush()
         engine._db.compact_range(None, None)  # one sorted run, as a settled store
-        reader = SnapshotReader(engine.snapshot(), Position())
-        snapshot = reader.snapshot
+        snapshot = engine.snapshot()
+        reader = SnapshotReader(snapshot, Position())
         mixed = [b"key-%010d" % rng.randrange(args.keys * 2) for _ in range(args.reads)]
         present = [b"key-%010d" % rng.randrange(args.keys) for _ in range(args.reads)]
 

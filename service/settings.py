@@ -122,6 +122,9 @@ class EngineSettings(BaseModel):
     # checksums verified (0 turns it off), and the most a pass reads per second.
     verify_interval_seconds: float | None = Field(default=None, ge=0)
     verify_bytes_per_second: ByteSize | None = Field(default=None, ge=1024)
+    # The Kafka client runs in a child process, so that a crash inside it cannot stop the reads;
+    # false runs it in the service's own process.
+    consumer_in_child_process: bool | None = None
 
     def apply(self, tuning: StoreTuning) -> StoreTuning:
         """``tuning`` with every key set here replacing its value (the keys are ``store.tuning``'s

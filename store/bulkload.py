@@ -25,9 +25,6 @@ import contextlib
 import os
 import pickle
 import queue
-import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -36,12 +33,21 @@ from typing import IO, Any
 
 from confluent_kafka import OFFSET_BEGINNING
 
+from store.children import ChildProcess
 from store.config import StoreConfig
 from store.exceptions import StoreClosedError, StoreWriteError
 from store.gc_pacing import fewer_collections
 from store.kafka import consumer_config
 from store.progress import Every, Reporter
-from store.records import CatchUp, ChunkWritten, KafkaErrorReport, WorkerCaughtUp, WorkerFailed, read_frame
+from store.records import (
+    CatchUp,
+    ChunkWritten,
+    KafkaErrorReport,
+    WorkerCaughtUp,
+    WorkerFailed,
+    WorkerLog,
+    read_frame,
+)
 from store.state import RestoreMode
 from store.tuning import ConsumerTuning, RestoreTuning
 from store.writer import TableWriter, check_written_copy
@@ -53,7 +59,7 @@ class BulkLoadError(RuntimeError):
     """A restore worker process failed; the materializer retries the session."""
 
 
-RestoreEvent = ChunkWritten | KafkaErrorReport | WorkerCaughtUp
+RestoreEvent = ChunkWritten | KafkaErrorReport | WorkerLog | WorkerCaughtUp
 
 
 def split_partitions(remaining: Mapping[int, int], workers: int) -> list[list[int]]:
@@ -126,32 +132,17 @@ class BulkRestore:
             directory.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise BulkLoadError(f"cannot create the bulk-load directory {directory}: {exc}") from exc
-        env = {
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
-            # numpy's BLAS needs no threads here, and none may run when the workers are forked.
-            "OPENBLAS_NUM_THREADS": "1",
-            "OMP_NUM_THREADS": "1",
-        }
-        self._process = subprocess.Popen(
-            # -P: the script's own directory (this package's) stays off the worker's sys.path.
-            [sys.executable, "-P", str(_WORKER_SCRIPT)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            env=env,
-            start_new_session=True,  # its own process group: close() stops every worker at once
-        )
-        stdin, stdout = self._process.stdin, self._process.stdout
-        assert stdin is not None
-        assert stdout is not None
+        self._process = ChildProcess(_WORKER_SCRIPT)
         try:
             # The jobs go through the pipe, never the command line: they hold credentials.
-            pickle.dump(jobs, stdin, protocol=pickle.HIGHEST_PROTOCOL)
-            stdin.close()
+            pickle.dump(jobs, self._process.stdin, protocol=pickle.HIGHEST_PROTOCOL)
+            self._process.stdin.close()
         except OSError as exc:
             self.close()
             raise BulkLoadError(f"the restore workers exited with code {self._process.poll()}") from exc
-        threading.Thread(target=self._read, args=(stdout,), name="restore-workers", daemon=True).start()
+        threading.Thread(
+            target=self._read, args=(self._process.stdout,), name="restore-workers", daemon=True
+        ).start()
 
     def next_event(self, timeout: float) -> RestoreEvent | None:
         """The next event of any worker, or ``None`` if none came within ``timeout`` seconds.
@@ -179,18 +170,8 @@ class BulkRestore:
             leftover.unlink(missing_ok=True)
 
     def _end(self, stop: bool = False) -> None:
-        process = self._process
-        if stop and process.poll() is None:
-            process.terminate()  # it kills its workers and reaps them
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(process.pid, signal.SIGKILL)  # the whole group, workers included
-            process.wait(timeout=30)
-        if process.stdout is not None:
-            with contextlib.suppress(OSError):
-                process.stdout.close()
+        # On SIGTERM the worker script kills its workers and reaps them.
+        self._process.end(stop=stop)
 
     def _read(self, stream: IO[bytes]) -> None:
         while self._caught_up < self.workers:
@@ -288,6 +269,8 @@ class BulkPhase:
             progress.last_contact = received_at
             progress.note_healthy(received_at)
             self._reporter.null_keys(event.null_keys)
+        elif isinstance(event, WorkerLog):
+            self._reporter.kafka_log.line(event.level, event.facility, event.text)
         elif isinstance(event, KafkaErrorReport):
             if event.partition is None:
                 self._reporter.client_error(event)

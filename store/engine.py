@@ -127,18 +127,44 @@ LEVEL0_SLOWDOWN_WRITES_TRIGGER = 20
 LEVEL0_STOP_WRITES_TRIGGER = 36
 
 
-def _options(tuning: RocksDBOptions) -> rocksdict.Options:
+_INFO_LOG_FILES = 2
+_INFO_LOG_FILE_BYTES = 512 * 1024
+
+
+# The smallest write buffer a small volume gets (see ``write_buffer_for``).
+_MIN_WRITE_BUFFER_BYTES = 1024 * 1024
+
+
+def write_buffer_for(path: Path, configured: int) -> int:
+    """The write buffer (memtable) size of the database at ``path``: ``configured``, but at most a
+    quarter of its volume. After a full volume refused a flush, RocksDB resumes writing by itself
+    only once a write buffer is free; on a volume not much larger than one it never would."""
+    directory = path
+    while not directory.exists() and directory != directory.parent:
+        directory = directory.parent
+    try:
+        stats = os.statvfs(directory)
+    except OSError:
+        return configured
+    return min(configured, max(_MIN_WRITE_BUFFER_BYTES, stats.f_blocks * stats.f_frsize // 4))
+
+
+def _options(tuning: RocksDBOptions, write_buffer_bytes: int) -> rocksdict.Options:
     options = rocksdict.Options(raw_mode=True)
     options.create_if_missing(True)
     options.create_missing_column_families(True)
     options.set_atomic_flush(True)
-    options.set_write_buffer_size(tuning.write_buffer_bytes)
+    options.set_write_buffer_size(write_buffer_bytes)
     options.set_max_background_jobs(2)
     options.set_level_zero_file_num_compaction_trigger(LEVEL0_COMPACTION_TRIGGER)
     options.set_level_zero_slowdown_writes_trigger(LEVEL0_SLOWDOWN_WRITES_TRIGGER)
     options.set_level_zero_stop_writes_trigger(LEVEL0_STOP_WRITES_TRIGGER)
     options.set_block_based_table_factory(table_options(rocksdict.Cache(tuning.block_cache_bytes)))
     options.set_compression_type(rocksdict.DBCompressionType.lz4())
+    # RocksDB's own info log: every open renames the last one to LOG.old.*; a store reopened after
+    # write errors on a full volume must not fill what is left of it with them.
+    options.set_keep_log_file_num(_INFO_LOG_FILES)
+    options.set_max_log_file_size(_INFO_LOG_FILE_BYTES)
     return options
 
 
@@ -151,7 +177,16 @@ class Engine:
 
     def __init__(self, path: Path, options: RocksDBOptions) -> None:
         self.path = path
-        self._options = _options(options)
+        self.write_buffer_bytes = write_buffer_for(path, options.write_buffer_bytes)
+        if self.write_buffer_bytes < options.write_buffer_bytes:
+            logger.info(
+                "the store at %s writes memtables of %d MiB, not engine.write_buffer_bytes (%d MiB): at"
+                " most a quarter of its volume, so that RocksDB resumes by itself after the volume was full",
+                path,
+                self.write_buffer_bytes // 2**20,
+                options.write_buffer_bytes // 2**20,
+            )
+        self._options = _options(options, self.write_buffer_bytes)
         try:
             # Options given only to the constructor are ignored when reopening an existing
             # database unless they are also given per column family.
@@ -330,6 +365,14 @@ class Engine:
     def _write_error(self, exc: Exception) -> StoreWriteError:
         return write_error(self.path, exc, closed=self._db is None)
 
+    def check_writable(self) -> None:
+        """Write the format version again (a change of nothing, and no file is created): raises the
+        write error while RocksDB refuses writes after a background error, returns once it takes
+        them again."""
+        batch = self.new_batch()
+        batch.put(_FORMAT_KEY, FORMAT_VERSION, self._meta_handle)
+        self.write(batch)
+
     def ingest(self, sst_paths: Sequence[Path]) -> None:
         """Ingest SST files built by the bulk loader into the table (later files win)."""
         options = rocksdict.IngestExternalFileOptions()
@@ -448,6 +491,15 @@ def directory_size(path: Path) -> int:
             except FileNotFoundError:  # compaction removed it while we walked
                 continue
     return total
+
+
+def free_bytes(directory: Path) -> int:
+    """Bytes free for an unprivileged writer on the volume of ``directory`` (0 if unknown)."""
+    try:
+        stats = os.statvfs(directory)
+    except OSError:
+        return 0
+    return stats.f_bavail * stats.f_frsize
 
 
 def can_write(directory: Path, size: int) -> bool:

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicCollection
+from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
-from store.records import KafkaErrorReport
+from store.records import KafkaErrorReport, describe
 
 logger = logging.getLogger(__name__)
 
@@ -77,28 +77,23 @@ class TopicInfo:
 
 def describe_topic(admin: AdminClient, topic: str, timeout: float) -> TopicInfo | None:
     """The topic's id and partition count, or ``None`` when the topic does not exist."""
-    futures = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout)
     try:
-        description = futures[topic].result(timeout=timeout + 1)
+        described = describe(admin, topic, timeout)
     except KafkaException as exc:
-        error = exc.args[0] if exc.args else None
-        if isinstance(error, KafkaError) and error.code() in (
-            KafkaError.UNKNOWN_TOPIC_OR_PART,
-            KafkaError._UNKNOWN_TOPIC,
-        ):
-            return None
         raise TransientSourceError(f"cannot describe topic {topic!r}: {exc}") from exc
     except Exception as exc:  # timeouts surface as concurrent.futures errors
         raise TransientSourceError(f"cannot describe topic {topic!r}: {exc!r}") from exc
-    topic_id = str(description.topic_id) if description.topic_id is not None else None
-    return TopicInfo(topic, topic_id, len(description.partitions))
+    return None if described is None else TopicInfo(topic, *described)
 
 
 class TopicWatch:
-    """The topic's metadata, checked now and then: deleted, recreated, or partitions added or removed."""
+    """The topic's metadata, checked now and then: deleted, recreated, or partitions added or removed.
 
-    def __init__(self, admin: AdminClient, info: TopicInfo) -> None:
-        self._admin = admin
+    ``describe(timeout)`` asks the broker (``RecordSource.describe``).
+    """
+
+    def __init__(self, describe: Callable[[float], TopicInfo | None], info: TopicInfo) -> None:
+        self._describe = describe
         self.info = info
         self.partitions = info.partitions
 
@@ -109,7 +104,7 @@ class TopicWatch:
         ``RebuildRequired`` when it was recreated or lost partitions.
         """
         info = self.info
-        current = describe_topic(self._admin, info.name, timeout)
+        current = self._describe(timeout)
         if current is None:
             raise TransientSourceError(f'topic "{info.name}" was deleted; waiting for it to come back')
         if info.topic_id is not None and current.topic_id is not None and current.topic_id != info.topic_id:
@@ -126,17 +121,20 @@ class TopicWatch:
         return added
 
 
-def new_consumer(store_name: str, kafka: Mapping[str, Any], on_error: Any) -> Consumer:
+def new_consumer(store_name: str, kafka: Mapping[str, Any], on_error: Any, logger: Any) -> Consumer:
+    """A consumer for the store; ``logger`` takes librdkafka's log lines (``store.kafka_log``)."""
     config = consumer_config(store_name, kafka)
     config["error_cb"] = on_error
+    config["logger"] = logger
     try:
         return Consumer(config)
     except (KafkaException, ValueError, TypeError) as exc:
         raise TransientSourceError(f'cannot create the consumer for store "{store_name}": {exc}') from exc
 
 
-def new_admin(kafka: Mapping[str, Any]) -> AdminClient:
-    return AdminClient(admin_config(kafka))
+def new_admin(kafka: Mapping[str, Any], logger: Any) -> AdminClient:
+    """An admin client (topic metadata only); ``logger`` takes librdkafka's log lines."""
+    return AdminClient({**admin_config(kafka), "logger": logger})
 
 
 def check_fetch_error(report: KafkaErrorReport, topic: str) -> None:

@@ -8,15 +8,22 @@ partition is caught up (``store.records.CatchUp``): it reported end-of-partition
 to the high watermark that fetch responses carry. The ListOffsets answer sampled at start is only
 a lower bound for the restore target (some brokers answer it too low).
 
+A session reads through a record source (``store.source``): by default the Kafka client runs in
+a child process (``store.child_source``), so that a crash inside it cannot stop the reads.
+
 Problems end a session and decide what comes next (:meth:`Materializer._run`): stored offsets
-no longer valid → rebuild from the earliest offsets; the volume refuses writes → pause until it
-takes them, then reopen; a broker or topic problem → retry with backoff. The thread never dies of
-them. It writes through the store's copies (``store.writer``), never through ``Store``.
+no longer valid, or the written copy found corrupt → rebuild from the earliest offsets; the
+volume refuses writes → the reaction to that kind of refusal (``store.write_errors``: wait for
+space, retry, or FAILED after an I/O error that does not pass); the Kafka client's process died
+→ one line, and another after a backoff; a broker or topic problem → retry with backoff. Reads go
+on meanwhile from the copy as it is. The thread never dies of these. It writes through the
+store's copies (``store.writer``), never through ``Store``.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 
@@ -24,29 +31,37 @@ from confluent_kafka import OFFSET_BEGINNING
 
 from store.apply_loop import ApplyLoop
 from store.bulkload import BulkPhase
+from store.child_source import ChildConsumerSource, SourceCrashedError
 from store.config import StoreConfig
-from store.engine import can_write
-from store.exceptions import StoreClosedError, StoreReadError, StoreWriteError
+from store.exceptions import (
+    StoreClosedError,
+    StoreFullError,
+    StoreReadError,
+    StoreWriteError,
+    StoreWriterClosedError,
+)
 from store.kafka import (
     RebuildRequired,
     TopicInfo,
     TopicWatch,
     TransientSourceError,
-    describe_topic,
-    new_admin,
 )
+from store.kafka_log import OncePerInterval
 from store.position import Position
 from store.progress import Backoff, Progress, Reporter
 from store.records import CatchUp, PartitionCatchUp
 from store.restore_slots import RestoreSlots
 from store.source import ConsumerSource, RecordSource
 from store.state import RestoreMode, StoreState
+from store.write_errors import WriteErrors
 from store.writer import StoreCopies, TableWriter, check_written_copy
 
 logger = logging.getLogger(__name__)
 
-# The most a check for free space writes (a memtable flush needs about a write buffer).
-_SPACE_PROBE_MAX_BYTES = 8 * 1024 * 1024
+# A session that ran this long before its Kafka client's process died was healthy: the next
+# restart waits the shortest backoff again.
+_HEALTHY_SESSION_SECONDS = 60.0
+_NUMBERS = re.compile(r"\d+")
 _METADATA_TIMEOUT_SECONDS = 10.0
 
 
@@ -63,6 +78,9 @@ class Materializer:
         self._thread = threading.Thread(target=self._run, name=f"materializer-{config.name}", daemon=True)
         self._log = logging.LoggerAdapter(logger, {"store": config.name})
         self._reporter = Reporter(config.name, config.topic, self.progress, self._log)
+        # The same broker or topic problem is logged once a minute, not at every retry.
+        self._warnings = OncePerInterval(self._log)
+        self._write_errors = WriteErrors(config, copies, self.progress, self._log, self._stop)
 
     def start(self) -> None:
         self._thread.start()
@@ -88,7 +106,9 @@ class Materializer:
     def _run(self) -> None:
         retry = self._tuning.retry
         backoff = Backoff(retry.backoff_initial_seconds, retry.backoff_max_seconds)
+        restarts = Backoff(retry.backoff_initial_seconds, retry.backoff_max_seconds)
         while not self._stop.is_set():
+            began = time.monotonic()
             try:
                 writer = self._copies.open_writer()
                 check_written_copy(writer)
@@ -107,72 +127,81 @@ class Materializer:
                 self.progress.note_error(str(exc))
                 if not self._copies.report_corruption(exc):  # nothing to rebuild (stopping)
                     backoff.wait(self._stop)
+            except StoreWriterClosedError:
+                backoff.wait(self._stop)  # the store is stopping: nothing to say
+            except StoreFullError as exc:
+                self._write_errors.wait_for_space(exc, backoff)
             except StoreWriteError as exc:
-                self._pause_until_writable(exc, backoff)
+                if not self._write_errors.retry_after_failure(exc, backoff):
+                    return  # FAILED
+            except SourceCrashedError as exc:
+                if time.monotonic() - began > _HEALTHY_SESSION_SECONDS:
+                    restarts.reset()
+                self._restart_source(exc, restarts)
             except TransientSourceError as exc:
                 self.progress.note_error(str(exc))
-                self._log.warning('store "%s": %s; retrying', self._config.name, exc)
+                message = f'store "{self._config.name}": {exc}; retrying'
+                self._warnings.log(logging.WARNING, _NUMBERS.sub("#", message), message)
                 backoff.wait(self._stop)
             except Exception as exc:
                 self.progress.note_error(f"{type(exc).__name__}: {exc}")
                 self._log.exception('store "%s": materializer error; retrying', self._config.name)
                 backoff.wait(self._stop)
 
-    def _pause_until_writable(self, error: StoreWriteError, backoff: Backoff) -> None:
-        """Stop applying until the store's volume takes writes again, then reopen the database.
-
-        Reads go on meanwhile from what was applied. A probe file sized like a memtable flush
-        tells when space is back, so a still-full disk is not reopened and refilled in a loop.
-        """
-        self.progress.note_error(str(error))
-        self._log.error(
-            'store "%s": %s. Materializing is paused; reads go on at position %s',
-            self._config.name,
-            error,
-            self._written_position() or "none (nothing is served until the store can open)",
+    def _restart_source(self, crash: SourceCrashedError, restarts: Backoff) -> None:
+        """The Kafka client's process died: say so in one line, and start another after a backoff."""
+        delay = restarts.next_delay()
+        message = (
+            f'{crash} while reading topic "{self._config.topic}"; reads go on from the last good copy'
+            f" at position {self._written_position() or 'none'}, staler each second until it is back;"
+            f" starting another in {delay:.1f}s. If it keeps dying, check the topic (deleted?) and"
+            " the broker, and report it with this line"
         )
-        probe_bytes = min(self._tuning.rocksdb.write_buffer_bytes, _SPACE_PROBE_MAX_BYTES)
-        while not self._stop.is_set():
-            backoff.wait(self._stop)
-            if self._stop.is_set() or not can_write(self._config.path, probe_bytes):
-                continue
-            try:
-                self._copies.reopen()
-            except StoreWriteError as exc:  # the probe fitted, RocksDB's files did not yet
-                self.progress.note_error(str(exc))
-                self._log.warning('store "%s": still cannot write: %s', self._config.name, exc)
-                continue
-            self._log.warning(
-                'store "%s": its volume takes writes again; materializing resumes', self._config.name
-            )
-            return
+        self.progress.note_error(message)
+        self._log.error('store "%s": %s', self._config.name, message)
+        self._stop.wait(delay)
 
     # -- one session --------------------------------------------------------------------------
 
     def _session(self, writer: TableWriter, backoff: Backoff) -> None:
         """One consumer's life: from validating the stored offsets to a stop or a topology change."""
         config = self._config
-        admin = new_admin(config.kafka)
-        info = describe_topic(admin, config.topic, _METADATA_TIMEOUT_SECONDS)
-        if info is None:
-            raise TransientSourceError(
-                f'topic "{config.topic}" does not exist; waiting for it (create it, or fix stores[].topic)'
+        source = self._new_source()
+        try:
+            info = source.describe(_METADATA_TIMEOUT_SECONDS)
+            if info is None:
+                raise TransientSourceError(
+                    f'topic "{config.topic}" does not exist; waiting for it (create it, or fix'
+                    " stores[].topic)"
+                )
+            stored = self._check_identity(writer, info)
+            catch_up, first_offsets = self._sample(source, info, stored)
+            self._begin(info, stored, catch_up)
+            self._read(source, TopicWatch(source.describe, info), catch_up, first_offsets, backoff)
+        finally:
+            source.close()
+
+    def _new_source(self) -> RecordSource:
+        config, tuning, reporter = self._config, self._tuning.consumer, self._reporter
+        if tuning.consumer_in_child_process:
+            return ChildConsumerSource(
+                config.name,
+                config.topic,
+                config.kafka,
+                reporter.client_error,
+                reporter.kafka_log,
+                tuning,
+                always_metas=config.history is not None,
             )
-        stored = self._check_identity(writer, info)
-        source = ConsumerSource(
+        return ConsumerSource(
             config.name,
             config.topic,
             config.kafka,
-            self._reporter.client_error,
-            self._tuning.consumer.poll_max_records,
-            self._tuning.consumer.poll_timeout_seconds,
+            reporter.client_error,
+            reporter.kafka_log,
+            tuning.poll_max_records,
+            tuning.poll_timeout_seconds,
         )
-        try:
-            catch_up, first_offsets = self._sample(source, info, stored)
-            self._begin(info, stored, catch_up)
-            self._read(source, TopicWatch(admin, info), catch_up, first_offsets, backoff)
-        finally:
-            source.close()
 
     def _check_identity(self, writer: TableWriter, info: TopicInfo) -> Position:
         """The stored position, once checked against the topic the data came from."""

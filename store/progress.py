@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterable, Mapping
 
 from store.kafka import check_fetch_error
+from store.kafka_log import KafkaLog
 from store.position import Position
 from store.records import CatchUp, KafkaErrorReport
 from store.state import RestoreMode
@@ -27,10 +28,14 @@ class Backoff:
     def reset(self) -> None:
         self._attempt = 0
 
-    def wait(self, stop: threading.Event) -> None:
+    def next_delay(self) -> float:
+        """The next wait, in seconds (each one up to twice the one before, up to the maximum)."""
         ceiling = min(self._maximum, self._initial * (2**self._attempt))
         self._attempt += 1
-        stop.wait(random.uniform(ceiling / 2, ceiling))
+        return random.uniform(ceiling / 2, ceiling)
+
+    def wait(self, stop: threading.Event) -> None:
+        stop.wait(self.next_delay())
 
 
 class Every:
@@ -139,8 +144,9 @@ class Progress:
 
 class Reporter:
     """What the materializer's phases report, counted in ``progress`` and logged: fetch events
-    and client errors (some end the session: ``store.kafka.check_fetch_error``), records skipped
-    for their null key, and how far a restore is."""
+    and client errors (some end the session: ``store.kafka.check_fetch_error``), the Kafka
+    clients' own log lines (``kafka_log``, once per distinct problem), records skipped for their
+    null key, and how far a restore is."""
 
     def __init__(
         self, store: str, topic: str, progress: Progress, log: logging.LoggerAdapter[logging.Logger]
@@ -149,6 +155,7 @@ class Reporter:
         self.topic = topic
         self.progress = progress
         self.log = log
+        self.kafka_log = KafkaLog(store, log)
 
     def fetch_events(self, reports: Iterable[KafkaErrorReport], catch_up: CatchUp) -> None:
         """An end of partition counts towards the catch-up; an error the session cannot go on with
@@ -165,10 +172,7 @@ class Reporter:
     def client_error(self, report: KafkaErrorReport) -> None:
         """An error the Kafka client reported for itself (the broker unreachable, ...)."""
         self.progress.note_error(f"kafka: {report.text}")
-        if report.fatal:
-            self.log.error('store "%s": fatal Kafka client error: %s', self.store, report.text)
-        else:
-            self.log.info('store "%s": Kafka client: %s', self.store, report.text)
+        self.kafka_log.client_error(report)
 
     def null_keys(self, count: int) -> None:
         if count:

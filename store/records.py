@@ -8,13 +8,15 @@
 - :class:`PartitionCatchUp` and :class:`CatchUp`: how far each partition is read against the high
   watermarks that fetch responses report, and whether it is caught up.
 - The events a restore worker sends the store's process (:class:`ChunkWritten`,
-  :class:`KafkaErrorReport`, :class:`WorkerCaughtUp`, :class:`WorkerFailed`), as frames on a pipe
-  (:func:`write_frame`, :func:`read_frame`).
+  :class:`KafkaErrorReport`, :class:`WorkerLog`, :class:`WorkerCaughtUp`, :class:`WorkerFailed`),
+  as frames on a pipe (:func:`write_frame`, :func:`read_frame`); a poll as plain values for the
+  consumer process's pipe (:meth:`Poll.fields`, :meth:`Poll.from_fields`; frames: ``store.pipes``).
+- :func:`describe`: a topic's id and partition count, asked of the broker.
 
-A leaf module: it imports nothing else of this package. A restore worker, started as the script
-``store/restore_worker.py``, loads it from its file without importing the package and its
-dependencies (which keeps the worker's start cheap), so both sides share one definition of records,
-catch-up and events.
+A leaf module: it imports nothing else of this package. The child processes (the scripts
+``store/restore_worker.py`` and ``store/consumer_process.py``, see ``store.children``) import it
+without the package's ``__init__`` and its dependencies (which keeps their start cheap), so both
+sides share one definition of records, catch-up, events and frames.
 """
 
 from __future__ import annotations
@@ -24,11 +26,11 @@ import os
 import pickle
 import select
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicCollection, TopicPartition
 
 Meta = tuple[int, int, int]  # (partition, offset, timestamp in ms) of one record
 
@@ -71,6 +73,24 @@ def cached_high_watermarks(consumer: Consumer, topic: str, partitions: Iterable[
         if high >= 0:
             highs[partition] = high
     return highs
+
+
+def describe(admin: Any, topic: str, timeout: float) -> tuple[str | None, int] | None:
+    """``(topic id, partition count)`` of ``topic``, ``None`` if it does not exist; ``admin`` is an
+    ``AdminClient``. Raises ``KafkaException`` (or a timeout) when the broker does not answer."""
+    futures = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout)
+    try:
+        description = futures[topic].result(timeout=timeout + 1)
+    except KafkaException as exc:
+        error = exc.args[0] if exc.args else None
+        if isinstance(error, KafkaError) and error.code() in (
+            KafkaError.UNKNOWN_TOPIC_OR_PART,
+            KafkaError._UNKNOWN_TOPIC,
+        ):
+            return None
+        raise
+    topic_id = str(description.topic_id) if description.topic_id is not None else None
+    return topic_id, len(description.partitions)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -185,6 +205,26 @@ class Poll:
         records = RecordBatch.collecting(with_metas)
         events = records.add(messages)
         return cls(records, events, high_watermarks, len(messages))
+
+    def fields(self) -> list[Any]:
+        """The poll as plain values (for a pipe: see :meth:`from_fields`)."""
+        records = self.records
+        return [
+            records.keys,
+            records.values,
+            records.next_offsets,
+            records.metas,
+            records.null_keys,
+            [(event.code, event.text, event.fatal, event.partition) for event in self.events],
+            self.high_watermarks,
+            self.messages,
+        ]
+
+    @classmethod
+    def from_fields(cls, fields: Sequence[Any]) -> Poll:
+        keys, values, next_offsets, metas, null_keys, events, highs, messages = fields
+        records = RecordBatch(keys, values, next_offsets, metas, null_keys)
+        return cls(records, [KafkaErrorReport(*event) for event in events], highs, messages)
 
 
 class PartitionCatchUp:
@@ -314,15 +354,24 @@ class WorkerCaughtUp:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class WorkerLog:
+    """A log line of a worker's Kafka client (``level``: a ``logging`` level)."""
+
+    level: int
+    facility: str
+    text: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class WorkerFailed:
     """A worker failed (or exited without a word); it is gone."""
 
     text: str
 
 
-WorkerEvent = ChunkWritten | KafkaErrorReport | WorkerCaughtUp | WorkerFailed
+WorkerEvent = ChunkWritten | KafkaErrorReport | WorkerLog | WorkerCaughtUp | WorkerFailed
 _EVENT_TYPES: dict[str, type[WorkerEvent]] = {
-    kind.__name__: kind for kind in (ChunkWritten, KafkaErrorReport, WorkerCaughtUp, WorkerFailed)
+    kind.__name__: kind for kind in (ChunkWritten, KafkaErrorReport, WorkerLog, WorkerCaughtUp, WorkerFailed)
 }
 _FRAME_HEADER = struct.Struct(">I")  # a frame: its length, then a pickle of (worker, kind, fields)
 # Writes to a pipe up to this size are atomic (POSIX guarantees at least 512; Linux has 4096).

@@ -228,6 +228,10 @@ class Replica:
                 for key in keys:
                     cache.pop(key, None)
 
+    def check_writable(self) -> None:
+        """Raise the write error while RocksDB refuses writes; return once it takes them again."""
+        self.engine.check_writable()
+
     def defer_compactions(self, deferred: bool) -> None:
         """Stop or resume automatic compactions while a bulk restore ingests files."""
         self.engine.defer_compactions(deferred)

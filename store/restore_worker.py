@@ -14,16 +14,16 @@ failed) to stdout as frames, each in one atomic write, so frames of different wo
 interleave.
 
 A plain child process rather than ``multiprocessing``: it never re-imports the embedding
-application's ``__main__``. Run as a script it imports nothing of ours but the leaf module
-``store/records.py``, loaded from its file, so it starts without the ``store`` package and its
-dependencies. Workers stop when their parent goes away, which stops when the store's process does.
+application's ``__main__``. Run as a child (``store.children``: the ``store`` package bare, its
+``__init__`` not run) it imports nothing of ours but the leaf module ``store/records.py``, so it
+starts without the package's dependencies. Workers stop when their parent goes away, which stops
+when the store's process does.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
-import importlib.util
 import os
 import pickle
 import signal
@@ -31,31 +31,13 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import rocksdict
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-
-def _load_leaf(name: str) -> ModuleType:
-    """This package's module ``name`` loaded from its file, without importing the package."""
-    spec = importlib.util.spec_from_file_location(
-        f"_statestore_{name}", Path(__file__).with_name(f"{name}.py")
-    )
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while being made
-    spec.loader.exec_module(module)
-    return module
-
-
-if TYPE_CHECKING or __package__:
-    from store import records
-else:  # run as a script
-    records = _load_leaf("records")
+from store import records
 
 # Longer keys are ordered by Python's sort: padding every key of a chunk to the longest would
 # cost more than it saves.
@@ -175,6 +157,7 @@ class _Restore:
         self.chunks = 0
         config = dict(job["consumer_config"])
         config["error_cb"] = self._on_client_error
+        config["logger"] = self  # librdkafka's lines go to the store (store.kafka_log), never raw to stderr
         self.consumer = Consumer(config)
 
     def emit(self, event: records.WorkerEvent) -> None:
@@ -182,6 +165,10 @@ class _Restore:
 
     def _on_client_error(self, error: KafkaError) -> None:
         self.emit(records.KafkaErrorReport.of(error, None))
+
+    def log(self, level: int, _format: str, facility: str, _client: str, text: str, *_rest: Any) -> None:
+        """The ``logger`` interface confluent-kafka calls."""
+        self.emit(records.WorkerLog(level, facility, text))
 
     def run(self) -> None:
         consumer, topic, catch_up = self.consumer, self.topic, self.catch_up

@@ -1,11 +1,11 @@
 """Where the materializer's poll-and-apply step takes its records from.
 
 The step (``store.apply_loop``) sees only a :class:`RecordSource`: polls of records with the fetch
-events and high watermarks that came with them (``store.records.Poll``). :class:`ConsumerSource`
-is a confluent-kafka consumer in the store's own process. A source in a child process (so that a
-crash of the Kafka client cannot take the reads with it) would send the same polls over a pipe,
-as the bulk restore workers send their events; the catch-up bookkeeping (``store.records.CatchUp``)
-does not depend on where polls come from.
+events and high watermarks that came with them (``store.records.Poll``), and the topic's metadata.
+``store.child_source.ChildConsumerSource`` runs the Kafka client in a child process, so that a
+crash inside it cannot take the reads with it (the default); :class:`ConsumerSource` runs it in the
+store's own process (``ConsumerTuning.consumer_in_child_process`` off). The catch-up bookkeeping
+(``store.records.CatchUp``) does not depend on where polls come from.
 """
 
 from __future__ import annotations
@@ -15,12 +15,21 @@ from typing import Any, Protocol
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 
-from store.kafka import TransientSourceError, new_consumer
+from store.kafka import TopicInfo, TransientSourceError, describe_topic, new_admin, new_consumer
+from store.kafka_log import KafkaLog
 from store.records import KafkaErrorReport, Poll, cached_high_watermarks, list_offsets, poll
 
 
 class RecordSource(Protocol):
-    """Polls of one topic's records, from offsets the materializer chooses."""
+    """Polls of one topic's records, from offsets the materializer chooses, and its metadata.
+
+    Every method raises ``TransientSourceError`` when the broker cannot answer (a new session
+    starts after a backoff).
+    """
+
+    def describe(self, timeout: float) -> TopicInfo | None:
+        """The topic's id and partition count, ``None`` if it does not exist."""
+        ...
 
     def list_offsets(self, partitions: Iterable[int], timeout: float) -> dict[int, tuple[int, int]]:
         """``(first offset, end offset)`` per partition, asked of the broker; the end offset is a
@@ -44,10 +53,12 @@ class RecordSource(Protocol):
 
 
 class ConsumerSource:
-    """A manually assigned confluent-kafka consumer in this process (no group, no commits).
+    """A manually assigned confluent-kafka consumer (no group, no commits) and an admin client,
+    in this process.
 
     ``on_client_error`` is called, on the polling thread, for errors the client reports for itself
-    (the broker unreachable, ...): they come with no poll.
+    (the broker unreachable, ...): they come with no poll. librdkafka's log lines go to
+    ``kafka_log``.
     """
 
     def __init__(
@@ -56,6 +67,7 @@ class ConsumerSource:
         topic: str,
         kafka: Mapping[str, Any],
         on_client_error: Callable[[KafkaErrorReport], None],
+        kafka_log: KafkaLog,
         max_records: int,
         timeout: float,
     ) -> None:
@@ -67,7 +79,13 @@ class ConsumerSource:
         def client_error(error: KafkaError) -> None:
             on_client_error(KafkaErrorReport.of(error, None))
 
-        self._consumer = new_consumer(store_name, kafka, client_error)
+        self._consumer = new_consumer(store_name, kafka, client_error, kafka_log)
+        self._admin = new_admin(kafka, kafka_log)
+
+    def describe(self, timeout: float) -> TopicInfo | None:
+        info = describe_topic(self._admin, self._topic, timeout)
+        self._admin.poll(0)  # serves the admin client's log lines
+        return info
 
     def list_offsets(self, partitions: Iterable[int], timeout: float) -> dict[int, tuple[int, int]]:
         offsets: dict[int, tuple[int, int]] = {}

@@ -9,21 +9,22 @@ class StoreState(enum.Enum):
     """Where a store is in its life, and where it may go from each state::
 
         CREATED     → RESTORING, REBUILDING, FAILED, STOPPED
-        RESTORING   → READY, REBUILDING, STOPPED
-        READY       → RESTORING, REBUILDING, STOPPED
-        REBUILDING  → READY, REBUILDING, STOPPED
+        RESTORING   → READY, REBUILDING, FAILED, STOPPED
+        READY       → RESTORING, REBUILDING, FAILED, STOPPED
+        REBUILDING  → READY, REBUILDING, FAILED, STOPPED
         FAILED      → STOPPED
 
     ``READY`` goes back to ``RESTORING`` when the store reopens its copy after a write error (what
     was applied since the last checkpoint is read again); a rebuild starts again when the topic is
     recreated once more meanwhile. ``STOPPED`` is final.
 
-    ``FAILED`` is set by the store when :meth:`Store.start` raised: its directory is locked by
-    another process, or cannot be created or opened for a reason other than a full volume. A retry
-    cannot fix that: the store neither materializes nor serves, and ``status().last_error`` says
-    why; fix the cause and start a new ``Store``. (The service also shows ``FAILED`` for a store
-    whose start raised.) Problems a retry can fix (broker unreachable, topic missing, full volume)
-    never make a store ``FAILED``: it retries, with the problem in ``status().last_error``.
+    ``FAILED`` is set by the store when :meth:`Store.start` raised (its directory is locked by
+    another process, or cannot be created or opened for a reason other than a full volume), or when
+    its volume kept failing writes with I/O errors through every retry. A retry cannot fix that:
+    the store neither materializes nor serves, and ``status().last_error`` says why; fix the cause
+    and start a new ``Store``. (The service also shows ``FAILED`` for a store whose start raised.)
+    Problems a retry can fix (broker unreachable, topic missing, full volume, a crashed Kafka
+    client) never make a store ``FAILED``: it retries, with the problem in ``status().last_error``.
     """
 
     CREATED = "CREATED"
@@ -42,9 +43,15 @@ _NEXT: dict[StoreState, frozenset[StoreState]] = {
     StoreState.CREATED: frozenset(
         {StoreState.RESTORING, StoreState.REBUILDING, StoreState.FAILED, StoreState.STOPPED}
     ),
-    StoreState.RESTORING: frozenset({StoreState.READY, StoreState.REBUILDING, StoreState.STOPPED}),
-    StoreState.READY: frozenset({StoreState.RESTORING, StoreState.REBUILDING, StoreState.STOPPED}),
-    StoreState.REBUILDING: frozenset({StoreState.READY, StoreState.REBUILDING, StoreState.STOPPED}),
+    StoreState.RESTORING: frozenset(
+        {StoreState.READY, StoreState.REBUILDING, StoreState.FAILED, StoreState.STOPPED}
+    ),
+    StoreState.READY: frozenset(
+        {StoreState.RESTORING, StoreState.REBUILDING, StoreState.FAILED, StoreState.STOPPED}
+    ),
+    StoreState.REBUILDING: frozenset(
+        {StoreState.READY, StoreState.REBUILDING, StoreState.FAILED, StoreState.STOPPED}
+    ),
     StoreState.FAILED: frozenset({StoreState.STOPPED}),
     StoreState.STOPPED: frozenset(),
 }

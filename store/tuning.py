@@ -34,6 +34,9 @@ class ConsumerTuning:
     poll_timeout_seconds: float = 0.2
     # How often the topic's metadata is checked for deletion, recreation or new partitions.
     metadata_check_interval_seconds: float = 5.0
+    # The Kafka client runs in a child process, so that a crash inside it ends that process, not
+    # the reads (``store.child_source``); off, it runs in the store's own process.
+    consumer_in_child_process: bool = True
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -42,6 +45,9 @@ class RetryTuning:
 
     backoff_initial_seconds: float = 0.2
     backoff_max_seconds: float = 10.0
+    # Failed attempts to write after an I/O error (or a refusal of no known kind) before the store
+    # is FAILED; a full volume is waited for without limit.
+    write_error_attempts: int = 8
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -56,6 +56,11 @@ class TableWriter(Protocol):
         """Ingest a bulk restore chunk's SST file, then record the chunk's offsets."""
         ...
 
+    def check_writable(self) -> None:
+        """Raise the write error (``StoreWriteError``) while RocksDB refuses writes; return once it
+        takes them again. Creates no file."""
+        ...
+
     def defer_compactions(self, deferred: bool) -> None:
         """Stop or resume automatic compactions while a bulk restore ingests files."""
         ...
@@ -98,6 +103,15 @@ class StoreCopies(Protocol):
 
         Raises ``StoreWriteError`` if it still cannot be opened.
         """
+        ...
+
+    @property
+    def writing(self) -> TableWriter | None:
+        """The copy being written, ``None`` while none is open (a full volume kept it closed)."""
+        ...
+
+    def fail(self, reason: str) -> None:
+        """The store is FAILED for ``reason``: it neither materializes nor answers reads any more."""
         ...
 
     def transition(self, state: StoreState) -> None:

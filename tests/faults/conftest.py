@@ -118,8 +118,8 @@ def start_service(tmp_path: Path) -> Iterator[ServiceFactory]:
 
     ``stores`` are store settings; ``kafka``, ``auth``, ``limits`` go into the file as they are;
     ``env`` is added to the child's environment; ``cap`` = (bytes, path) caps every file the
-    child writes until ``path`` exists; ``port`` defaults to a free one. The state dir is the test's,
-    so a restart reuses it.
+    child writes until ``path`` exists; ``port`` defaults to a free one. The state dir is the test's
+    unless ``state_dir`` names another, so a restart reuses it.
     """
     started: list[ServiceProcess] = []
 
@@ -134,11 +134,12 @@ def start_service(tmp_path: Path) -> Iterator[ServiceFactory]:
         cap: tuple[int, Path] | None = None,
         log_level: str = "INFO",
         port: int | None = None,
+        state_dir: Path | None = None,
     ) -> ServiceProcess:
         port = port or free_port()
         config: dict[str, Any] = {
             "kafka": {"bootstrap_servers": bootstrap_servers, **(kafka or {})},
-            "state_dir": str(tmp_path / "state"),
+            "state_dir": str(state_dir or tmp_path / "state"),
             "http": {"host": "127.0.0.1", "port": port},
             "stores": stores,
         }

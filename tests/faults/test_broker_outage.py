@@ -81,6 +81,7 @@ def test_reads_go_on_through_a_broker_outage_and_the_store_follows_the_broker_ba
     readers = Readers(service.url, {key: {old[key], new[key]} for key in KEYS})
     try:
         own_broker.stop()
+        outage_began, log_at_stop = time.monotonic(), len(service.log)
         service.wait_for(lambda: service.info("prices")["last_error"] is not None, 60, "a reported outage")
         first = service.info("prices")["seconds_since_last_contact"]
         last_contact = gauge(service, "statestore_last_contact_timestamp_seconds")
@@ -99,6 +100,15 @@ def test_reads_go_on_through_a_broker_outage_and_the_store_follows_the_broker_ba
         assert info["stale"] is False
         assert service.client.get("/readyz").status_code == 200
         assert service.client.get("/v1/stores/prices/keys/k007").content == old["k007"]
+
+        # librdkafka's reports of the outage: one line per distinct problem a minute, saying what
+        # to do, none of them raw (about twenty a second, each twice, before).
+        outage = service.log[log_at_stop:]
+        unreachable = [line for line in outage.splitlines() if "cannot reach the Kafka broker at" in line]
+        assert 1 <= len(unreachable) <= 1 + (time.monotonic() - outage_began) // 60, unreachable
+        assert "kafka.bootstrap_servers" in unreachable[0]
+        assert "%3|" not in outage
+        assert "GroupCoordinator" not in outage
 
         # The broker comes back empty at the same address: the topic is recreated with new values.
         own_broker.start()
@@ -125,4 +135,5 @@ def test_reads_go_on_through_a_broker_outage_and_the_store_follows_the_broker_ba
     assert readers.statuses[200] > 100
     assert {status for status, _ in readers.readiness} == {200}, readers.readiness
     assert "reads are served from the last good copy until then (stale)" in service.log
+    assert "%3|" not in service.log
     assert "the rebuilt copy replaced the stale one" in service.log

@@ -1,5 +1,7 @@
-"""Disk full while writing: the materializer pauses and says so, reads go on, and it resumes by
-itself once space is back (simulated by a cap on the size of every file the service writes)."""
+"""A file size limit while writing (a cap on the size of every file the service writes: ``EFBIG``,
+which RocksDB, unlike a full volume, does not resume from by itself): the materializer pauses and
+says so, reads go on, and once the limit is lifted it reopens its copy and catches up. A full
+volume proper is ``tests/faults/test_full_volume.py``."""
 
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ BIG_RECORDS = 1_100
 BIG_VALUE_BYTES = 64 * 1024
 
 
-def test_a_full_disk_pauses_materializing_reads_go_on_and_it_resumes_when_space_is_back(
+def test_a_file_size_limit_pauses_materializing_reads_go_on_and_it_reopens_once_lifted(
     own_broker: LocalBroker, start_service: ServiceFactory, tmp_path: Path
 ) -> None:
     servers = own_broker.bootstrap_servers
@@ -74,6 +76,7 @@ def test_a_full_disk_pauses_materializing_reads_go_on_and_it_resumes_when_space_
         "the store to resume and reach the end of the topic",
     )
     assert "materializing resumes" in service.log
+    assert "reopened after a write error" in service.log
     service.wait_for(lambda: service.info("blobs")["last_error"] is None, 30, "the error to clear")
     for i in (0, 1, BIG_RECORDS // 2, BIG_RECORDS - 1):
         key, value = big[i]

@@ -29,10 +29,11 @@ from store import (
     StoreReadError,
 )
 from store.corruption import is_absent, named_file, read_error
-from store.engine import Engine, SnapshotReader, write_error
+from store.engine import Engine, SnapshotReader
 from store.tuning import RocksDBOptions
 from tests.support.damage import compact, flip_first_block
 from tests.support.kafka import latest_per_key
+from tests.support.refusals import refuse_writes
 from tests.support.stores import FAST, assert_equals_model, produce_tracked
 
 # No background verification: these cases are about what reads find.
@@ -256,17 +257,8 @@ def test_a_write_refused_for_corruption_rebuilds_the_store(
     end = produce_tracked(producer, topic, records)
     store = make_store(topic, tuning=TUNING)
     assert store.wait_until_ready(60)
-    refusals = []
-    real_write = Engine.write
-
-    def refuse_once(engine: Engine, batch: Any) -> None:
-        if not refusals:
-            refusals.append(engine.path)
-            refusal = Exception(f"Corruption: block checksum mismatch in {engine.path}/000009.sst offset 5")
-            raise write_error(engine.path, refusal) from refusal
-        real_write(engine, batch)
-
-    monkeypatch.setattr(Engine, "write", refuse_once)
+    refusal = Exception("Corruption: block checksum mismatch in /s/db/000009.sst offset 5")
+    refusals = refuse_writes(monkeypatch, refusal, times=1)
     more = [(b"key-00001", value(7)), (b"key-99999", value(9))]
     end = end.merged(produce_tracked(producer, topic, more))
     wait_rebuilt(store)

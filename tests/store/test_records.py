@@ -7,12 +7,13 @@ from __future__ import annotations
 import io
 import os
 import subprocess
-import sys
 from pathlib import Path
 
+import pytest
 from confluent_kafka import KafkaError, Message
 
 import store.records
+from store.children import script_command
 from store.records import (
     CatchUp,
     ChunkWritten,
@@ -155,14 +156,23 @@ def test_a_cut_stream_is_an_end_not_an_event() -> None:
     raise AssertionError("a cut header read as an event")
 
 
-def test_the_worker_script_loads_the_leaf_module_without_the_store_package() -> None:
-    """The restore workers start cheaply: as a script, nothing of the package is imported but
-    ``store/records.py``, loaded from its file."""
-    script = Path(store.records.__file__).with_name("restore_worker.py")
-    probe = (
-        "import runpy, sys\n"
-        f"runpy.run_path({str(script)!r}, run_name='restore_worker')\n"
-        "print(sorted(m for m in sys.modules if m == 'store' or m.startswith(('store.', '_statestore'))))\n"
+@pytest.mark.parametrize(
+    ("script", "imported"),
+    [
+        ("restore_worker.py", ["store", "store.records"]),
+        ("consumer_process.py", ["store", "store.pipes", "store.records"]),
+    ],
+)
+def test_the_child_scripts_import_only_the_leaf_modules_of_the_package(
+    script: str, imported: list[str]
+) -> None:
+    """The child processes start cheaply: nothing of the package is imported but its leaf modules,
+    the package itself bare (its ``__init__``, which imports RocksDB and the rest, not run)."""
+    command = script_command(Path(store.records.__file__).with_name(script))
+    # The script's module code, not its main(): as the child runs it, then the modules it holds.
+    command[3] = command[3].replace("run_name='__main__'", "run_name='probe'") + (
+        "print(sorted(m for m in sys.modules if m == 'store' or m.startswith('store.')))\n"
+        "print(hasattr(sys.modules['store'], 'Store'))\n"
     )
-    run = subprocess.run([sys.executable, "-P", "-c", probe], capture_output=True, text=True, check=True)
-    assert run.stdout.strip() == "['_statestore_records']"
+    run = subprocess.run(command, capture_output=True, text=True, check=True)
+    assert run.stdout.split("\n")[:2] == [str(imported), "False"]

@@ -17,10 +17,10 @@ from types import SimpleNamespace
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
-import store.kafka as kafka_module
 from store import Position, StoreConfig, StoreState
 from store.apply_loop import ApplyLoop
 from store.kafka import RebuildRequired, TopicInfo, TopicWatch, TransientSourceError
+from store.kafka_log import KafkaLog
 from store.progress import Progress, Reporter
 from store.records import CatchUp, PartitionCatchUp
 from store.source import ConsumerSource
@@ -28,9 +28,8 @@ from store.source import ConsumerSource
 CONFIG = StoreConfig("s", "t", {"bootstrap.servers": "unused:9092"}, Path("unused"))
 
 
-def watch(monkeypatch: pytest.MonkeyPatch, now: TopicInfo | None, partitions: int = 2) -> TopicWatch:
-    monkeypatch.setattr(kafka_module, "describe_topic", lambda admin, name, timeout: now)
-    return TopicWatch(None, TopicInfo("t", "id-1", partitions))  # type: ignore[arg-type]
+def watch(now: TopicInfo | None, partitions: int = 2) -> TopicWatch:
+    return TopicWatch(lambda timeout: now, TopicInfo("t", "id-1", partitions))
 
 
 class RecordingSource:
@@ -41,8 +40,8 @@ class RecordingSource:
         self.added += partitions
 
 
-def test_new_partitions_are_read_and_caught_up_from_their_start(monkeypatch: pytest.MonkeyPatch) -> None:
-    grown = watch(monkeypatch, TopicInfo("t", "id-1", 4))
+def test_new_partitions_are_read_and_caught_up_from_their_start() -> None:
+    grown = watch(TopicInfo("t", "id-1", 4))
     source = RecordingSource()
     catch_up = CatchUp([PartitionCatchUp(0, target=100), PartitionCatchUp(1, target=100)])
     copies = SimpleNamespace(state=StoreState.READY, writer=SimpleNamespace(position=Position({0: 100})))
@@ -69,7 +68,15 @@ def test_new_partitions_are_read_and_caught_up_from_their_start(monkeypatch: pyt
 
 def test_a_consumer_source_reads_added_partitions_from_their_first_offset() -> None:
     assigned: list[TopicPartition] = []
-    source = ConsumerSource("s", "t", CONFIG.kafka, lambda report: None, 10, 0.1)
+    source = ConsumerSource(
+        "s",
+        "t",
+        CONFIG.kafka,
+        lambda report: None,
+        KafkaLog("s", logging.LoggerAdapter(logging.getLogger())),
+        10,
+        0.1,
+    )
     source.close()
     source._consumer = SimpleNamespace(incremental_assign=assigned.extend)  # type: ignore[assignment]
     source.add_partitions([2, 3])
@@ -79,19 +86,19 @@ def test_a_consumer_source_reads_added_partitions_from_their_first_offset() -> N
     ]
 
 
-def test_unchanged_metadata_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
-    same = watch(monkeypatch, TopicInfo("t", "id-1", 2))
+def test_unchanged_metadata_changes_nothing() -> None:
+    same = watch(TopicInfo("t", "id-1", 2))
     assert same.check() == []
     assert same.partitions == 2
 
 
-def test_fewer_partitions_or_a_new_topic_id_rebuild(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_fewer_partitions_or_a_new_topic_id_rebuild() -> None:
     with pytest.raises(RebuildRequired, match="shrank from 2 to 1"):
-        watch(monkeypatch, TopicInfo("t", "id-1", 1)).check()
+        watch(TopicInfo("t", "id-1", 1)).check()
     with pytest.raises(RebuildRequired, match="deleted and recreated"):
-        watch(monkeypatch, TopicInfo("t", "id-2", 2)).check()
+        watch(TopicInfo("t", "id-2", 2)).check()
 
 
-def test_a_deleted_topic_is_waited_for(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_deleted_topic_is_waited_for() -> None:
     with pytest.raises(TransientSourceError, match="was deleted"):
-        watch(monkeypatch, None).check()
+        watch(None).check()
