@@ -33,6 +33,7 @@ SLUGS = {
     "index-not-ready": (503, e.IndexNotReadyError),
     "history-not-kept": (400, e.HistoryNotKeptError),
     "history-expired": (410, e.HistoryExpiredError),
+    "wrong-shard": (421, e.WrongShardError),
 }
 
 
