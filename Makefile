@@ -4,12 +4,21 @@ VENV  ?= .venv
 PY    := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint typecheck bench clean
+.PHONY: setup demo test lint typecheck bench constraints clean
+
+# uv from the PATH when there is one, else the one `make setup` installs into .venv: nothing is ever
+# installed into the system Python (which Debian and Ubuntu mark externally managed, PEP 668).
+UV = $(shell command -v uv 2>/dev/null || echo $(VENV)/bin/uv)
+NEED_VENV = echo "error: cannot create $(VENV) with 'python3 -m venv': install Python's venv module" \
+	"(Debian/Ubuntu: sudo apt-get install python3-venv), or uv, then run make again" >&2
 
 $(STAMP): pyproject.toml
-	@command -v uv >/dev/null 2>&1 || python3 -m pip install --quiet uv
-	@test -x $(PY) || uv venv --quiet --python python3 $(VENV)
-	uv pip install --quiet --python $(PY) -e '.[dev]'
+	@python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "error: statestore needs Python 3.11+ as python3" >&2; exit 1; }
+	@test -x $(PY) || if command -v uv >/dev/null 2>&1; then uv venv --quiet --python python3 $(VENV); \
+	  else python3 -m venv $(VENV) || { rm -rf $(VENV); $(NEED_VENV); exit 1; }; fi
+	@test -x $(UV) || { $(PY) -m pip --version >/dev/null 2>&1 || $(PY) -m ensurepip --default-pip >/dev/null; \
+	  $(PY) -m pip install --quiet --disable-pip-version-check uv; }
+	$(UV) pip install --quiet --python $(PY) -e '.[dev]'
 	@# Spark needs a Java runtime; install one when the machine has none.
 	@command -v java >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless; }
 	@touch $(STAMP)
@@ -23,6 +32,8 @@ demo: $(STAMP)
 
 ## test: lint, type-check and run the whole test suite (what CI runs)
 test: $(STAMP) lint typecheck
+	@# A test runs `make setup` with the distribution's own python3, which needs its venv module.
+	@/usr/bin/python3 -c 'import ensurepip, venv' 2>/dev/null || { apt-get update -qq && apt-get install -y -qq python3-venv; }
 	$(PY) -m pytest -q
 
 lint: $(STAMP)
@@ -36,6 +47,11 @@ typecheck: $(STAMP)
 bench: $(STAMP)
 	@command -v redis-server >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq redis-server; }
 	$(PY) -m bench all
+
+## constraints: re-pin deploy/constraints.txt (what the images install) to pyproject.toml's server and spark extras
+constraints: $(STAMP)
+	$(UV) pip compile pyproject.toml --extra server --extra spark --universal --python-version 3.11 \
+	  --custom-compile-command 'make constraints' --quiet -o deploy/constraints.txt
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

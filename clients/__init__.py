@@ -40,6 +40,7 @@ from clients.exceptions import (
 from clients.options import ClientOptions
 from clients.position import Position
 from clients.retry import RetryPolicy
+from clients.version import __version__
 from clients.wire import StoreInfo
 
 __all__ = [
@@ -71,4 +72,5 @@ __all__ = [
     "UnauthorizedError",
     "UnknownIndexError",
     "UnknownStoreError",
+    "__version__",
 ]

@@ -9,6 +9,7 @@ driver and the thin public methods that run one flow each. A flow may also run s
 
 from __future__ import annotations
 
+import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Generic, TypedDict, TypeVar, Unpack
@@ -17,10 +18,7 @@ import httpx
 import pyarrow as pa
 
 from clients import flow, indexes, merging, wire
-from clients.exceptions import (
-    DeadlineExceededError,
-    KeyNotFoundError,
-)
+from clients.exceptions import AnswerTooLargeError, DeadlineExceededError, KeyNotFoundError
 from clients.flow import Attempt, Flow, Together
 from clients.indexes import IndexValue
 from clients.options import DEFAULT_BATCH_SIZE, ClientOptions, Verify
@@ -67,6 +65,18 @@ class IndexRowsAt(IndexReadAt, total=False):
     """The keywords of a batch index read, and ``binary_keys=True`` for row keys as ``bytes``."""
 
     binary_keys: bool
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _IndexBatch:
+    """What every batch of one index lookup asks, but its values; ``shard`` is where it goes."""
+
+    store: str
+    index: str
+    limit_per_value: int
+    min_position: PositionLike | None
+    as_of: PositionLike | None
+    shard: int | None = None
 
 
 def pinned_at(read: ReadAt) -> tuple[PositionLike | None, PositionLike | None]:
@@ -423,20 +433,42 @@ class BaseClient(ShardRouting, ABC, Generic[HttpT, TransportT, RowsT]):
         """The rows of ``values`` on one shard (or the one service), in batches, paged on per value."""
         parts: list[pa.Table] = []
         for chunk in self._batches(values, deadline, f"index lookup on store {store!r}"):
-            call = indexes.index_batch_call(store, index, chunk, limit_per_value, min_position, as_of)
-            response = yield from self._sent(call.to(shard), deadline)
-            table = indexes.decode_index_batch(response.content, chunk)
-            # A value with more rows than the batch answered is paged on at the batch's position.
-            floor = None if as_of is not None else wire.position_of(response)
-            more: dict[str, list[tuple[bytes, Any]]] = {}
-            for value, cursor in indexes.continued_values(table):
-                pager = self._index_pager(store, index, value, limit_per_value, as_of)
-                rows = pager.every_page(self._sender(deadline, shard), cursor, floor)
-                more[value] = yield from flow.collected(rows)
-            parts.append(indexes.with_more_pages(table, more))
+            lookup = _IndexBatch(store, index, limit_per_value, min_position, as_of, shard)
+            parts.extend((yield from self._index_chunk_flow(lookup, chunk, deadline)))
         if not parts:
             return indexes.INDEX_ANSWER.empty_table().drop_columns(["next_after"])
         return pa.concat_tables(parts)
+
+    def _index_chunk_flow(
+        self, lookup: _IndexBatch, chunk: pa.Array, deadline: Deadline
+    ) -> Flow[list[pa.Table]]:
+        """The answers for ``chunk``, halved and asked again while the service finds one too large.
+
+        A batch of values whose rows together pass the service's ``limits.max_answer_rows`` is
+        refused whole (413 ``answer-too-large``); its halves are smaller answers. A single value
+        still too large is the caller's to narrow (``limit_per_value``).
+        """
+        call = indexes.index_batch_call(
+            lookup.store, lookup.index, chunk, lookup.limit_per_value, lookup.min_position, lookup.as_of
+        )
+        try:
+            response = yield from self._sent(call.to(lookup.shard), deadline)
+        except AnswerTooLargeError:
+            if len(chunk) < 2:
+                raise
+            half = len(chunk) // 2
+            first = yield from self._index_chunk_flow(lookup, chunk.slice(0, half), deadline)
+            second = yield from self._index_chunk_flow(lookup, chunk.slice(half), deadline)
+            return first + second
+        table = indexes.decode_index_batch(response.content, chunk)
+        # A value with more rows than the batch answered is paged on at the batch's position.
+        floor = None if lookup.as_of is not None else wire.position_of(response)
+        more: dict[str, list[tuple[bytes, Any]]] = {}
+        for value, cursor in indexes.continued_values(table):
+            pager = self._index_pager(lookup.store, lookup.index, value, lookup.limit_per_value, lookup.as_of)
+            rows = pager.every_page(self._sender(deadline, lookup.shard), cursor, floor)
+            more[value] = yield from flow.collected(rows)
+        return [indexes.with_more_pages(table, more)]
 
     def _index_get_many_flow(
         self, store: str, index: str, values: Sequence[IndexValue], read: IndexRowsAt

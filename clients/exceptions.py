@@ -26,18 +26,21 @@ Hierarchy::
         │   ├── BatchTooLargeError              413 batch-too-large
         │   ├── PageTooLargeError               413 page-too-large
         │   ├── KeyTooLargeError                413 key-too-large
-        │   └── BodyTooLargeError               413 body-too-large
+        │   ├── BodyTooLargeError               413 body-too-large
+        │   └── AnswerTooLargeError             413 answer-too-large
         ├── UnauthorizedError                   401 unauthorized
         ├── ForbiddenError                      403 forbidden
         ├── HistoryExpiredError                 410 history-expired (``floor``: the oldest position answered)
         ├── WrongShardError                     421 wrong-shard (the client re-reads the sharding once)
         ├── TooManyRequestsError                429 too-many-requests (retried)
         │   └── ClientTooManyRequestsError      429 client-too-many-requests (retried)
-        └── ServiceUnavailableError             503 (retried)
-            ├── StoreNotReadyError              503 store-not-ready
-            ├── PositionNotReachedError         503 position-not-reached
-            ├── IndexNotReadyError              503 index-not-ready
-            └── RequestTimeoutError             503 request-timeout
+        ├── ServiceUnavailableError             503 (retried)
+        │   ├── StoreNotReadyError              503 store-not-ready
+        │   ├── PositionNotReachedError         503 position-not-reached
+        │   ├── IndexNotReadyError              503 index-not-ready
+        │   └── RequestTimeoutError             503 request-timeout
+        ├── StoredValueNotJsonError (also ValueDecodeError)  502 value-not-json
+        └── InternalServerError                 500 internal-error
 
 A key that is absent is not an error: ``get`` answers ``None``. Errors are mapped on the problem
 ``type``, never on its title or detail. httpx errors are converted with ``raise ... from exc``.
@@ -191,6 +194,12 @@ class BodyTooLargeError(PayloadTooLargeError):
     slug = "body-too-large"
 
 
+class AnswerTooLargeError(PayloadTooLargeError):
+    """The answer would hold more rows than ``limits.max_answer_rows``: ask for fewer values or rows."""
+
+    slug = "answer-too-large"
+
+
 class UnauthorizedError(ProblemError):
     """The bearer token is missing or invalid: pass ``token=`` to the client."""
 
@@ -272,6 +281,18 @@ class IndexNotReadyError(ServiceUnavailableError):
     """The index is still being built; the client retries until its deadline like other 503s."""
 
     slug = "index-not-ready"
+
+
+class StoredValueNotJsonError(ProblemError, ValueDecodeError):
+    """The key's value in a JSON store is not a JSON document (the topic holds a bad record)."""
+
+    slug = "value-not-json"
+
+
+class InternalServerError(ProblemError):
+    """The service failed unexpectedly (its log has the error); not retried."""
+
+    slug = "internal-error"
 
 
 def _leaf_classes(root: type[ProblemError]) -> list[type[ProblemError]]:

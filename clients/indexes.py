@@ -108,7 +108,8 @@ def decode_index_page(page: Mapping[str, Any]) -> tuple[list[tuple[bytes, Any]],
 def decode_index_batch(body: bytes, values: pa.Array) -> pa.Table:
     """A batch answer as a table of ``INDEX_ANSWER``, checked against the ``values`` asked.
 
-    Every value asked must come back as one contiguous run of rows, in request order.
+    Every distinct value asked must come back as one contiguous run of rows, in request order
+    (the service answers a value asked twice once).
     """
     try:
         table = pa.ipc.open_stream(body).read_all()
@@ -119,7 +120,7 @@ def decode_index_batch(body: bytes, values: pa.Array) -> pa.Table:
             f"the index batch answer is not the Arrow stream expected: {exc}"
         ) from exc
     runs = _runs(table.column("value").combine_chunks())
-    if runs != values.cast(pa.string()).to_pylist():
+    if runs != list(dict.fromkeys(values.cast(pa.string()).to_pylist())):
         raise UnexpectedResponseError(
             f"the index batch answer holds values {runs[:5]}... for {len(values)} values asked; it must"
             " answer every value once, in request order"

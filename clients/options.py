@@ -12,6 +12,7 @@ import httpx
 
 from clients.retry import RetryPolicy
 from clients.sharding import is_template, shard_url
+from clients.version import USER_AGENT
 
 log = logging.getLogger("clients")
 
@@ -61,7 +62,7 @@ class ClientOptions:
 
     def httpx_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``httpx.Client`` / ``httpx.AsyncClient``."""
-        headers = {"User-Agent": "statestore-client/0.1", **dict(self.headers)}
+        headers = {"User-Agent": USER_AGENT, **dict(self.headers)}
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
         # Requests carry absolute URLs (a template has no single base URL).

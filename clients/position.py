@@ -6,7 +6,13 @@ Written ``partition:next_offset`` pairs joined by commas in ascending partition 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping
+
+# One ``partition:next_offset`` entry; ``\d`` and ``int()`` would take digits of any script.
+_ENTRY = re.compile(r"[ \t]*([0-9]{1,19}):([0-9]{1,19})[ \t]*")
+_MAX_PARTITION = 2**31 - 1  # Kafka partitions are int32, offsets int64
+_MAX_OFFSET = 2**63 - 1
 
 
 class Position(Mapping[int, int]):
@@ -23,16 +29,27 @@ class Position(Mapping[int, int]):
 
     @classmethod
     def parse(cls, text: str) -> Position:
-        """Parse ``"0:1200,1:1187"``; an empty string is the empty position."""
+        """Parse ``"0:1200,1:1187"``; an empty string is the empty position.
+
+        As strict as the service: ASCII digits only, each partition once, no empty entries;
+        spaces and tabs may surround entries.
+        """
+        if not text.strip(" \t"):
+            return cls()
         offsets: dict[int, int] = {}
-        for part in filter(None, (p.strip() for p in text.split(","))):
-            partition, sep, offset = part.partition(":")
-            if not sep:
-                raise ValueError(f"position entry {part!r} is not partition:next_offset (e.g. 0:1200,1:1187)")
-            try:
-                offsets[int(partition)] = int(offset)
-            except ValueError as exc:
-                raise ValueError(f"position entry {part!r} is not two integers (e.g. 0:1200)") from exc
+        for part in text.split(","):
+            match = _ENTRY.fullmatch(part)
+            if match is None:
+                raise ValueError(
+                    f"position entry {part!r} is not partition:next_offset in ASCII digits"
+                    " (e.g. 0:1200,1:1187)"
+                )
+            partition, next_offset = int(match[1]), int(match[2])
+            if partition > _MAX_PARTITION or next_offset > _MAX_OFFSET:
+                raise ValueError(f"position entry {part.strip()!r} is beyond Kafka's range")
+            if partition in offsets:
+                raise ValueError(f"position names partition {partition} twice")
+            offsets[partition] = next_offset
         return cls(offsets)
 
     @classmethod

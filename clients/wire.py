@@ -311,12 +311,23 @@ def position_of(response: httpx.Response) -> Position | None:
 
 
 def json_body(response: httpx.Response) -> Any:
+    """A JSON answer's body; raises the error of its first ``errors`` entry when it has any.
+
+    A page or batch holding a value the service could not answer (a JSON store's value that is not
+    JSON) lists it in ``errors``: reading the answer as if the value were absent would be wrong.
+    """
     try:
-        return response.json()
+        body = response.json()
     except ValueError as exc:
         raise UnexpectedResponseError(
             f"{response.request.method} {response.request.url.path} answered non-JSON content"
         ) from exc
+    errors = body.get("errors") if isinstance(body, dict) else None
+    if isinstance(errors, list) and errors and isinstance(errors[0], dict):
+        first = errors[0]
+        status = first.get("status")
+        raise problem_error({**first, "errors": errors}, status if isinstance(status, int) else 502)
+    return body
 
 
 def decode_get(response: httpx.Response, raw: bool) -> Any:

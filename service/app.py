@@ -15,14 +15,16 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from service import openapi_docs as docs
+from service.auth import Auth
 from service.guard import RequestGuard
 from service.metrics import CONTENT_TYPE, Metrics, MetricsMiddleware
 from service.problems import install_problem_handlers
-from service.reads import Access
+from service.reads import Reader
 from service.registry import StoreRegistry
 from service.routes import add_store_routes
 from service.settings import Settings, store_configs
-from store import RestoreSlots, ServableStore, Store, StoreState
+from service.values import BadValues
+from store import RestoreSlots, ServableStore, Store
 
 logger = logging.getLogger(__name__)
 
@@ -62,11 +64,18 @@ def create_app(settings: Settings, stores: Mapping[str, ServableStore] | None = 
         stores = owned
     registry = StoreRegistry(settings, stores)
     metrics = Metrics(registry)
-    access = Access(settings)
+    auth = Auth(settings.auth)
+    reader = Reader(registry, settings)
+    bad_values = BadValues(metrics.invalid_value)
     protect_metrics = settings.auth.metrics == "token"
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if settings.limits.max_position_waiters is not None:
+            logger.warning(
+                "limits.max_position_waiters is set but limits nothing: position waits hold no thread,"
+                " and limits.max_concurrent_requests_per_client bounds them per client; remove it"
+            )
         if settings.auth.mode == "open":
             logger.warning(
                 "auth.mode is 'open': every client may read every store;"
@@ -77,6 +86,7 @@ def create_app(settings: Settings, stores: Mapping[str, ServableStore] | None = 
         try:
             yield
         finally:
+            reader.close()
             for thread in starters:
                 await anyio.to_thread.run_sync(thread.join)
             for name, store in owned.items():
@@ -102,7 +112,7 @@ def create_app(settings: Settings, stores: Mapping[str, ServableStore] | None = 
     # Added last, the metrics middleware is outermost: it also counts what the guard refuses.
     app.add_middleware(RequestGuard, limits=settings.limits, auth=settings.auth, on_refusal=metrics.refused)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
-    add_store_routes(app, settings, registry)
+    add_store_routes(app, settings, registry, auth, reader, bad_values)
 
     @app.get("/healthz", response_class=Response, responses=docs.HEALTH_RESPONSES, summary="Liveness")
     async def healthz() -> Response:
@@ -110,8 +120,10 @@ def create_app(settings: Settings, stores: Mapping[str, ServableStore] | None = 
 
     @app.get("/readyz", response_class=Response, responses=docs.READY_RESPONSES, summary="Readiness")
     async def readyz() -> Response:
+        # Ready means "answers reads": a store rebuilding behind its last good copy still does,
+        # and all replicas rebuild at once when a topic is recreated.
         states = {served.name: registry.state_of(served) for served in registry.all()}
-        ready = all(state is StoreState.READY for state in states.values())
+        ready = all(registry.readable(served) for served in registry.all())
         body = {
             "status": "ready" if ready else "not-ready",
             "stores": {n: s.value for n, s in states.items()},
@@ -123,7 +135,7 @@ def create_app(settings: Settings, stores: Mapping[str, ServableStore] | None = 
     )
     async def prometheus_metrics(request: Request) -> Response:
         if protect_metrics:
-            access.allowed_stores(request)  # 401 without a valid token
+            auth.allowed_stores(request)  # 401 without a valid token
         # Scraping asks every store for its status, which may touch the disk.
         return Response(await anyio.to_thread.run_sync(metrics.render), media_type=CONTENT_TYPE)
 

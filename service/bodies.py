@@ -8,6 +8,14 @@ import anyio
 from starlette.requests import ClientDisconnect, Request
 
 from service import openapi_docs as docs
+from service.catalogue import (
+    BATCH_TOO_LARGE,
+    BODY_TOO_LARGE,
+    KEY_TOO_LARGE,
+    MALFORMED_REQUEST,
+    UNSUPPORTED_MEDIA_TYPE,
+    ProblemType,
+)
 from service.exceptions import ProblemError
 from service.guard import remaining_seconds, request_timeout
 from service.settings import LimitSettings
@@ -17,24 +25,25 @@ JSON = "application/json"
 
 def malformed(detail: str, errors: list[dict[str, Any]] | None = None) -> ProblemError:
     """``400 malformed-request``: the body is not valid JSON / Arrow or has the wrong shape."""
-    return ProblemError(
-        400, "malformed-request", "Malformed request", detail, extras={"errors": errors or [{"msg": detail}]}
-    )
+    return MALFORMED_REQUEST(detail, extras={"errors": errors or [{"msg": detail}]})
 
 
-def too_large(slug: str, title: str, detail: str, limit: int) -> ProblemError:
+def too_large(problem: ProblemType, detail: str, limit: int) -> ProblemError:
     """A ``413`` problem naming the ``limit`` that was passed."""
-    return ProblemError(413, slug, title, detail, extras={"limit": limit})
+    return problem(detail, extras={"limit": limit})
+
+
+def check_key_length(what: str, key: bytes, max_key_bytes: int) -> None:
+    """``413 key-too-large`` when ``key`` (a key, prefix, cursor or indexed value) is too long."""
+    if len(key) > max_key_bytes:
+        raise too_large(KEY_TOO_LARGE, f"{what} has {len(key)} bytes", max_key_bytes)
 
 
 def batch_media_type(request: Request, what: str) -> str:
     """The batch body's media type (JSON or Arrow); ``415 unsupported-media-type`` otherwise."""
     media_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
     if media_type not in (JSON, docs.ARROW_MEDIA_TYPE):
-        raise ProblemError(
-            415,
-            "unsupported-media-type",
-            "Unsupported media type",
+        raise UNSUPPORTED_MEDIA_TYPE(
             f"send the {what} as {JSON} or {docs.ARROW_MEDIA_TYPE}, not {media_type or '(none)'}",
         )
     return media_type
@@ -50,9 +59,7 @@ async def read_body(request: Request, limits: LimitSettings) -> bytes:
 
 
 async def _read_body(request: Request, max_bytes: int) -> bytes:
-    refused = too_large(
-        "body-too-large", "Body too large", f"the request body is above {max_bytes} bytes", max_bytes
-    )
+    refused = too_large(BODY_TOO_LARGE, f"the request body is above {max_bytes} bytes", max_bytes)
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > max_bytes:
         raise refused
@@ -72,10 +79,6 @@ async def _read_body(request: Request, max_bytes: int) -> bytes:
 def check_batch(count: int, longest: int, max_keys: int, max_key_bytes: int, what: str = "keys") -> None:
     """``413 batch-too-large`` above ``max_keys`` items, ``413 key-too-large`` for an item too long."""
     if count > max_keys:
-        raise too_large(
-            "batch-too-large", "Batch too large", f"{count} {what} asked; split the batch", max_keys
-        )
+        raise too_large(BATCH_TOO_LARGE, f"{count} {what} asked; split the batch", max_keys)
     if longest > max_key_bytes:
-        raise too_large(
-            "key-too-large", "Key too large", f"one of the {what} has {longest} bytes", max_key_bytes
-        )
+        raise too_large(KEY_TOO_LARGE, f"one of the {what} has {longest} bytes", max_key_bytes)

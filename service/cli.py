@@ -1,4 +1,4 @@
-"""The ``statestore`` command: ``serve``, ``demo`` and ``version``."""
+"""The ``statestore`` command: ``serve``, ``broker``, ``demo`` and ``version``."""
 
 from __future__ import annotations
 
@@ -49,6 +49,18 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default=None, help="listen address (overrides http.host)")
     serve.add_argument("--port", type=int, default=None, help="listen port (overrides http.port)")
 
+    broker = commands.add_parser(
+        "broker",
+        help="start the embedded Kafka-protocol broker, for development (memory only)",
+        description="Start the embedded Kafka-protocol broker (Tansu) on this machine's loopback, for "
+        "development and trying statestore out: it keeps its topics in memory only, so stopping it "
+        "(Ctrl-C) drops them. Needs statestore[demo].",
+    )
+    broker.add_argument("--port", type=int, default=9092, help="loopback port to listen on (default 9092)")
+    broker.add_argument(
+        "--log", type=Path, default=None, metavar="FILE", help="append the broker's log to FILE"
+    )
+
     demo = commands.add_parser(
         "demo",
         help="run the end-to-end demo: broker, service and a Spark lookup join",
@@ -88,8 +100,10 @@ def _serve(args: argparse.Namespace) -> int:
     from service.app import create_app  # noqa: PLC0415
     from service.connections import http_protocol  # noqa: PLC0415
     from service.settings import load_settings  # noqa: PLC0415
+    from service.startup import check_startup  # noqa: PLC0415
 
     settings = load_settings(args.config)
+    check_startup(settings)
     host = args.host or settings.http.host
     port = settings.http.port if args.port is None else args.port
     tls = settings.http.tls
@@ -117,6 +131,17 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _broker(args: argparse.Namespace) -> int:
+    from service.local_broker import LocalBrokerError, run_until_stopped  # noqa: PLC0415
+
+    try:
+        run_until_stopped(args.port, sys.stdout, args.log)
+    except LocalBrokerError as exc:
+        print(f"statestore broker: error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def _demo(args: argparse.Namespace) -> int:
     try:
         demo = importlib.import_module("service.demo")
@@ -136,6 +161,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "serve":
             return _serve(args)
+        if args.command == "broker":
+            return _broker(args)
         if args.command == "demo":
             return _demo(args)
         print(f"statestore {_version()}")

@@ -1,20 +1,19 @@
-"""Keys and values between HTTP and the store's raw bytes (see docs/http-api.md, "Conventions")."""
+"""Keys between HTTP and the store's raw bytes (docs/http-api.md, "Conventions"); values: service.values."""
 
 from __future__ import annotations
 
 import base64
 import binascii
 import re
-from typing import Any, Literal
+from typing import Literal
 from urllib.parse import parse_qsl, unquote_to_bytes
 
-import orjson
 from starlette.requests import Request
 
+from service.catalogue import BAD_KEY_ENCODING
 from service.exceptions import ProblemError
 
 KeyEncoding = Literal["utf8", "base64"]
-KEY_ENCODINGS: tuple[str, ...] = ("utf8", "base64")
 
 VALUE_MEDIA_TYPES = {
     "json": "application/json",
@@ -26,7 +25,7 @@ _BASE64_TEXT = re.compile(r"^[A-Za-z0-9+/_-]*={0,2}$")
 
 
 def bad_key_encoding(detail: str) -> ProblemError:
-    return ProblemError(400, "bad-key-encoding", "Bad key encoding", detail)
+    return BAD_KEY_ENCODING(detail)
 
 
 def key_encoding(name: str | None) -> KeyEncoding:
@@ -104,26 +103,3 @@ def encode_key(key: bytes, encoding: KeyEncoding) -> str:
             f"the store holds key {base64.b64encode(key[:48]).decode()!r} (base64) that is not UTF-8;"
             " ask again with key_encoding=base64"
         ) from exc
-
-
-def values_document(values: list[bytes | None], value_format: str, position: str) -> bytes:
-    """The JSON batch answer ``{"values": [...], "position": ...}``, in request order.
-
-    JSON values are spliced in as stored, without parsing them again: a ``json`` store trusts its
-    topic to hold JSON documents (an empty value reads as ``null``).
-    """
-    if value_format == "json":
-        joined = b",".join([v or b"null" for v in values])
-        return b'{"values":[' + joined + b'],"position":' + orjson.dumps(position) + b"}"
-    return orjson.dumps({"values": [json_value(v, value_format) for v in values], "position": position})
-
-
-def json_value(value: bytes | None, value_format: str) -> Any:
-    """A stored value as a member of a JSON answer, without re-parsing JSON documents."""
-    if value is None:
-        return None
-    if value_format == "json":
-        return orjson.Fragment(value)
-    if value_format == "string":
-        return value.decode("utf-8", errors="replace")
-    return base64.b64encode(value).decode("ascii")

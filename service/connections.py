@@ -1,16 +1,21 @@
-"""HTTP connections whose client stops reading are cut, so unread answers cannot pile up.
+"""HTTP connections that cannot hold the service's sockets or memory: bounded in time and number.
 
-An answer is handed to its connection whole, and the request ends there: its slot in the
-concurrency limits is free again at once. What the client has not read yet waits in the
-connection's send buffer. uvicorn has no send timeout, and closes an idle keep-alive connection
-only once that buffer is flushed, so a client that never reads would keep each of its answers (up
-to a page of ``limits.max_scan_limit`` values) in memory, and its connection open, for as long as it
-stays connected, and would hold up a graceful shutdown too.
+uvicorn keeps a connection for as long as its client keeps it, except an idle keep-alive one. So
+a client could hold sockets (and, with a low descriptor limit, make the service unreachable) by
+opening connections and sending nothing, or part of a request head; and a client that never
+reads its answers would keep each one in memory. Here, per connection:
 
-Here a connection whose send buffer stays full for ``limits.request_timeout_ms`` is aborted: the
-client must read some of its answer within each such period (the time between two successful
-sends, as nginx's ``send_timeout``, not the whole transfer, so a big answer over a slow link is
-not cut while it moves).
+- its request head (request line and headers) must be complete within
+  ``limits.request_head_timeout_ms`` of the connection's opening, or of the first byte of the
+  next request on it; else the connection is closed (``nginx``'s ``client_header_timeout``);
+- with no request in progress it stays open ``limits.idle_connection_timeout_ms`` (keep-alive);
+- its client must read some of its answer within each ``limits.request_timeout_ms`` (the time
+  between two successful sends, as ``nginx``'s ``send_timeout``, not the whole transfer, so a big
+  answer over a slow link is not cut while it moves); else it is aborted, unsent bytes dropped;
+- one address has at most ``limits.max_connections_per_client`` connections open: more are
+  closed as soon as they open (``nginx``'s ``limit_conn``), so one host cannot take every socket.
+
+Body reads are bounded by the request deadline (``service.guard``).
 """
 
 from __future__ import annotations
@@ -20,28 +25,126 @@ import contextlib
 import logging
 import socket
 import struct
+from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from service.settings import LimitSettings
+from service.throttled_log import ThrottledWarnings
 
 logger = logging.getLogger(__name__)
 
 
-class SendTimeoutProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol, aborting a connection whose writes stay paused too long.
+class ConnectionCounts:
+    """Open connections per client address, for one server; and the warnings about full ones."""
 
-    The transport pauses writing when its buffer passes the high-water mark and resumes it when the
-    client has read enough. Only these asyncio protocol callbacks are hooked, none of uvicorn's own.
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.open: dict[str, int] = {}
+        self.full = ThrottledWarnings(logger)  # addresses whose new connections were closed
+        self.slow = ThrottledWarnings(logger)  # addresses whose request heads did not come in time
+
+    def admit(self, address: str) -> bool:
+        """Count a new connection of ``address``; ``False`` (uncounted) when it has its limit open."""
+        held = self.open.get(address, 0)
+        if held >= self.limit:
+            self.full.warn(
+                address,
+                "closed a new connection of %s at once: it has %d open, limits.max_connections_per_client"
+                " (it should reuse its connections; behind a proxy that hides addresses, raise the limit)",
+                address,
+                held,
+            )
+            return False
+        self.open[address] = held + 1
+        return True
+
+    def release(self, address: str) -> None:
+        held = self.open[address] - 1
+        if held:
+            self.open[address] = held
+        else:
+            del self.open[address]
+            self.full.forget(address)
+            self.slow.forget(address)
+
+
+class GuardedProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with the bounds above (see the module's docstring).
+
+    Besides asyncio's protocol callbacks, only the parser callbacks that start and end a request
+    head are hooked (each calls uvicorn's own first).
     """
 
     send_timeout_seconds: float = 30.0
+    head_timeout_seconds: float = 10.0
+    idle_timeout_seconds: float = 5.0
+    counts: ConnectionCounts = ConnectionCounts(1024)
     _stall: asyncio.TimerHandle | None = None
+    _head_deadline: asyncio.TimerHandle | None = None
     _transport: asyncio.Transport | None = None
+    _address: str | None = None  # set while counted in ``counts``
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # uvicorn's keep-alive timer, armed after each answer, is the idle timeout.
+        self.timeout_keep_alive = self.idle_timeout_seconds  # type: ignore[assignment]
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self._transport = transport
         super().connection_made(transport)
+        address = _peer(transport)[0]
+        if not self.counts.admit(address):
+            _drop(transport)
+            return
+        self._address = address
+        self._expect_head()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_stall()
+        self._cancel_head_deadline()
+        if self._address is not None:
+            self.counts.release(self._address)
+            self._address = None
+        super().connection_lost(exc)
+
+    # -- the request head ------------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._expect_head()
+
+    def on_headers_complete(self) -> None:
+        self._cancel_head_deadline()
+        super().on_headers_complete()
+
+    def _expect_head(self) -> None:
+        if self._head_deadline is None:
+            loop = asyncio.get_running_loop()
+            self._head_deadline = loop.call_later(self.head_timeout_seconds, self._head_timed_out)
+
+    def _cancel_head_deadline(self) -> None:
+        if self._head_deadline is not None:
+            self._head_deadline.cancel()
+            self._head_deadline = None
+
+    def _head_timed_out(self) -> None:
+        self._head_deadline = None
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        address, port = _peer(transport)
+        self.counts.slow.warn(
+            address,
+            "closed the connection of %s:%s: no complete request head within %g s"
+            " (limits.request_head_timeout_ms); further ones of this address are not logged for a minute",
+            address,
+            port,
+            self.head_timeout_seconds,
+        )
+        transport.close()
+
+    # -- answers the client does not read --------------------------------------------------
 
     def pause_writing(self) -> None:
         super().pause_writing()
@@ -51,10 +154,6 @@ class SendTimeoutProtocol(HttpToolsProtocol):
     def resume_writing(self) -> None:
         self._cancel_stall()
         super().resume_writing()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._cancel_stall()
-        super().connection_lost(exc)
 
     def _cancel_stall(self) -> None:
         if self._stall is not None:
@@ -67,29 +166,46 @@ class SendTimeoutProtocol(HttpToolsProtocol):
         transport = self._transport
         if transport is None:
             return
-        peer = transport.get_extra_info("peername")
-        address = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else "an unknown client"
+        address, port = _peer(transport)
         logger.warning(
-            "closed the connection of %s: its client did not read its answer for %g s"
+            "closed the connection of %s:%s: its client did not read its answer for %g s"
             " (limits.request_timeout_ms); %d bytes were still unsent",
             address,
+            port,
             self.send_timeout_seconds,
             transport.get_write_buffer_size(),
         )
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            # Linger 0: the kernel drops what it still holds and resets, rather than keeping an
-            # orphaned socket with a full send queue until its retries run out.
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        transport.abort()
+        _drop(transport)
+
+
+def _peer(transport: asyncio.Transport) -> tuple[str, str]:
+    peer = transport.get_extra_info("peername")
+    return (str(peer[0]), str(peer[1])) if isinstance(peer, tuple) else ("an unknown client", "?")
+
+
+def _drop(transport: asyncio.Transport) -> None:
+    """Close at once, dropping unsent bytes."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        # Linger 0: the kernel drops what it still holds and resets, rather than keeping an
+        # orphaned socket with a full send queue until its retries run out.
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    transport.abort()
 
 
 def http_protocol(limits: LimitSettings) -> type[asyncio.Protocol]:
-    """The protocol class ``uvicorn`` serves HTTP with (its ``http`` setting), cutting stalled sends
-    after ``limits.request_timeout_ms``."""
+    """The protocol class ``uvicorn`` serves HTTP with (its ``http`` setting), bounded by ``limits``.
+
+    Each call makes a class of its own, with its own connection counts: use one per server.
+    """
     return type(
-        "SendTimeoutProtocol",
-        (SendTimeoutProtocol,),
-        {"send_timeout_seconds": limits.request_timeout_ms / 1000},
+        "GuardedProtocol",
+        (GuardedProtocol,),
+        {
+            "send_timeout_seconds": limits.request_timeout_ms / 1000,
+            "head_timeout_seconds": limits.request_head_timeout_ms / 1000,
+            "idle_timeout_seconds": limits.idle_connection_timeout_ms / 1000,
+            "counts": ConnectionCounts(limits.max_connections_per_client),
+        },
     )

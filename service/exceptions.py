@@ -6,13 +6,17 @@ Hierarchy::
     ├── ConfigError          the configuration file or environment is invalid
     └── ProblemError         a request cannot be answered; rendered as RFC 9457 problem+json
 
-Store errors (``store.StoreError``) are converted at the HTTP boundary with ``raise ... from exc``.
+Store errors (``store.StoreError``) reaching the HTTP layer become problems in one place, the
+exception handlers of ``service.problems``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from service.catalogue import ProblemType
 
 
 class ServiceError(Exception):
@@ -24,26 +28,34 @@ class ConfigError(ServiceError):
 
 
 class ProblemError(ServiceError):
-    """A request failed for a reason the client can act on.
+    """A request failed for a reason the client can act on; made by calling a catalogue entry.
 
-    ``slug`` is the stable part of the problem ``type`` (``urn:statestore:problem:<slug>``);
-    ``extras`` are the problem-specific members listed in docs/http-api.md.
+    ``problem`` is its entry in ``service.catalogue`` (slug, status, title); ``extras`` are the
+    problem-specific members listed in docs/http-api.md.
     """
 
     def __init__(
         self,
-        status: int,
-        slug: str,
-        title: str,
+        problem: ProblemType,
         detail: str,
         *,
         extras: Mapping[str, Any] | None = None,
         headers: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(detail)
-        self.status = status
-        self.slug = slug
-        self.title = title
+        self.problem = problem
         self.detail = detail
         self.extras = dict(extras or {})
         self.headers = dict(headers or {})
+
+    @property
+    def slug(self) -> str:
+        return self.problem.slug
+
+    @property
+    def status(self) -> int:
+        return self.problem.status
+
+    @property
+    def title(self) -> str:
+        return self.problem.title

@@ -12,48 +12,25 @@ An answer the client does not read does not hold its slot: see ``service.connect
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 from collections.abc import Callable
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from service.auth import Auth
+from service.catalogue import CLIENT_TOO_MANY_REQUESTS, REQUEST_TIMEOUT, TOO_MANY_REQUESTS, ProblemType
 from service.exceptions import ProblemError
 from service.problems import problem_body
 from service.settings import AuthSettings, LimitSettings
+from service.throttled_log import ThrottledWarnings
 
 logger = logging.getLogger(__name__)
 
 GUARDED_PREFIX = "/v1/"
 DEADLINE_KEY = "statestore.deadline"
-CLIENT_TOO_MANY_REQUESTS = "client-too-many-requests"
-TOO_MANY_REQUESTS = "too-many-requests"
 # A client (or the instance) kept at its limit is logged again after this long, not per refusal.
 WARNING_INTERVAL_SECONDS = 60.0
-
-
-class ClientIdentity:
-    """Who a request is from, for the per-client limit: ``token "<name>"`` when it sends a
-    configured token, else ``address <ip>``. The token itself is never kept."""
-
-    def __init__(self, auth: AuthSettings | None = None) -> None:
-        # Digest of a token -> its name; empty in open mode, where tokens identify nobody.
-        self._names = {t.sha256: t.name for t in auth.tokens} if auth and auth.mode == "tokens" else {}
-
-    def __call__(self, scope: Scope) -> str:
-        if self._names:
-            for header, value in scope.get("headers") or ():
-                if header == b"authorization":
-                    scheme, _, token = value.decode("latin-1").partition(" ")
-                    if scheme.lower() == "bearer":
-                        # Looked up by digest: the lookup's timing can tell nothing about a token.
-                        name = self._names.get(hashlib.sha256(token.strip().encode()).hexdigest())
-                        if name is not None:
-                            return f'token "{name}"'
-                    break
-        peer = scope.get("client")
-        return f"address {peer[0]}" if peer else "address unknown"
 
 
 class RequestGuard:
@@ -74,13 +51,13 @@ class RequestGuard:
         self.max_per_client = limits.max_concurrent_requests_per_client
         self.timeout = limits.request_timeout_ms / 1000
         self.retry_after = str(limits.retry_after_seconds)
-        self.identify = ClientIdentity(auth)
+        self.identify = Auth(auth or AuthSettings()).client
         self.on_refusal = on_refusal
         self.in_flight = 0
         # Requests in flight per client; a client leaves the map when its last request ends.
         self.per_client: dict[str, int] = {}
-        # When each client in ``per_client`` (and the instance, under "") was last logged as full.
-        self._warned_at: dict[str, float] = {}
+        # Clients in ``per_client`` (and the instance, under "") logged as full.
+        self._warnings = ThrottledWarnings(logger, WARNING_INTERVAL_SECONDS)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not scope["path"].startswith(GUARDED_PREFIX):
@@ -90,37 +67,35 @@ class RequestGuard:
         held = self.per_client.get(client, 0)
         # The client's own share is checked first: when both are reached, the client is the cause.
         if held >= self.max_per_client:
-            self._warn(
+            self._warnings.warn(
                 client,
                 "%s has %d requests in flight, limits.max_concurrent_requests_per_client; it gets 429 %s"
                 " until some end (it should send fewer at once)",
                 client,
                 held,
-                CLIENT_TOO_MANY_REQUESTS,
+                CLIENT_TOO_MANY_REQUESTS.slug,
             )
             await self._refuse(
                 scope,
                 send,
                 CLIENT_TOO_MANY_REQUESTS,
-                "Too many requests from this client",
                 f"this client ({client}) has {held} requests in flight, the most one client may have"
                 " (limits.max_concurrent_requests_per_client); wait for answers before sending more,"
                 " or send from fewer threads or executors at once",
             )
             return
         if self.in_flight >= self.max_in_flight:
-            self._warn(
+            self._warnings.warn(
                 "",
                 "%d requests are in flight, limits.max_concurrent_requests; new ones get 429 %s"
                 " (the instance is at capacity: add replicas)",
                 self.in_flight,
-                TOO_MANY_REQUESTS,
+                TOO_MANY_REQUESTS.slug,
             )
             await self._refuse(
                 scope,
                 send,
                 TOO_MANY_REQUESTS,
-                "Too many requests",
                 f"{self.in_flight} requests are in flight, the most this instance takes"
                 " (limits.max_concurrent_requests); retry after Retry-After seconds",
             )
@@ -139,20 +114,12 @@ class RequestGuard:
                 self.per_client[client] = remaining
             else:
                 del self.per_client[client]
-                self._warned_at.pop(client, None)
+                self._warnings.forget(client)
 
-    def _warn(self, who: str, message: str, *args: object) -> None:
-        now = time.monotonic()
-        last = self._warned_at.get(who)
-        if last is None or now - last >= WARNING_INTERVAL_SECONDS:
-            self._warned_at[who] = now
-            logger.warning(message, *args)
-
-    async def _refuse(self, scope: Scope, send: Send, slug: str, title: str, detail: str) -> None:
+    async def _refuse(self, scope: Scope, send: Send, refusal: ProblemType, detail: str) -> None:
         if self.on_refusal is not None:
-            self.on_refusal(slug)
-        problem = ProblemError(429, slug, title, detail, headers={"Retry-After": self.retry_after})
-        await _send_problem(scope, send, problem)
+            self.on_refusal(refusal.slug)
+        await send_problem(scope, send, refusal(detail, headers={"Retry-After": self.retry_after}))
 
 
 def remaining_seconds(scope: Scope) -> float | None:
@@ -162,16 +129,14 @@ def remaining_seconds(scope: Scope) -> float | None:
 
 
 def request_timeout(limits: LimitSettings) -> ProblemError:
-    return ProblemError(
-        503,
-        "request-timeout",
-        "Request timeout",
+    return REQUEST_TIMEOUT(
         f"the request ran past {limits.request_timeout_ms} ms (limits.request_timeout_ms); retry later",
         headers={"Retry-After": str(limits.retry_after_seconds)},
     )
 
 
-async def _send_problem(scope: Scope, send: Send, problem: ProblemError) -> None:
+async def send_problem(scope: Scope, send: Send, problem: ProblemError) -> None:
+    """Answer ``problem`` from ASGI middleware (outside the app's exception handlers)."""
     raw_path = scope.get("raw_path")
     instance = raw_path.decode("latin-1") if isinstance(raw_path, bytes) else scope["path"]
     body, headers = problem_body(problem, instance)

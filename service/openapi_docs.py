@@ -14,7 +14,7 @@ from service.problems import PROBLEM_MEDIA_TYPE, problem_schema
 ARROW_MEDIA_TYPE = "application/vnd.apache.arrow.stream"
 POSITION_HEADER = "Statestore-Position"
 
-_POSITION_PATTERN = r"^\s*(\d+:\d+(\s*,\s*\d+:\d+)*)?\s*$"
+_POSITION_PATTERN = r"^[ \t]*([0-9]+:[0-9]+([ \t]*,[ \t]*[0-9]+:[0-9]+)*)?[ \t]*$"
 
 
 def _query(name: str, schema: dict[str, Any], description: str) -> dict[str, Any]:
@@ -170,7 +170,7 @@ GET_KEY_RESPONSES: dict[int | str, Any] = {
             "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
         },
     },
-    **problems(400, 401, 403, 404, 410, 413, 422, 429, 503),
+    **problems(400, 401, 403, 404, 410, 413, 422, 429, 502, 503),
 }
 
 BATCH_REQUEST_BODY: dict[str, Any] = {

@@ -1,14 +1,16 @@
 """RFC 9457 problem details: the one shape every error answer takes (see docs/http-api.md).
 
 Besides :class:`~service.exceptions.ProblemError`, the framework's own answers (unknown route,
-wrong method, query or body validation) are converted here, so no answer is ever HTML or a bare
-``{"detail": ...}``.
+wrong method, query or body validation) and the store's errors (a stopped store, an index being
+built, history not kept or expired) are converted here, by exception handlers, so read paths
+need no ``try`` of their own and no answer is ever HTML or a bare ``{"detail": ...}``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
@@ -17,18 +19,39 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
+from service.catalogue import (
+    HISTORY_EXPIRED,
+    HISTORY_NOT_KEPT,
+    INDEX_NOT_READY,
+    INTERNAL_ERROR,
+    INVALID_PARAMETER,
+    MALFORMED_REQUEST,
+    METHOD_NOT_ALLOWED,
+    ROUTE_NOT_FOUND,
+    STORE_NOT_READY,
+    UNKNOWN_INDEX,
+)
 from service.exceptions import ProblemError
+from store import (
+    HistoryExpiredError,
+    HistoryNotKeptError,
+    IndexNotReadyError,
+    Position,
+    StoreClosedError,
+    StoreError,
+    StoreState,
+    UnknownIndexError,
+)
 
 logger = logging.getLogger(__name__)
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
-TYPE_PREFIX = "urn:statestore:problem:"
 
 
 def problem_body(problem: ProblemError, instance: str) -> tuple[bytes, dict[str, str]]:
     """The problem+json body for ``problem`` about the request path ``instance``, and its headers."""
     body: dict[str, Any] = {
-        "type": TYPE_PREFIX + problem.slug,
+        "type": problem.problem.uri,
         "title": problem.title,
         "status": problem.status,
         "detail": problem.detail,
@@ -65,6 +88,102 @@ def _instance(request: Request) -> str:
     return raw.decode("latin-1") if isinstance(raw, bytes) else request.url.path
 
 
+def store_not_ready(store: str, state: StoreState, retry_after: int) -> ProblemError:
+    """``503 store-not-ready``: the store cannot answer reads in ``state``."""
+    return STORE_NOT_READY(
+        f'store "{store}" is {state.value}; it serves once READY (GET /v1/stores/{store} shows progress)',
+        extras={"store": store, "state": state.value},
+        headers={"Retry-After": str(retry_after)},
+    )
+
+
+def index_not_ready(store: str, index: str, retry_after: int) -> ProblemError:
+    """``503 index-not-ready``: the index is being built."""
+    return INDEX_NOT_READY(
+        f'index "{index}" of store "{store}" is being built; retry shortly'
+        f" (GET /v1/stores/{store} shows its progress)",
+        extras={"store": store, "index": index},
+        headers={"Retry-After": str(retry_after)},
+    )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Asked:
+    """What a request that met a store error asked for (from its path), and the app it asked."""
+
+    request: Request
+
+    @property
+    def store(self) -> str:
+        return str(self.request.path_params.get("store", ""))
+
+    @property
+    def index(self) -> str:
+        return str(self.request.path_params.get("index", ""))
+
+    @property
+    def retry_after(self) -> int:
+        return int(self.request.app.state.settings.limits.retry_after_seconds)
+
+    def index_building(self) -> bool:
+        """Whether the store declares the index and is building it (some views know only ready ones)."""
+        registry = self.request.app.state.registry
+        served = registry.get(self.store)
+        status = registry.status_of(served) if served is not None else None
+        index = status.indexes.get(self.index) if status is not None else None
+        return index is not None and index.state != "ready"
+
+
+def _closed(exc: StoreError, asked: _Asked) -> ProblemError:
+    return store_not_ready(asked.store, StoreState.STOPPED, asked.retry_after)
+
+
+def _history_not_kept(exc: StoreError, asked: _Asked) -> ProblemError:
+    return HISTORY_NOT_KEPT(
+        f'store "{asked.store}" keeps no history, so it cannot answer as_of a position;'
+        " read without as_of, or configure history on the store",
+        extras={"store": asked.store},
+    )
+
+
+def _history_expired(exc: StoreError, asked: _Asked) -> ProblemError:
+    assert isinstance(exc, HistoryExpiredError)
+    floor = exc.floor if isinstance(exc.floor, Position) else None
+    return HISTORY_EXPIRED(
+        f'store "{asked.store}" answers as_of positions from {floor or "(none yet)"} on;'
+        f" {exc.as_of or '(empty)'} is older. Read at a newer position",
+        extras={
+            "store": asked.store,
+            "as_of": str(exc.as_of),
+            "floor": None if floor is None else str(floor),
+        },
+    )
+
+
+def _index_not_ready(exc: StoreError, asked: _Asked) -> ProblemError:
+    return index_not_ready(asked.store, asked.index, asked.retry_after)
+
+
+def _unknown_index(exc: StoreError, asked: _Asked) -> ProblemError:
+    if asked.index_building():
+        return index_not_ready(asked.store, asked.index, asked.retry_after)
+    return UNKNOWN_INDEX(
+        f'store "{asked.store}" has no index "{asked.index}";'
+        f" its indexes are listed by GET /v1/stores/{asked.store}",
+        extras={"store": asked.store, "index": asked.index},
+    )
+
+
+STORE_PROBLEMS: dict[type[StoreError], Callable[[StoreError, _Asked], ProblemError]] = {
+    StoreClosedError: _closed,
+    HistoryNotKeptError: _history_not_kept,
+    HistoryExpiredError: _history_expired,
+    IndexNotReadyError: _index_not_ready,
+    UnknownIndexError: _unknown_index,
+}
+"""How each store error a read can meet is answered; any other is an ``internal-error``."""
+
+
 async def _on_problem(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ProblemError)
     return problem_response(exc, _instance(request))
@@ -73,19 +192,16 @@ async def _on_problem(request: Request, exc: Exception) -> Response:
 async def _on_http_exception(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
     if exc.status_code == 404:
-        problem = ProblemError(
-            404, "route-not-found", "Route not found", f"no route {request.url.path}; see docs/http-api.md"
-        )
+        problem = ROUTE_NOT_FOUND(f"no route {request.url.path}; see docs/http-api.md")
     elif exc.status_code == 405:
-        problem = ProblemError(
-            405,
-            "method-not-allowed",
-            "Method not allowed",
+        problem = METHOD_NOT_ALLOWED(
             f"{request.method} is not allowed on {request.url.path}; the API is read-only",
             headers=dict(exc.headers or {}),
         )
+    elif exc.status_code < 500:
+        problem = MALFORMED_REQUEST(str(exc.detail), extras={"errors": [{"msg": str(exc.detail)}]})
     else:
-        problem = ProblemError(exc.status_code, "http-error", "HTTP error", str(exc.detail))
+        return await _on_unexpected(request, exc)
     return problem_response(problem, _instance(request))
 
 
@@ -94,31 +210,25 @@ async def _on_validation_error(request: Request, exc: Exception) -> Response:
     errors = _validation_errors(exc.errors())
     in_body = any(error["loc"][:1] == ["body"] for error in errors)
     if in_body:
-        problem = ProblemError(
-            400,
-            "malformed-request",
-            "Malformed request",
-            "the request body has the wrong shape",
-            extras={"errors": errors},
-        )
+        problem = MALFORMED_REQUEST("the request body has the wrong shape", extras={"errors": errors})
     else:
         summary = "; ".join(f"{'.'.join(e['loc'][1:]) or e['loc']}: {e['msg']}" for e in errors)
-        problem = ProblemError(
-            422,
-            "invalid-parameter",
-            "Invalid parameter",
-            summary or "a parameter is invalid",
-            extras={"errors": errors},
-        )
+        problem = INVALID_PARAMETER(summary or "a parameter is invalid", extras={"errors": errors})
     return problem_response(problem, _instance(request))
 
 
 async def _on_unexpected(request: Request, exc: Exception) -> Response:
     logger.exception("unexpected error answering %s %s", request.method, request.url.path)
-    problem = ProblemError(
-        500, "internal-error", "Internal error", "the service failed unexpectedly; the error is in its log"
-    )
+    problem = INTERNAL_ERROR("the service failed unexpectedly; the error is in its log")
     return problem_response(problem, _instance(request))
+
+
+async def _on_store_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, StoreError)
+    convert = next((c for t, c in STORE_PROBLEMS.items() if isinstance(exc, t)), None)
+    if convert is None:
+        return await _on_unexpected(request, exc)
+    return problem_response(convert(exc, _Asked(request)), _instance(request))
 
 
 def install_problem_handlers(app: FastAPI) -> None:
@@ -126,6 +236,7 @@ def install_problem_handlers(app: FastAPI) -> None:
     app.add_exception_handler(ProblemError, _on_problem)
     app.add_exception_handler(StarletteHTTPException, _on_http_exception)
     app.add_exception_handler(RequestValidationError, _on_validation_error)
+    app.add_exception_handler(StoreError, _on_store_error)
     app.add_exception_handler(Exception, _on_unexpected)
 
 

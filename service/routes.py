@@ -6,6 +6,7 @@ import dataclasses
 from typing import Any
 from urllib.parse import quote
 
+import anyio
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -14,21 +15,31 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from service import openapi_docs as docs
-from service.bodies import JSON, batch_media_type, check_batch, malformed, read_body, too_large
+from service.arrow_body import read_column
+from service.auth import Auth
+from service.bodies import (
+    JSON,
+    batch_media_type,
+    check_batch,
+    check_key_length,
+    malformed,
+    read_body,
+    too_large,
+)
+from service.catalogue import KEY_NOT_FOUND, PAGE_TOO_LARGE, VALUE_NOT_JSON
 from service.codec import (
+    KeyEncoding,
     decode_key_text,
     decode_path_key,
     encode_key,
-    json_value,
     key_encoding,
     strict_query,
-    values_document,
 )
-from service.exceptions import ProblemError
 from service.index_routes import add_index_routes
-from service.reads import Access, Reader, find_store, int_param
+from service.reads import Reader, find_store, int_param
 from service.registry import ServedStore, StoreRegistry
-from service.settings import Settings
+from service.settings import LimitSettings, Settings
+from service.values import BadValues, JsonAnswer, not_json_detail
 from store import ReadOnlyKeyValueStore, ScanPage
 
 POSITION = docs.POSITION_HEADER
@@ -96,18 +107,24 @@ def _history_info(served: ServedStore) -> dict[str, Any] | None:
     }
 
 
-def add_store_routes(app: FastAPI, settings: Settings, registry: StoreRegistry) -> None:
-    """Add the store routes, reading from ``registry`` within ``settings.limits``.
+def add_store_routes(
+    app: FastAPI,
+    settings: Settings,
+    registry: StoreRegistry,
+    auth: Auth,
+    reader: Reader,
+    bad_values: BadValues,
+) -> None:
+    """Add the store routes, reading from ``registry`` with ``reader`` within ``settings.limits``;
+    ``bad_values`` finds the values of JSON stores that are not JSON.
 
     They go on the app itself, not an included router: every router level costs a matching pass
     on each request. The key lookup comes first because it is the most frequent request.
     """
     limits = settings.limits
-    access = Access(settings)
-    reader = Reader(registry, settings)
 
     async def get_key(request: Request) -> Response:
-        served = find_store(registry, access, request)
+        served = find_store(registry, auth, request)
         query = request.query_params
         encoding = key_encoding(query.get("key_encoding"))
         # The raw path keeps bytes that are not UTF-8 and slashes that were percent-encoded.
@@ -115,17 +132,17 @@ def add_store_routes(app: FastAPI, settings: Settings, registry: StoreRegistry) 
         parts = raw_path.split(b"/", 5) if isinstance(raw_path, bytes) else []
         raw_segment = parts[5] if len(parts) == 6 else quote(request.path_params["key"]).encode()
         key = decode_path_key(raw_segment, encoding)
-        if len(key) > limits.max_key_bytes:
-            raise too_large(
-                "key-too-large", "Key too large", f"the key has {len(key)} bytes", limits.max_key_bytes
-            )
+        check_key_length("the key", key, limits.max_key_bytes)
         value, position = await reader.read(served, request, lambda view: view.get(key))
         if value is None:
-            raise ProblemError(
-                404,
-                "key-not-found",
-                "Key not found",
+            raise KEY_NOT_FOUND(
                 f'store "{served.name}" has no such key',
+                extras={"store": served.name},
+                headers={POSITION: str(position)},
+            )
+        if served.value_format == "json" and not bad_values.is_json(served.name, key, value):
+            raise VALUE_NOT_JSON(
+                not_json_detail(served.name),
                 extras={"store": served.name},
                 headers={POSITION: str(position)},
             )
@@ -152,7 +169,7 @@ def add_store_routes(app: FastAPI, settings: Settings, registry: StoreRegistry) 
         summary="List the stores",
     )
     async def list_stores(request: Request) -> Response:
-        allowed = access.allowed_stores(request)
+        allowed = auth.allowed_stores(request)
         stores = [store_info(registry, s) for s in registry.all() if allowed is None or s.name in allowed]
         return Response(orjson.dumps({"stores": stores}), media_type=JSON)
 
@@ -164,7 +181,7 @@ def add_store_routes(app: FastAPI, settings: Settings, registry: StoreRegistry) 
         summary="One store's status",
     )
     async def get_store(request: Request) -> Response:
-        served = find_store(registry, access, request)
+        served = find_store(registry, auth, request)
         info = store_info(registry, served)
         return Response(orjson.dumps(info), media_type=JSON, headers={POSITION: info["position"]})
 
@@ -179,20 +196,20 @@ def add_store_routes(app: FastAPI, settings: Settings, registry: StoreRegistry) 
         summary="The values of many keys, in request order (JSON or Arrow)",
     )
     async def batch_get(request: Request) -> Response:
-        served = find_store(registry, access, request)
+        served = find_store(registry, auth, request)
         media_type = batch_media_type(request, "keys")
         body = await read_body(request, limits)
         if media_type == JSON:
-            keys = _json_keys(body, request.query_params.get("key_encoding"), limits.max_batch_keys)
+            encoding, keys = _json_keys(body, request.query_params.get("key_encoding"), limits.max_batch_keys)
             check_batch(
                 len(keys), max(map(len, keys), default=0), limits.max_batch_keys, limits.max_key_bytes
             )
             values, position = await reader.read(served, request, lambda view: view.get_many(keys))
-            answer = values_document(values, served.value_format, str(position))
-            return Response(answer, media_type=JSON, headers={POSITION: str(position)})
-        key_column = _arrow_keys(body)
-        longest = pc.max(pc.binary_length(key_column)).as_py() or 0
-        check_batch(len(key_column), longest, limits.max_batch_keys, limits.max_key_bytes)
+            answer = JsonAnswer(served.name, served.value_format, encoding, bad_values)
+            document = {"values": answer.values(keys, values), "position": str(position)}
+            return Response(answer.document(document), media_type=JSON, headers={POSITION: str(position)})
+        # Decoding a large Arrow body takes a while: off the event loop.
+        key_column = await anyio.to_thread.run_sync(_arrow_keys, body, limits)
         keys = key_column.to_pylist()
         values, position = await reader.read(served, request, lambda view: view.get_many(keys))
         table = pa.table({"key": key_column, "value": pa.array(values, type=pa.binary())})
@@ -213,44 +230,37 @@ def add_store_routes(app: FastAPI, settings: Settings, registry: StoreRegistry) 
         summary="One page of the keys starting with a prefix, byte-ordered",
     )
     async def scan(request: Request) -> Response:
-        served = find_store(registry, access, request)
+        served = find_store(registry, auth, request)
         query = request.query_params
         encoding = key_encoding(query.get("key_encoding"))
         limit = int_param(query, "limit", 100, 1) or 100
         if limit > limits.max_scan_limit:
-            raise too_large(
-                "page-too-large",
-                "Page too large",
-                f"limit {limit} is above the maximum",
-                limits.max_scan_limit,
-            )
+            raise too_large(PAGE_TOO_LARGE, f"limit {limit} is above the maximum", limits.max_scan_limit)
         # Read from the raw query string: the parsed one replaces bytes that are not UTF-8.
         strict = strict_query(request)
         prefix = decode_key_text(strict.get("prefix", ""), encoding)
         after_text = strict.get("after")
         after = None if after_text is None else decode_key_text(after_text, encoding)
-        for name, key in (("prefix", prefix), ("after", after or b"")):
-            if len(key) > limits.max_key_bytes:
-                raise too_large(
-                    "key-too-large", "Key too large", f"{name} has {len(key)} bytes", limits.max_key_bytes
-                )
+        check_key_length("prefix", prefix, limits.max_key_bytes)
+        check_key_length("after", after or b"", limits.max_key_bytes)
 
         def read(view: ReadOnlyKeyValueStore) -> ScanPage:
             return view.prefix_scan(prefix, after=after, limit=limit)
 
         page, position = await reader.read(served, request, read)
-        fmt = served.value_format
-        answer = {
-            "items": [{"key": encode_key(k, encoding), "value": json_value(v, fmt)} for k, v in page.items],
+        answer = JsonAnswer(served.name, served.value_format, encoding, bad_values)
+        document = {
+            "items": answer.items(page.items),
             "next_after": None if page.next_after is None else encode_key(page.next_after, encoding),
             "position": str(position),
         }
-        return Response(orjson.dumps(answer), media_type=JSON, headers={POSITION: str(position)})
+        return Response(answer.document(document), media_type=JSON, headers={POSITION: str(position)})
 
-    add_index_routes(app, settings, registry, access, reader)
+    add_index_routes(app, settings, registry, auth, reader, bad_values)
 
 
-def _json_keys(body: bytes, query_encoding: str | None, max_keys: int) -> list[bytes]:
+def _json_keys(body: bytes, query_encoding: str | None, max_keys: int) -> tuple[KeyEncoding, list[bytes]]:
+    """The key encoding and the keys of a JSON batch body."""
     try:
         document = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
@@ -269,7 +279,7 @@ def _json_keys(body: bytes, query_encoding: str | None, max_keys: int) -> list[b
     )
     if encoding == "utf8":
         try:
-            return [t.encode() for t in texts]
+            return encoding, [t.encode() for t in texts]
         except AttributeError as exc:  # only str has .encode() among JSON values
             raise not_strings from exc
         except UnicodeEncodeError as exc:
@@ -278,27 +288,24 @@ def _json_keys(body: bytes, query_encoding: str | None, max_keys: int) -> list[b
             ) from exc
     if not all(isinstance(t, str) for t in texts):
         raise not_strings
-    return [decode_key_text(t, encoding) for t in texts]
+    return encoding, [decode_key_text(t, encoding) for t in texts]
 
 
-def _arrow_keys(body: bytes) -> pa.Array:
-    try:
-        table = pa.ipc.open_stream(body).read_all()
-    except (pa.ArrowException, OSError, ValueError) as exc:
-        raise malformed(f"the body is not an Arrow IPC stream: {exc}") from exc
-    if "key" not in table.column_names:
-        raise malformed(
-            "the Arrow stream needs a column named 'key'", [{"loc": ["body", "key"], "msg": "missing"}]
-        )
-    column = table.column("key")
-    if (
-        pa.types.is_string(column.type)
-        or pa.types.is_large_string(column.type)
-        or pa.types.is_large_binary(column.type)
-    ):
-        column = column.cast(pa.binary())
-    elif not pa.types.is_binary(column.type):
-        raise malformed(f"the 'key' column must be binary or string, not {column.type}")
+def _is_key_type(data_type: pa.DataType) -> bool:
+    return bool(
+        pa.types.is_binary(data_type)
+        or pa.types.is_large_binary(data_type)
+        or pa.types.is_string(data_type)
+        or pa.types.is_large_string(data_type)
+    )
+
+
+def _arrow_keys(body: bytes, limits: LimitSettings) -> pa.Array:
+    """The ``key`` column of an Arrow batch body, as ``binary``, checked before decompressing."""
+    column = read_column(body, "key", _is_key_type, limits.max_batch_keys, limits.max_body_bytes)
     if column.null_count:
         raise malformed("the 'key' column holds nulls; every row needs a key")
-    return column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    keys = column.combine_chunks()
+    longest = pc.max(pc.binary_length(keys)).as_py() or 0
+    check_batch(len(keys), longest, limits.max_batch_keys, limits.max_key_bytes)
+    return keys if pa.types.is_binary(keys.type) else keys.cast(pa.binary())

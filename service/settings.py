@@ -183,9 +183,13 @@ class LimitSettings(BaseModel):
     max_scan_limit: int = Field(default=MAX_SCAN_LIMIT, ge=1, le=MAX_SCAN_LIMIT)
     max_key_bytes: int = Field(default=4096, ge=1)
     max_body_bytes: int = Field(default=16 * 1024 * 1024, ge=1)
+    # Rows one index batch answer may hold (every value's matches, one row for a value without);
+    # more get 413 answer-too-large, so a small request cannot ask for a huge answer.
+    max_answer_rows: int = Field(default=100_000, ge=1)
     min_position_timeout_seconds: float = Field(default=5.0, ge=0)
-    # Requests waiting for a min_position at once; each holds a worker thread while it waits.
-    max_position_waiters: int = Field(default=64, ge=1)
+    # Accepted so that configurations setting it still load, and ignored (a warning says so): a
+    # position wait holds no thread, and max_concurrent_requests_per_client bounds one client's.
+    max_position_waiters: int | None = Field(default=None, ge=1)
     # Store requests served at once; more get 429 too-many-requests.
     max_concurrent_requests: int = Field(default=1024, ge=1)
     # Store requests served at once for one client (a bearer token, else an address); more get
@@ -193,6 +197,15 @@ class LimitSettings(BaseModel):
     max_concurrent_requests_per_client: int = Field(default=256, ge=1)
     # A store request running longer (e.g. waiting for min_position) gets 503 request-timeout.
     request_timeout_ms: int = Field(default=30_000, ge=1)
+    # A connection whose request head (request line and headers) is not complete this long after
+    # it opened, or after the request's first byte, is closed.
+    request_head_timeout_ms: int = Field(default=10_000, ge=1)
+    # A keep-alive connection with no request in progress is closed after this long.
+    idle_connection_timeout_ms: int = Field(default=5_000, ge=1)
+    # Connections open at once from one address; more are closed as soon as they open. One
+    # client cannot use more than its share of requests anyway (max_concurrent_requests_per_client);
+    # behind a proxy that hides the clients' addresses, raise it.
+    max_connections_per_client: int = Field(default=256, ge=1)
     # Seconds a client is told to wait (Retry-After) when a store is not ready or behind.
     retry_after_seconds: int = Field(default=1, ge=1)
 

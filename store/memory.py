@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
-import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from store.exceptions import (
     HistoryNotKeptError,
@@ -19,6 +18,7 @@ from store.exceptions import (
     UnknownIndexError,
 )
 from store.indexes import IndexSpec
+from store.listeners import ListenedCondition
 from store.position import Position
 from store.protocol import MAX_SCAN_LIMIT, IndexStatus, ReadOnlyKeyValueStore, ScanPage, StoreStatus
 from store.state import StoreState
@@ -94,7 +94,7 @@ class InMemoryStore:
         self._data: dict[bytes, bytes] = {}
         self._position = Position()
         self._frozen: _FrozenView | None = None
-        self._changed = threading.Condition()
+        self._changed = ListenedCondition()
         self._applied = 0
         self._log: list[tuple[int, int, bytes, bytes | None]] = []
         self.keeps_history = keeps_history
@@ -185,9 +185,15 @@ class InMemoryStore:
                 },
             )
 
+    def position(self) -> Position:
+        return self._position
+
     def wait_for_position(self, minimum: Position, timeout: float) -> bool:
         with self._changed:
             return self._changed.wait_for(lambda: self._position.reaches(minimum), timeout)
+
+    def add_listener(self, listener: Callable[[], None]) -> Callable[[], None]:
+        return self._changed.add_listener(listener)
 
     def stop(self) -> None:
         self.set_state(StoreState.STOPPED)

@@ -7,9 +7,15 @@ a position names the same table version on every replica.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping
 
 from store.exceptions import InvalidPositionError
+
+# One ``partition:next_offset`` entry; ``\d`` and ``int()`` would take digits of any script.
+_ENTRY = re.compile(r"[ \t]*([0-9]{1,19}):([0-9]{1,19})[ \t]*")
+MAX_PARTITION = 2**31 - 1  # Kafka partitions are int32, offsets int64
+MAX_OFFSET = 2**63 - 1
 
 
 class Position(Mapping[int, int]):
@@ -28,24 +34,25 @@ class Position(Mapping[int, int]):
 
     @classmethod
     def parse(cls, text: str) -> Position:
-        """Parse ``"0:1200,1:1187"``; an empty string is the empty position."""
-        text = text.strip()
-        if not text:
+        """Parse ``"0:1200,1:1187"``; an empty string is the empty position.
+
+        Strict: ASCII digits only (no signs, ``_`` or digits of other scripts), each partition
+        once, no empty entries; spaces and tabs may surround entries.
+        """
+        if not text.strip(" \t"):
             return cls()
         offsets: dict[int, int] = {}
         for part in text.split(","):
-            partition_text, sep, offset_text = part.strip().partition(":")
-            if not sep:
+            match = _ENTRY.fullmatch(part)
+            if match is None:
+                what = "has no ':'" if ":" not in part else "is not two integers in ASCII digits"
                 raise InvalidPositionError(
-                    f"position entry {part!r} has no ':'; write partition:next_offset pairs joined by commas,"
+                    f"position entry {part!r} {what}; write partition:next_offset pairs joined by commas,"
                     " e.g. 0:1200,1:1187"
                 )
-            try:
-                partition, next_offset = int(partition_text), int(offset_text)
-            except ValueError as exc:
-                raise InvalidPositionError(
-                    f"position entry {part!r} is not two integers; write e.g. 0:1200,1:1187"
-                ) from exc
+            partition, next_offset = int(match[1]), int(match[2])
+            if partition > MAX_PARTITION or next_offset > MAX_OFFSET:
+                raise InvalidPositionError(f"position entry {part.strip()!r} is beyond Kafka's range")
             if partition in offsets:
                 raise InvalidPositionError(f"position names partition {partition} twice")
             offsets[partition] = next_offset

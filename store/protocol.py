@@ -7,7 +7,7 @@ Only the materializer writes.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Protocol, runtime_checkable
 
@@ -157,6 +157,20 @@ class ServableStore(Protocol):
 
     def status(self) -> StoreStatus: ...
 
+    def position(self) -> Position:
+        """The position reads see now (no view is taken)."""
+        ...
+
     def wait_for_position(self, minimum: Position, timeout: float) -> bool:
         """Block until the store's position reaches ``minimum``; ``False`` if ``timeout`` passes first."""
+        ...
+
+    def add_listener(self, listener: Callable[[], None]) -> Callable[[], None]:
+        """Call ``listener()`` after every change of the store (a write, a state change, ...);
+        returns the function that removes it.
+
+        For waiters that cannot block a thread (an event loop): it runs on the thread making the
+        change, with the store's lock held, so it must return at once and may read only
+        ``position()`` and ``state``. It may also be called when nothing a reader sees changed.
+        """
         ...

@@ -7,13 +7,14 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import TracebackType
 
 from store.config import StoreConfig
 from store.engine import destroy
 from store.exceptions import StoreClosedError, StoreWriteError
+from store.listeners import ListenedCondition
 from store.lock import DirectoryLock
 from store.materializer import Materializer
 from store.position import Position
@@ -54,7 +55,7 @@ class Store:
         self.config = config
         self._restore_slots = PROCESS_RESTORE_SLOTS if restore_slots is None else restore_slots
         self._lock = threading.RLock()
-        self._changed = threading.Condition(self._lock)
+        self._changed = ListenedCondition(self._lock)
         self._state = StoreState.CREATED
         self._serving: Replica | None = None  # what readers read
         self._writer: Replica | None = None  # what the materializer writes (the same, unless rebuilding)
@@ -212,6 +213,10 @@ class Store:
     def wait_for_position(self, minimum: Position, timeout: float) -> bool:
         with self._changed:
             return self._changed.wait_for(lambda: self.position().reaches(minimum), timeout)
+
+    def add_listener(self, listener: Callable[[], None]) -> Callable[[], None]:
+        """Call ``listener()`` after every change (see ``ServableStore.add_listener``)."""
+        return self._changed.add_listener(listener)
 
     def status(self) -> StoreStatus:
         serving, writer, materializer = self._serving, self._writer, self._materializer

@@ -110,10 +110,15 @@ def _run_all(
 
     if args.step in ("all", "join"):
         check_spark_prerequisites()
+    if args.step == "all" and not args.bootstrap_servers:
+        steps.check_embedded_broker()
     if args.step == "seed":
         console.stage(f"using the Kafka broker at {args.bootstrap_servers}")
         steps.seed(console, args.bootstrap_servers, args.purchases)
         return
+    if args.step == "join":
+        # Before Spark starts: a service without the demo's data fails in a second, not after a JVM.
+        steps.await_service(console, args.service_url, own=False)
     # Spark takes seconds to start: start it now, on a thread, while the data loads and restores.
     # It has its own exit stack, closed first: Spark stops before the service and the broker.
     spark = spark_stack.enter_context(BackgroundSpark())
@@ -132,9 +137,7 @@ def _run_all(
             steps.await_service(console, url, own=True)
         else:
             steps.await_service(console, url, own=False)
-    else:
-        assert url is not None
-        steps.await_service(console, url, own=False)
+    assert url is not None
     joined = steps.join(console, spark, url, bootstrap_servers, args.purchases)
     if bootstrap_servers is None:
         console.stage(
@@ -178,7 +181,7 @@ def run(args: argparse.Namespace) -> int:
             _run_all(console, args, stack, spark_stack)
     except KeyboardInterrupt:
         status = 128 + received[0] if received else EXIT_INTERRUPTED
-        console.error(f"{'terminated' if received else 'interrupted'}: shutting down ...")
+        console.notice(f"{'terminated' if received else 'interrupted'}: shutting down ...")
     except DemoError as exc:
         status = EXIT_FAILED
         console.error(str(exc))

@@ -63,6 +63,10 @@ class Console:
     def error(self, text: str) -> None:
         self._write(f"error: {text}")
 
+    def notice(self, text: str) -> None:
+        """A line outside the stages that is not an error, e.g. that a Ctrl-C stops the demo."""
+        self._write(text)
+
 
 def format_cell(value: Any) -> str:
     if value is None:

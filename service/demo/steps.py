@@ -48,6 +48,16 @@ def _sigint_blocked() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
+def check_embedded_broker() -> None:
+    """Fail before anything starts when the embedded broker is not installed."""
+    from service.local_broker import LocalBrokerError, tansu_binary  # noqa: PLC0415
+
+    try:
+        tansu_binary()
+    except LocalBrokerError as exc:
+        raise DemoError(f"{exc}; or give --bootstrap-servers HOST:PORT of a running Kafka broker") from exc
+
+
 @contextlib.contextmanager
 def embedded_broker(console: Console, log_path: Path) -> Iterator[str]:
     """Start the embedded Tansu broker for the demo's lifetime; yields its bootstrap servers."""
@@ -122,6 +132,33 @@ def await_service(console: Console, url: str, *, own: bool) -> None:
                 f"{CUSTOMERS_TOPIC!r} (JSON values) reading the demo topics"
             )
         console.detail(f"{name}: position {stores[name].get('position') or '(empty)'}")
+    if not own:
+        check_demo_data(url)
+
+
+def check_demo_data(url: str, sample: int = 20) -> None:
+    """Fail when the service's products or customers hold none of the demo's rows.
+
+    A join against tables without the demo's data would only print match rates of 0 %.
+    """
+    from clients import StatestoreClient  # noqa: PLC0415
+
+    dataset = build_dataset(1)  # the tables do not depend on the number of purchases
+    samples = {
+        PRODUCTS_TOPIC: sorted(dataset.live_products())[:sample],
+        CUSTOMERS_TOPIC: sorted(dataset.customers)[:sample],
+    }
+    with StatestoreClient(url) as client:
+        empty = [
+            store for store, keys in samples.items() if all(v is None for v in client.get_many(store, keys))
+        ]
+    if empty:
+        looked_up = ", ".join(f"{samples[store][0]} … in {store}" for store in empty)
+        raise DemoError(
+            f"the service at {url} does not hold the demo's data (looked up {looked_up}, found none): "
+            "load it into the Kafka cluster that service reads with `statestore demo --step seed "
+            "--bootstrap-servers HOST:PORT`, then run the join again"
+        )
 
 
 def load_purchases(console: Console, bootstrap_servers: str | None, purchases: int) -> list[dict[str, Any]]:

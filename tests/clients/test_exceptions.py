@@ -7,57 +7,28 @@ import pytest
 from clients import exceptions as e
 from clients.position import Position
 from clients.retry import is_retryable
-
-SLUGS = {
-    "unknown-store": (404, e.UnknownStoreError),
-    "key-not-found": (404, e.KeyNotFoundError),
-    "route-not-found": (404, e.RouteNotFoundError),
-    "method-not-allowed": (405, e.MethodNotAllowedError),
-    "bad-key-encoding": (400, e.BadKeyEncodingError),
-    "invalid-position": (400, e.InvalidPositionError),
-    "malformed-request": (400, e.MalformedRequestError),
-    "invalid-parameter": (422, e.InvalidParameterError),
-    "unsupported-media-type": (415, e.UnsupportedMediaTypeError),
-    "batch-too-large": (413, e.BatchTooLargeError),
-    "page-too-large": (413, e.PageTooLargeError),
-    "key-too-large": (413, e.KeyTooLargeError),
-    "body-too-large": (413, e.BodyTooLargeError),
-    "store-not-ready": (503, e.StoreNotReadyError),
-    "position-not-reached": (503, e.PositionNotReachedError),
-    "unauthorized": (401, e.UnauthorizedError),
-    "forbidden": (403, e.ForbiddenError),
-    "too-many-requests": (429, e.TooManyRequestsError),
-    "client-too-many-requests": (429, e.ClientTooManyRequestsError),
-    "request-timeout": (503, e.RequestTimeoutError),
-    "unknown-index": (404, e.UnknownIndexError),
-    "index-not-ready": (503, e.IndexNotReadyError),
-    "history-not-kept": (400, e.HistoryNotKeptError),
-    "history-expired": (410, e.HistoryExpiredError),
-    "wrong-shard": (421, e.WrongShardError),
-}
+from service.catalogue import CATALOGUE
 
 
-def test_every_documented_problem_type_has_its_own_exception() -> None:
-    assert set(e.PROBLEM_TYPES) == {e.PROBLEM_TYPE_PREFIX + slug for slug in SLUGS}
+def test_the_client_knows_every_problem_type_of_the_server_and_no_other() -> None:
+    assert set(e.PROBLEM_TYPES) == {problem.uri for problem in CATALOGUE.values()}
+    assert all(e.PROBLEM_TYPES[problem.uri].slug == slug for slug, problem in CATALOGUE.items())
 
 
-@pytest.mark.parametrize("slug", sorted(SLUGS))
+@pytest.mark.parametrize("slug", sorted(CATALOGUE))
 def test_problem_maps_on_type(slug: str) -> None:
-    status, cls = SLUGS[slug]
-    problem = {
-        "type": e.PROBLEM_TYPE_PREFIX + slug,
-        "title": "t",
-        "status": status,
-        "detail": "what happened",
-    }
-    error = e.problem_error(problem, status, retry_after=1.5)
-    assert type(error) is cls
+    problem = CATALOGUE[slug]
+    body = {"type": problem.uri, "title": problem.title, "status": problem.status, "detail": "what happened"}
+    error = e.problem_error(body, problem.status, retry_after=1.5)
+    assert type(error) is e.PROBLEM_TYPES[problem.uri]
     assert isinstance(error, e.ProblemError)
     assert isinstance(error, e.StatestoreClientError)
-    assert error.status == status
+    assert error.status == problem.status
     assert error.retry_after == 1.5
     assert error.problem["detail"] == "what happened"
     assert "what happened" in str(error)
+    # Retried exactly when the status says the next attempt may succeed.
+    assert is_retryable(error) == (problem.status in (429, 503))
 
 
 def test_families_group_related_problems() -> None:
@@ -66,6 +37,8 @@ def test_families_group_related_problems() -> None:
     assert issubclass(e.PositionNotReachedError, e.ServiceUnavailableError)
     assert issubclass(e.TransportError, ConnectionError)
     assert issubclass(e.DeadlineExceededError, TimeoutError)
+    # A JSON store's bad value is a decoding failure too, whichever way the client met it.
+    assert issubclass(e.StoredValueNotJsonError, e.ValueDecodeError)
 
 
 def test_limit_member_is_exposed_on_payload_errors() -> None:

@@ -23,6 +23,7 @@ from starlette.routing import Route
 
 from clients import AsyncStatestoreClient, StatestoreClient, indexes
 from clients.exceptions import (
+    AnswerTooLargeError,
     DeadlineExceededError,
     ForbiddenError,
     PositionNotReachedError,
@@ -249,6 +250,42 @@ def test_index_arrow_pages_on_a_value_beyond_the_batch_at_the_batch_position() -
     assert [a.params["min_position"] for a in pages] == ["0:8", "0:8"]
     assert table.column("value").to_pylist() == ["NONE", "BIG", "BIG", "BIG", "BIG"]
     assert table.column("key").to_pylist() == [None, b"k1", b"k2", b"k3", b"k4"]
+
+
+def test_index_arrow_halves_a_batch_whose_answer_the_service_finds_too_large() -> None:
+    def sent_values(attempt: Attempt) -> list[str]:
+        assert attempt.call.content is not None
+        return list(pa.ipc.open_stream(attempt.call.content).read_all().column("value").to_pylist())
+
+    def answer(attempt: Attempt) -> httpx.Response:
+        values = sent_values(attempt)
+        if len(values) > 1 and "BIG" in values:  # rows of BIG and any other value pass the limit
+            return problem(413, "answer-too-large")
+        rows = {
+            "value": values,
+            "key": [f"{v}-k".encode() for v in values],
+            "row": [b"{}" for _ in values],
+            "next_after": [None for _ in values],
+        }
+        table = pa.table(rows, schema=indexes.INDEX_ANSWER)
+        return httpx.Response(200, content=arrow_stream(table), headers={POSITION_HEADER: "0:8"})
+
+    script = Script(answer)
+    with StatestoreClient(URL, retry=NO_RETRY) as client:
+        table = script.run(client._index_arrow_flow("p", "by_t", pa.array(["A", "B", "BIG", "C"]), {}))
+    assert [sent_values(a) for a in script.attempts] == [
+        ["A", "B", "BIG", "C"],
+        ["A", "B"],
+        ["BIG", "C"],
+        ["BIG"],
+        ["C"],
+    ]
+    assert table.column("value").to_pylist() == ["A", "B", "BIG", "C"]
+
+    with StatestoreClient(URL, retry=NO_RETRY) as client, pytest.raises(AnswerTooLargeError):
+        Script(lambda attempt: problem(413, "answer-too-large")).run(
+            client._index_arrow_flow("p", "by_t", pa.array(["BIG"]), {})
+        )
 
 
 def test_streaming_reads_ask_for_a_page_only_when_the_caller_gets_to_it() -> None:

@@ -7,14 +7,16 @@ SDK (``helm-python-sdk``), and the Dockerfile is read as text.
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import helm_python as helm
 import yaml
+from helm_python import _native as helm_native
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "statestore"
@@ -59,10 +61,27 @@ class Rendered:
         return str(self.one("ConfigMap")["data"]["statestore.yaml"])
 
 
-def render(values: Mapping[str, Any] | None = None) -> Rendered:
-    """Render the chart as ``helm template`` would, and parse every manifest."""
+def render(values: Mapping[str, Any] | None = None, api_versions: Sequence[str] = ()) -> Rendered:
+    """Render the chart as ``helm template`` would, and parse every manifest.
+
+    ``api_versions`` are the extra API versions the cluster serves (``helm template --api-versions``).
+    """
     with helm.Chart.load(CHART) as chart:
-        manifests = chart.render(dict(values or {}), name=RELEASE, namespace=NAMESPACE, is_install=True)
+        if api_versions:
+            # The SDK's render() has no parameter for them; its native call takes them.
+            options = {
+                "name": RELEASE,
+                "namespace": NAMESPACE,
+                "is_install": True,
+                "api_versions": [*api_versions],
+            }
+            manifests = json.loads(
+                helm_native.call_string(
+                    "helm_render", chart._raw(), json.dumps(dict(values or {})), json.dumps(options)
+                )
+            )
+        else:
+            manifests = chart.render(dict(values or {}), name=RELEASE, namespace=NAMESPACE, is_install=True)
     documents: list[dict[str, Any]] = []
     notes = ""
     for path, text in sorted(manifests.items()):

@@ -40,6 +40,7 @@ BILLING_HASH = hashlib.sha256(b"billing-token").hexdigest()
 SCRAPE_HASH = hashlib.sha256(b"scrape-token").hexdigest()
 INLINE_HASH = hashlib.sha256(b"dashboards-token").hexdigest()
 KAFKA_PASSWORD = "s3cr3t-kafka-password"
+DIGEST = "sha256:" + hashlib.sha256(b"an image").hexdigest()
 
 # Contents of the Secrets the value sets refer to, as a cluster would hold them.
 SECRETS: dict[str, dict[str, str]] = {
@@ -146,6 +147,28 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
                 "ca": {"secret": {"name": "statestore-tls", "key": "ca.crt"}},
             },
         },
+    },
+    "registry-digest-labels-network-policy": {
+        "image": {"registry": "registry.example.com", "repository": "data/statestore", "digest": DIGEST},
+        "commonLabels": {"team": "data", "cost-center": "cc-42"},
+        "stores": TWO_STORES,
+        "networkPolicy": {
+            "enabled": True,
+            "allowExternal": False,
+            "extraIngress": [
+                {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "spark"}}}
+            ],
+            "extraEgress": [{"ports": [{"port": 9094, "protocol": "TCP"}]}],
+        },
+        "helmTest": {"store": "customers"},
+    },
+    "openshift-restricted": {
+        "compatibility": {"openshift": {"adaptSecurityContext": "force"}},
+        "auth": {
+            "mode": "tokens",
+            "tokens": [{"name": "dashboards", "stores": ["products"], "sha256": INLINE_HASH}],
+        },
+        "helmTest": {"bearerTokenSecret": {"name": "statestore-test", "key": "token"}},
     },
     "ephemeral-minimal": {
         "persistence": {"enabled": False},
@@ -297,8 +320,12 @@ def test_headless_and_client_services_select_the_pods(rendered: dict[str, Render
     assert headless["spec"]["clusterIP"] == "None"
     assert headless["spec"]["publishNotReadyAddresses"] is True
     assert "publishNotReadyAddresses" not in client["spec"], "only READY pods may serve clients"
+    test_pod_labels = chart.one("Pod", "-test")["metadata"]["labels"]
     for service in (headless, client):
         assert service["spec"]["selector"].items() <= pod_labels.items()
+        assert not service["spec"]["selector"].items() <= test_pod_labels.items(), (
+            "a Service selects the test Pod"
+        )
         assert service["spec"]["ports"][0]["targetPort"] == "http"
     pdb = chart.one("PodDisruptionBudget")
     assert pdb["spec"]["maxUnavailable"] == 1
@@ -551,7 +578,13 @@ def test_notes_tell_how_to_reach_the_service(rendered: dict[str, Rendered]) -> N
 
 def _leaves(values: dict[str, Any], prefix: str = "") -> list[str]:
     # Mappings that are passed through whole are documented as one value.
-    whole = {"resources", "podSecurityContext", "securityContext", "kafka.credentials.keys"}
+    whole = {
+        "resources",
+        "podSecurityContext",
+        "securityContext",
+        "kafka.credentials.keys",
+        "helmTest.resources",
+    }
     paths: list[str] = []
     for key, value in values.items():
         path = f"{prefix}.{key}" if prefix else key

@@ -94,7 +94,14 @@ def test_dockerignore_keeps_the_context_to_the_package() -> None:
     ]
     assert lines[0] == "*"
     included = {line[1:].rstrip("/") for line in lines if line.startswith("!")}
-    assert included == {"pyproject.toml", "README.md", "store", "service", "clients"}
+    assert included == {
+        "pyproject.toml",
+        "README.md",
+        "deploy/constraints.txt",
+        "store",
+        "service",
+        "clients",
+    }
 
 
 # --- the health checks, run for real -----------------------------------------------------------

@@ -23,11 +23,13 @@ KEYS = [f"k{i:03}" for i in range(300)]
 
 class Readers:
     """Threads reading every key over HTTP (single and batch gets) until stopped; each answer must
-    be 200 and hold a value one of the two generations gave the key."""
+    be 200 and hold a value one of the two generations gave the key. They ask ``/readyz`` too: a
+    replica that answers reads stays ready (``readiness``: its statuses and the states it named)."""
 
     def __init__(self, url: str, allowed: dict[str, set[bytes]], threads: int = 2) -> None:
         self.allowed = allowed
         self.statuses: Counter[int] = Counter()
+        self.readiness: Counter[tuple[int, str]] = Counter()
         self.failures: list[str] = []
         self._stop = threading.Event()
         self._threads = [
@@ -50,6 +52,8 @@ class Readers:
                 self.statuses[batch.status_code] += 1
                 if batch.status_code != 200:
                     self.failures.append(f"batchGet: {batch.status_code} {batch.text[:200]}")
+                ready = client.get("/readyz")
+                self.readiness[ready.status_code, ready.json()["stores"]["prices"]] += 1
 
     def stop(self) -> None:
         self._stop.set()
@@ -113,5 +117,6 @@ def test_reads_go_on_through_a_broker_outage_and_the_store_follows_the_broker_ba
     assert not readers.failures, readers.failures[:5]
     assert set(readers.statuses) == {200}, readers.statuses
     assert readers.statuses[200] > 100
+    assert {status for status, _ in readers.readiness} == {200}, readers.readiness
     assert "reads are served from the last good copy until then (stale)" in service.log
     assert "the rebuilt copy replaced the stale one" in service.log

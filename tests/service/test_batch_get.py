@@ -8,6 +8,7 @@ from collections.abc import Callable
 import pyarrow as pa
 import pytest
 
+from service.arrow_body import MAX_RECORD_BATCHES
 from store import InMemoryStore
 from tests.service.conftest import Service, assert_problem
 
@@ -15,12 +16,19 @@ ARROW = "application/vnd.apache.arrow.stream"
 URL = "/v1/stores/products/keys:batchGet"
 
 
-def arrow_body(column: pa.Array) -> bytes:
-    table = pa.table({"key": column})
+def arrow_stream(
+    columns: dict[str, pa.Array], compression: str | None = None, chunk: int | None = None
+) -> bytes:
+    table = pa.table(columns)
     sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
+    options = pa.ipc.IpcWriteOptions(compression=compression)
+    with pa.ipc.new_stream(sink, table.schema, options=options) as writer:
+        writer.write_table(table, max_chunksize=chunk)
     return bytes(sink.getvalue().to_pybytes())
+
+
+def arrow_body(column: pa.Array) -> bytes:
+    return arrow_stream({"key": column})
 
 
 def read_arrow(content: bytes) -> pa.Table:
@@ -130,6 +138,48 @@ def test_arrow_body_without_key_column(service: Service) -> None:
         writer.write_table(table)
     response = service.client.post(URL, content=sink.getvalue().to_pybytes(), headers={"content-type": ARROW})
     assert_problem(response, 400, "malformed-request")
+
+
+@pytest.mark.parametrize("compression", ["zstd", "lz4"])
+def test_compressed_arrow_bodies_are_read(service: Service, compression: str) -> None:
+    body = arrow_stream({"key": pa.array([b"p1", b"nope", b"p2"] * 100)}, compression)
+    response = service.client.post(URL, content=body, headers={"content-type": ARROW})
+    assert response.status_code == 200, response.text
+    assert read_arrow(response.content).column("value").to_pylist()[:3] == [
+        b'{"name":"Pen"}',
+        None,
+        b'{"name":"Ink"}',
+    ]
+
+
+def test_arrow_columns_besides_key_are_refused(service: Service) -> None:
+    body = arrow_stream({"key": pa.array([b"p1"]), "price": pa.array([1.5])})
+    problem = assert_problem(
+        service.client.post(URL, content=body, headers={"content-type": ARROW}), 400, "malformed-request"
+    )
+    assert "'price'" in problem["detail"]
+
+
+def test_arrow_body_over_the_limit_once_decompressed_is_refused_before_decompressing(
+    make_service: Callable[..., Service],
+) -> None:
+    service = make_service(limits={"max_body_bytes": 4096})
+    # 8 keys of 1,000 zero bytes weigh a few hundred bytes compressed, 8 KB decompressed.
+    body = arrow_stream({"key": pa.array([bytes(1000)] * 8)}, "zstd")
+    assert len(body) < 4096
+    problem = assert_problem(
+        service.client.post(URL, content=body, headers={"content-type": ARROW}), 413, "body-too-large"
+    )
+    assert "once decompressed" in problem["detail"]
+    assert problem["limit"] == 4096
+
+
+def test_arrow_body_of_too_many_record_batches_is_refused(service: Service) -> None:
+    body = arrow_stream({"key": pa.array([b"p1"] * (MAX_RECORD_BATCHES + 1))}, chunk=1)
+    problem = assert_problem(
+        service.client.post(URL, content=body, headers={"content-type": ARROW}), 400, "malformed-request"
+    )
+    assert "record batches" in problem["detail"]
 
 
 def test_bad_base64_key_in_body(service: Service) -> None:

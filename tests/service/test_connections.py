@@ -8,6 +8,7 @@ import socket
 import time
 from collections.abc import Callable, Iterator
 
+import httpx
 import pytest
 
 from store import InMemoryStore
@@ -70,3 +71,104 @@ def test_a_client_that_never_reads_is_cut_off_and_others_are_served(
     answer = service.client.get("/v1/stores/blobs/keys/big")
     assert answer.status_code == 200
     assert len(answer.content) == BIG
+
+
+def _closed_by_server(sock: socket.socket, timeout: float = 10) -> bool:
+    """Whether the server closes ``sock`` (end of stream or reset) within ``timeout``; reads what came."""
+    sock.settimeout(timeout)
+    try:
+        while sock.recv(65536):
+            pass
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    except TimeoutError:
+        return False
+    return True
+
+
+def _connect(url: str, source: str = "127.0.0.1") -> socket.socket:
+    host, port = url.removeprefix("http://").split(":")
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind((source, 0))
+    sock.connect((host, int(port)))
+    return sock
+
+
+def _answered(sock: socket.socket, request: bytes) -> bool:
+    """Send ``request`` and read its whole (small) answer; whether it was a 200."""
+    sock.sendall(request)
+    sock.settimeout(10)
+    answer = b""
+    while b"\r\n\r\n" not in answer or not answer.endswith(b"}"):
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        answer += chunk
+    return answer.startswith(b"HTTP/1.1 200 ")
+
+
+HEALTH = b"GET /healthz HTTP/1.1\r\nHost: statestore\r\n\r\n"
+PARTIAL = b"GET /v1/stores/products/keys/p1 HTTP/1.1\r\nHost: statestore\r\nAccept: */*\r\n"
+
+
+def test_connections_without_a_complete_request_head_and_idle_ones_are_closed(
+    make_service: Callable[..., Service], caplog: pytest.LogCaptureFixture
+) -> None:
+    service = make_service(limits={"request_head_timeout_ms": 300, "idle_connection_timeout_ms": 300})
+    silent = _connect(service.url)
+    partial = _connect(service.url)
+    partial.sendall(PARTIAL)
+    idle = _connect(service.url)
+    assert _answered(idle, HEALTH)
+    partial_second = _connect(service.url)
+    assert _answered(partial_second, HEALTH)
+    partial_second.sendall(PARTIAL)
+    trickle = _connect(service.url)
+    try:
+        with caplog.at_level(logging.WARNING, logger="service.connections"):
+            for sock in (silent, partial, idle, partial_second):
+                assert _closed_by_server(sock), sock
+            # A head sent a byte at a time is closed too: the deadline is the whole head's.
+            closed = False
+            for byte in PARTIAL * 100:
+                try:
+                    trickle.sendall(bytes([byte]))
+                except (BrokenPipeError, ConnectionResetError):
+                    closed = True
+                    break
+                time.sleep(0.01)
+            assert closed, "a head trickled a byte at a time was never cut"
+        assert any("no complete request head within 0.3 s" in r.getMessage() for r in caplog.records)
+    finally:
+        for sock in (silent, partial, idle, partial_second, trickle):
+            sock.close()
+    assert service.client.get("/healthz").status_code == 200
+
+
+def test_one_address_holds_at_most_its_connections_and_others_are_served(
+    make_service: Callable[..., Service], caplog: pytest.LogCaptureFixture
+) -> None:
+    service = make_service(limits={"max_connections_per_client": 20, "request_head_timeout_ms": 500})
+    held = [_connect(service.url) for _ in range(20)]
+    others = httpx.Client(
+        base_url=service.url, transport=httpx.HTTPTransport(local_address="127.0.0.2"), timeout=10
+    )
+    try:
+        for sock in held:
+            assert _answered(sock, HEALTH)  # open, and counted by the server
+        with caplog.at_level(logging.WARNING, logger="service.connections"):
+            # Many more connections sending part of a head: closed at once, or at the head deadline.
+            flood = [_connect(service.url) for _ in range(200)]
+            for sock in flood:
+                with contextlib.suppress(OSError):
+                    sock.sendall(PARTIAL)
+            assert others.get("/v1/stores/products/keys/p1").status_code == 200
+            assert all(_closed_by_server(sock) for sock in flood)
+        assert any("limits.max_connections_per_client" in r.getMessage() for r in caplog.records)
+        # The connections within the limit still serve.
+        assert all(_answered(sock, HEALTH) for sock in held[:3])
+        assert others.get("/v1/stores/products/keys/p1").status_code == 200
+    finally:
+        others.close()
+        for sock in held:
+            sock.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -16,11 +17,12 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
 from service.cli import build_parser
-from service.demo import run
-from service.demo.console import table
+from service.demo import run, steps
+from service.demo.console import Console, table
 from service.demo.dataset import build_dataset
+from service.demo.serving import running_service
 from service.local_broker import LocalBroker
-from tests.support.kafka import Record, latest_per_key
+from tests.support.kafka import Record, create_topic, latest_per_key
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO_PURCHASES = 20_000
@@ -183,8 +185,35 @@ def test_ctrl_c_shuts_down_cleanly_with_status_130(interrupted_demo: subprocess.
     output = "".join(seen) + rest
     assert interrupted_demo.returncode == 130, f"stdout:\n{output}\nstderr:\n{errors}"
     assert "interrupted: shutting down" in output
+    assert "error" not in output, "a Ctrl-C is how a user stops the demo, not an error"
     assert "stopping the embedded broker" in output
     assert "Traceback" not in errors
+
+
+@pytest.mark.parametrize("seeded", [True, False])
+def test_join_against_a_service_without_the_demo_data_says_so(
+    seeded: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A broker of its own: the demo's topic names are fixed, and other tests seed the session broker.
+    with LocalBroker() as own_broker:
+        if seeded:
+            steps.seed(Console(2, io.StringIO()), own_broker.bootstrap_servers, purchases=10)
+        else:
+            for topic in ("products", "customers"):
+                create_topic(own_broker.bootstrap_servers, topic)
+        with running_service(own_broker.bootstrap_servers, tmp_path / "state") as url:
+            if seeded:
+                steps.check_demo_data(url)
+                return
+            status = run(build_parser().parse_args(["demo", "--step", "join", "--service-url", url]))
+    output = capsys.readouterr().out
+    assert status == 1, output
+    assert f"error: the service at {url} does not hold the demo's data" in output
+    assert "in products" in output
+    assert "in customers" in output
+    assert "statestore demo --step seed --bootstrap-servers" in output
+    assert "match rate" not in output
+    assert "stopping Spark" not in output, "Spark was started for a join that could not run"
 
 
 def test_missing_java_is_reported_with_how_to_install_it(tmp_path: Path) -> None:

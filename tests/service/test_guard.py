@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from service.guard import ClientIdentity, RequestGuard
+from service.auth import Auth
+from service.guard import RequestGuard
 from service.settings import AuthSettings, LimitSettings
 
 GREEDY, POLITE, SECRET = b"greedy-job-token", b"dashboard-token", b"s3cret-token"
@@ -129,7 +130,7 @@ def test_a_failing_request_gives_its_slots_back() -> None:
 
 
 def test_only_a_configured_token_names_a_client_and_the_token_is_never_kept() -> None:
-    identify = ClientIdentity(TOKENS)
+    identify = Auth(TOKENS).client
     assert identify(scope(token=SECRET)) == 'token "ops"'
     assert identify(scope(token=b"  " + SECRET + b" ")) == 'token "ops"'
     # A made-up token would otherwise be a new client per request, dodging its share: the address.
@@ -137,8 +138,8 @@ def test_only_a_configured_token_names_a_client_and_the_token_is_never_kept() ->
     basic = {"type": "http", "headers": [(b"authorization", b"Basic " + SECRET)]}
     assert identify(basic) == "address unknown"
     # In open mode tokens identify nobody.
-    assert ClientIdentity(AuthSettings(mode="open"))(scope(token=SECRET)) == "address 10.0.0.1"
-    assert ClientIdentity()(scope(token=SECRET, host="::1")) == "address ::1"
+    assert Auth(AuthSettings(mode="open")).client(scope(token=SECRET)) == "address 10.0.0.1"
+    assert Auth(AuthSettings()).client(scope(token=SECRET, host="::1")) == "address ::1"
 
 
 def test_a_client_kept_at_its_share_is_logged_once_a_minute_not_per_refusal(

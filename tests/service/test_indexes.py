@@ -171,21 +171,69 @@ def test_lookup_problems(positions: Service) -> None:
     assert len(client.get(f"{URL}/AAPL").json()["items"]) == 100
 
 
-def test_batch_json_answers_every_value_in_request_order(positions: Service) -> None:
+def test_batch_json_answers_every_value_once_in_request_order(positions: Service) -> None:
     values = ["MSFT", "NOPE", "BRK/B", "MSFT"]
     response = positions.client.post(BATCH, json={"values": values, "limit_per_value": 20})
     assert response.status_code == 200, response.text
     assert response.headers["Statestore-Position"] == "0:126,1:125"
     body = response.json()
     assert body["position"] == "0:126,1:125"
-    assert [result["value"] for result in body["results"]] == values
-    msft, nope, brk, again = body["results"]
+    assert [result["value"] for result in body["results"]] == ["MSFT", "NOPE", "BRK/B"]
+    msft, nope, brk = body["results"]
     assert [item["key"] for item in msft["items"]] == expected_keys("MSFT")[:20]
     assert msft["items"][0]["value"] == {"id": 1, "ticker": "MSFT", "lot": {"qty": 1}}
     assert msft["next_after"] == expected_keys("MSFT")[19]
     assert nope == {"value": "NOPE", "items": [], "next_after": None}
     assert brk["next_after"] == expected_keys("BRK/B")[19]
-    assert again == msft
+
+
+SHARED = 300  # rows sharing one indexed value
+
+
+@pytest.fixture
+def shared(make_service: Callable[..., Service]) -> Service:
+    """A store whose rows all share the ticker ZZZ, and an answer bound of 1,000 rows."""
+    store = InMemoryStore("positions", indexes=[IndexSpec("by_ticker", "ticker")])
+    store.apply([(0, i, f"z{i:04}".encode(), b'{"ticker":"ZZZ"}') for i in range(SHARED)])
+    config = {**POSITIONS_CONFIG, "indexes": [{"name": "by_ticker", "field": "ticker"}]}
+    return make_service({"positions": store}, configs=[config], limits={"max_answer_rows": 1000})
+
+
+def test_a_value_asked_many_times_is_answered_once(shared: Service) -> None:
+    body = shared.client.post(BATCH, json={"values": ["ZZZ"] * 1000, "limit_per_value": SHARED}).json()
+    assert [(r["value"], len(r["items"])) for r in body["results"]] == [("ZZZ", SHARED)]
+    arrow = shared.client.post(
+        BATCH,
+        params={"limit_per_value": SHARED},
+        content=arrow_values(pa.array(["ZZZ", "NOPE"] * 500)),
+        headers={"content-type": ARROW},
+    )
+    table = read_arrow(arrow.content)
+    assert table.column("value").to_pylist() == ["ZZZ"] * SHARED + ["NOPE"]
+
+
+def test_an_answer_of_more_rows_than_max_answer_rows_is_413(shared: Service) -> None:
+    many = [f"V{i}" for i in range(1001)]  # each takes one row (no match)
+    for request in (
+        {"json": {"values": many}},
+        {"content": arrow_values(pa.array(many)), "headers": {"content-type": ARROW}},
+    ):
+        body = assert_problem(shared.client.post(BATCH, **request), 413, "answer-too-large")  # type: ignore[arg-type]
+        assert body["limit"] == 1000
+        assert "limits.max_answer_rows" in body["detail"]
+    assert shared.client.post(BATCH, json={"values": many[:1000]}).status_code == 200
+    # Rows of matches count: 300 rows for ZZZ and 701 for values without matches.
+    assert_problem(
+        shared.client.post(BATCH, json={"values": ["ZZZ", *many[:701]], "limit_per_value": SHARED}),
+        413,
+        "answer-too-large",
+    )
+    assert (
+        shared.client.post(
+            BATCH, json={"values": ["ZZZ", *many[:700]], "limit_per_value": SHARED}
+        ).status_code
+        == 200
+    )
 
 
 def test_batch_json_default_limit_and_cursor_pages_on_with_get(positions: Service) -> None:
@@ -270,6 +318,33 @@ def test_batch_malformed_arrow(positions: Service, body: bytes) -> None:
     assert_problem(
         positions.client.post(BATCH, content=body, headers={"content-type": ARROW}), 400, "malformed-request"
     )
+
+
+def test_batch_arrow_columns_besides_value_and_bodies_over_the_limit_once_decompressed_are_refused(
+    make_service: Callable[..., Service],
+) -> None:
+    service = make_service(
+        {"positions": positions_store()}, configs=[POSITIONS_CONFIG], limits={"max_body_bytes": 4096}
+    )
+    two_columns = pa.table({"value": pa.array(["AAPL"]), "pad": pa.array([b"x"])})
+    squeezed = pa.table({"value": pa.array(["A" * 1000] * 8)})
+    bodies = []
+    for table in (two_columns, squeezed):
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(
+            sink, table.schema, options=pa.ipc.IpcWriteOptions(compression="zstd")
+        ) as writer:
+            writer.write_table(table)
+        bodies.append(sink.getvalue().to_pybytes())
+    headers = {"content-type": ARROW}
+    assert (
+        "'pad'"
+        in assert_problem(
+            service.client.post(BATCH, content=bodies[0], headers=headers), 400, "malformed-request"
+        )["detail"]
+    )
+    assert len(bodies[1]) < 4096
+    assert_problem(service.client.post(BATCH, content=bodies[1], headers=headers), 413, "body-too-large")
 
 
 def test_batch_arrow_without_value_column(positions: Service) -> None:

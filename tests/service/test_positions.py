@@ -78,11 +78,24 @@ def test_configured_timeout_bounds_the_wait(make_service: Callable[..., Service]
     assert "0.1 s" in assert_problem(response, 503, "position-not-reached")["detail"]
 
 
-@pytest.mark.parametrize("position", ["zz", "0:1,0:2", "0:-1", "a:b", "0:1,"])
+@pytest.mark.parametrize(
+    "position", ["zz", "0:1,0:2", "0:-1", "a:b", "0:1,", "\uff11:1", "0:\u0661", "0:1_0", "0:1,,1:2"]
+)
 def test_malformed_min_position(behind: tuple[Service, InMemoryStore], position: str) -> None:
     service, _ = behind
     response = service.client.get("/v1/stores/products/keys/p1", params={"min_position": position})
     assert_problem(response, 400, "invalid-position")
+
+
+@pytest.mark.parametrize("timeout_ms", ["1_000", "\uff11", "1e3", "0x10"])
+def test_integer_parameters_take_ascii_digits_only(
+    behind: tuple[Service, InMemoryStore], timeout_ms: str
+) -> None:
+    service, _ = behind
+    response = service.client.get(
+        "/v1/stores/products/keys/p1", params={"min_position": "0:1", "timeout_ms": timeout_ms}
+    )
+    assert_problem(response, 422, "invalid-parameter")
 
 
 def test_malformed_timeout(behind: tuple[Service, InMemoryStore]) -> None:

@@ -40,6 +40,28 @@ def test_readyz_is_503_while_a_store_restores_and_200_once_ready(
     assert service.client.get("/readyz").status_code == 200
 
 
+class RebuildingStore(InMemoryStore):
+    """A store rebuilding behind its last good copy: REBUILDING, and answering reads meanwhile."""
+
+    @property
+    def readable(self) -> bool:
+        return True
+
+
+def test_readyz_stays_200_while_a_store_rebuilds_behind_its_last_good_copy(
+    make_service: Callable[..., Service],
+) -> None:
+    rebuilding = RebuildingStore("products", state=StoreState.REBUILDING)
+    rebuilding.apply([(0, 0, b"p1", b'{"v":1}')])
+    service = make_service({"products": rebuilding})
+    response = service.client.get("/readyz")
+    assert (response.status_code, response.json()) == (
+        200,
+        {"status": "ready", "stores": {"products": "REBUILDING"}},
+    )
+    assert service.client.get("/v1/stores/products/keys/p1").json() == {"v": 1}
+
+
 def test_store_info_shows_how_far_a_restore_is_and_how_it_reads(
     make_service: Callable[..., Service],
 ) -> None:

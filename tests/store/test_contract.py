@@ -296,6 +296,20 @@ def test_wait_for_position_wakes_up_when_a_write_reaches_it(backend: Backend) ->
         assert view.get(b"k") == b"v1"
 
 
+def test_a_listener_hears_of_every_write_until_removed(backend: Backend) -> None:
+    before = backend.write([(b"k", b"v0")], partition=0)
+    assert backend.store.position() == before
+    heard: list[Position] = []
+    remove = backend.store.add_listener(lambda: heard.append(backend.store.position()))
+    written = backend.write([(b"k", b"v1")], partition=0)
+    assert written in heard  # called once the position readers see has moved
+    assert backend.store.position() == written
+    remove()
+    count = len(heard)
+    backend.write([(b"k", b"v2")], partition=0)
+    assert len(heard) == count
+
+
 def test_a_stopped_store_refuses_new_views(backend: Backend) -> None:
     backend.write([(b"k", b"v")])
     states = [backend.store.state]

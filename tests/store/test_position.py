@@ -7,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from store import InvalidPositionError, Position, StoreError
+from tests.support.positions import INVALID, VALID
 
 offsets = st.dictionaries(st.integers(0, 1000), st.integers(0, 2**62), max_size=8)
 
@@ -41,13 +42,13 @@ def test_str_then_parse_is_identity(mapping: dict[int, int]) -> None:
     [
         ("0", "has no ':'"),
         ("0:1,1", "has no ':'"),
-        ("a:1", "is not two integers"),
-        ("0:x", "is not two integers"),
-        ("0:1.5", "is not two integers"),
+        ("a:1", "is not two integers in ASCII digits"),
+        ("0:1.5", "is not two integers in ASCII digits"),
+        ("0:\u0661", "is not two integers in ASCII digits"),
         ("0:1,0:2", "names partition 0 twice"),
-        ("-1:5", "is negative"),
-        ("0:-5", "is negative"),
+        ("-1:5", "is not two integers in ASCII digits"),
         ("0:1,", "has no ':'"),
+        ("0:9223372036854775808", "beyond Kafka's range"),
     ],
 )
 def test_malformed_text_is_rejected_with_a_message_that_says_what_to_write(text: str, complaint: str) -> None:
@@ -55,6 +56,17 @@ def test_malformed_text_is_rejected_with_a_message_that_says_what_to_write(text:
         Position.parse(text)
     assert isinstance(raised.value, StoreError)
     assert isinstance(raised.value, ValueError)
+
+
+@pytest.mark.parametrize(("text", "offsets"), VALID)
+def test_the_shared_valid_vectors_parse_to_their_offsets(text: str, offsets: dict[int, int]) -> None:
+    assert dict(Position.parse(text)) == offsets
+
+
+@pytest.mark.parametrize("text", INVALID)
+def test_the_shared_invalid_vectors_are_refused(text: str) -> None:
+    with pytest.raises(InvalidPositionError):
+        Position.parse(text)
 
 
 def test_negative_entries_are_rejected_from_mappings_too() -> None:

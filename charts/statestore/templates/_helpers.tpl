@@ -37,6 +37,27 @@ helm.sh/chart: {{ include "statestore.chart" . }}
 app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/component: server
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* Labels of the helm test Pod: not the selector labels, so no Service or policy selects it. */}}
+{{- define "statestore.testLabels" -}}
+helm.sh/chart: {{ include "statestore.chart" . }}
+app.kubernetes.io/name: {{ include "statestore.name" . }}-test
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/component: test
+{{ include "statestore.clientLabel" . }}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* The label that lets a pod reach the HTTP port when networkPolicy.allowExternal is false. */}}
+{{- define "statestore.clientLabel" -}}
+{{ include "statestore.fullname" . | trunc 56 | trimSuffix "-" }}-client: "true"
 {{- end }}
 
 {{- define "statestore.serviceAccountName" -}}
@@ -47,8 +68,58 @@ app.kubernetes.io/component: server
 {{- end }}
 {{- end }}
 
+{{/* registry/repository:tag, or registry/repository@digest when a digest is given. */}}
 {{- define "statestore.image" -}}
-{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- $repository := .Values.image.repository }}
+{{- with .Values.image.registry }}
+{{- $repository = printf "%s/%s" (trimSuffix "/" .) $repository }}
+{{- end }}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" $repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" $repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- end }}
+{{- end }}
+
+{{/* Whether to leave the UID, GID and fsGroup to the platform (compatibility.openshift). */}}
+{{- define "statestore.platformAssignsIds" -}}
+{{- $mode := .Values.compatibility.openshift.adaptSecurityContext }}
+{{- if or (eq $mode "force") (and (eq $mode "auto") (.Capabilities.APIVersions.Has "security.openshift.io/v1")) }}true{{ end }}
+{{- end }}
+
+{{/* The pod's security context, without the ids a platform assigns when it assigns them. */}}
+{{- define "statestore.podSecurityContext" -}}
+{{- if include "statestore.platformAssignsIds" . }}
+{{- toYaml (omit .Values.podSecurityContext "runAsUser" "runAsGroup" "fsGroup" "fsGroupChangePolicy" "seLinuxOptions") }}
+{{- else }}
+{{- toYaml .Values.podSecurityContext }}
+{{- end }}
+{{- end }}
+
+{{/* The containers' security context, likewise. */}}
+{{- define "statestore.securityContext" -}}
+{{- if include "statestore.platformAssignsIds" . }}
+{{- toYaml (omit .Values.securityContext "runAsUser" "runAsGroup" "seLinuxOptions") }}
+{{- else }}
+{{- toYaml .Values.securityContext }}
+{{- end }}
+{{- end }}
+
+{{/* The distinct ports of kafka.bootstrapServers (HOST:PORT,...; Kafka's 9092 when left out), one per line. */}}
+{{- define "statestore.kafkaPorts" -}}
+{{- $ports := list }}
+{{- range splitList "," .Values.kafka.bootstrapServers }}
+{{- $port := regexFind ":[0-9]+$" (trim .) | trimPrefix ":" | default "9092" }}
+{{- if not (has $port $ports) }}
+{{- $ports = append $ports $port }}
+{{- end }}
+{{- end }}
+{{- join "\n" $ports }}
+{{- end }}
+
+{{/* The store the helm test reads. */}}
+{{- define "statestore.testStore" -}}
+{{- .Values.helmTest.store | default (first .Values.stores).name }}
 {{- end }}
 
 {{/* http or https, following http.tls.enabled. */}}

@@ -1,0 +1,164 @@
+"""Arrow IPC request bodies, checked before anything in them is decompressed.
+
+A compressed IPC stream of a few kilobytes can decompress to gigabytes. Reading it with
+``pa.ipc.open_stream`` decompresses every buffer of every column first, so the size and schema
+checks must come before: the schema message names the columns, and each record batch's metadata
+(a flatbuffer, read here without decompressing its body) gives its row count and, per buffer, the
+bytes it takes (a compressed buffer starts with its uncompressed length). A body whose columns
+are not exactly the one expected, or whose rows or decompressed bytes pass the limits, is refused
+before any buffer is decompressed; the rest is then decoded by pyarrow.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+
+import pyarrow as pa
+
+from service.bodies import malformed, too_large
+from service.catalogue import BATCH_TOO_LARGE, BODY_TOO_LARGE
+
+MAX_RECORD_BATCHES = 1024
+"""Record batches one body may hold (each is parsed by Python: a bound on the work of one body)."""
+
+# Arrow's Message flatbuffer (format/Message.fbs): the vtable slots read here.
+_MESSAGE_HEADER_TYPE, _MESSAGE_HEADER = 1, 2
+_RECORD_BATCH = 3  # MessageHeader union: Schema = 1, DictionaryBatch = 2, RecordBatch = 3
+_BATCH_LENGTH, _BATCH_NODES, _BATCH_BUFFERS, _BATCH_COMPRESSION = 0, 1, 2, 3
+_STRUCT_BYTES = 16  # FieldNode {length, null_count} and Buffer {offset, length}: two int64 each
+_NOT_COMPRESSED = -1  # the uncompressed-length prefix of a buffer stored as it is
+
+
+class _Table:
+    """One flatbuffer table: its fields by vtable slot (``struct.error`` on a truncated buffer)."""
+
+    def __init__(self, data: bytes, position: int) -> None:
+        self._data = data
+        self._position = position
+        self._vtable = position - struct.unpack_from("<i", data, position)[0]
+        self._vtable_bytes = struct.unpack_from("<H", data, self._vtable)[0]
+
+    @classmethod
+    def root(cls, data: bytes) -> _Table:
+        return cls(data, struct.unpack_from("<I", data, 0)[0])
+
+    def _field(self, slot: int) -> int | None:
+        entry = 4 + 2 * slot
+        if entry + 2 > self._vtable_bytes:
+            return None
+        offset: int = struct.unpack_from("<H", self._data, self._vtable + entry)[0]
+        return self._position + offset if offset else None
+
+    def scalar(self, slot: int, fmt: str, default: int) -> int:
+        field = self._field(slot)
+        return default if field is None else int(struct.unpack_from(fmt, self._data, field)[0])
+
+    def table(self, slot: int) -> _Table | None:
+        field = self._field(slot)
+        if field is None:
+            return None
+        return _Table(self._data, field + struct.unpack_from("<I", self._data, field)[0])
+
+    def pairs(self, slot: int) -> list[tuple[int, int]]:
+        """A vector of structs of two int64 (``FieldNode``, ``Buffer``)."""
+        field = self._field(slot)
+        if field is None:
+            return []
+        vector = field + struct.unpack_from("<I", self._data, field)[0]
+        count = struct.unpack_from("<I", self._data, vector)[0]
+        if vector + 4 + count * _STRUCT_BYTES > len(self._data):
+            raise struct.error("vector past the end of the metadata")
+        return [struct.unpack_from("<qq", self._data, vector + 4 + i * _STRUCT_BYTES) for i in range(count)]
+
+
+def _batch_sizes(message: pa.ipc.Message) -> tuple[int, int]:
+    """A record batch message's rows and the bytes its buffers take once decompressed."""
+    body_size = 0 if message.body is None else message.body.size
+    try:
+        root = _Table.root(message.metadata.to_pybytes())
+        batch = root.table(_MESSAGE_HEADER)
+        if root.scalar(_MESSAGE_HEADER_TYPE, "<B", 0) != _RECORD_BATCH or batch is None:
+            raise malformed("the Arrow stream holds a message other than a record batch")
+        rows = batch.scalar(_BATCH_LENGTH, "<q", 0)
+        nodes = batch.pairs(_BATCH_NODES)
+        compressed = batch.table(_BATCH_COMPRESSION) is not None
+        decompressed = 0
+        for offset, length in batch.pairs(_BATCH_BUFFERS):
+            if offset < 0 or length < 0 or offset + length > body_size:
+                raise malformed("an Arrow buffer lies outside its message's body")
+            decompressed += _buffer_size(message.body, offset, length) if compressed else length
+    except struct.error as exc:
+        raise malformed(f"the Arrow stream's metadata is malformed: {exc}") from exc
+    if rows < 0 or any(length < 0 or length > rows for length, _ in nodes):
+        raise malformed("the Arrow stream declares a negative or inconsistent row count")
+    return rows, decompressed
+
+
+def _buffer_size(body: pa.Buffer, offset: int, length: int) -> int:
+    """The uncompressed size of a compressed buffer, from the int64 that starts it."""
+    if length == 0:
+        return 0
+    if length < 8:
+        raise malformed("a compressed Arrow buffer is shorter than its length prefix")
+    declared: int = struct.unpack_from("<q", body, offset)[0]
+    if declared == _NOT_COMPRESSED:
+        return length - 8
+    if declared < 0:
+        raise malformed("a compressed Arrow buffer declares a negative size")
+    return declared
+
+
+def read_column(
+    body: bytes, column: str, accepts: Callable[[pa.DataType], bool], max_rows: int, max_bytes: int
+) -> pa.ChunkedArray:
+    """The only column of the Arrow IPC stream ``body``, which must be named ``column``.
+
+    Refused before anything is decompressed: ``400 malformed-request`` for another schema (other
+    or more columns, a type ``accepts`` refuses, dictionary batches); ``413 batch-too-large`` for
+    more than ``max_rows`` rows; ``413 body-too-large`` when the buffers would take more than
+    ``max_bytes`` once decompressed.
+    """
+    try:
+        reader = pa.ipc.MessageReader.open_stream(pa.py_buffer(body))
+        schema = pa.ipc.read_schema(reader.read_next_message())
+        messages = _messages(reader)
+    except (pa.ArrowException, OSError, ValueError, StopIteration) as exc:
+        raise malformed(f"the body is not an Arrow IPC stream: {exc}") from exc
+    if schema.names != [column]:
+        raise malformed(
+            f"the Arrow stream must hold one column named {column!r}, not {schema.names[:8]}",
+            [{"loc": ["body", column], "msg": "the only column"}],
+        )
+    if not accepts(schema.field(0).type):
+        raise malformed(f"the {column!r} column cannot be {schema.field(0).type}")
+    rows = decompressed = 0
+    for message in messages:
+        batch_rows, batch_bytes = _batch_sizes(message)
+        rows += batch_rows
+        decompressed += batch_bytes
+    if rows > max_rows:
+        raise too_large(BATCH_TOO_LARGE, f"the Arrow stream holds {rows} rows; split the batch", max_rows)
+    if decompressed > max_bytes:
+        raise too_large(
+            BODY_TOO_LARGE,
+            f"the Arrow stream takes {decompressed} bytes once decompressed, above {max_bytes}",
+            max_bytes,
+        )
+    try:
+        batches = [pa.ipc.read_record_batch(message, schema) for message in messages]
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise malformed(f"the body is not a valid Arrow IPC stream: {exc}") from exc
+    return pa.chunked_array([batch.column(0) for batch in batches], type=schema.field(0).type)
+
+
+def _messages(reader: pa.ipc.MessageReader) -> list[pa.ipc.Message]:
+    messages: list[pa.ipc.Message] = []
+    while True:
+        try:
+            message = reader.read_next_message()
+        except StopIteration:
+            return messages
+        if len(messages) == MAX_RECORD_BATCHES:
+            raise malformed(f"the Arrow stream holds more than {MAX_RECORD_BATCHES} record batches")
+        messages.append(message)
