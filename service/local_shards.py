@@ -90,6 +90,10 @@ class LocalShards:
     def url_of(self, shard: int) -> str:
         return f"http://{self.host}:{self.base_port + shard}"
 
+    def pid(self, shard: int) -> int:
+        """The process id of shard ``shard`` (while it runs)."""
+        return self._processes[shard].pid
+
     def log_path(self, shard: int) -> Path:
         return self._log_dir / f"shard-{shard}.log"
 

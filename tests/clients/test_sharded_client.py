@@ -293,3 +293,23 @@ def test_the_async_client_routes_the_same_way(shards: FakeShards) -> None:
     found, rows = asyncio.run(run())
     assert found == list(ROWS.values())
     assert rows == [(key, ROWS[key]) for key in sorted(ROWS) if key.startswith("user-1")]
+
+
+def test_an_answer_naming_an_unknown_partition_makes_the_client_read_the_sharding_again(
+    shards: FakeShards, client: StatestoreClient
+) -> None:
+    assert client.get("s", "user-000") == {"n": 0}
+    # The topic grew to 9 partitions (keys stay on their shards: 9 is a multiple of 3); answers now
+    # name partitions 6 to 8, which the client's sharding does not know.
+    shards.topic_partitions = 9
+    assert client.get("s", "user-001") == {"n": 1}
+    shards.requests.clear()
+    assert client.get("s", "user-002") == {"n": 2}
+    assert [path for _, path, _ in shards.requests] == ["/v1/stores/s", "/v1/stores/s/keys/user-002"]
+    assert client._shardings["s"].topic_partitions == 9
+
+
+def test_the_store_list_merges_every_shard(shards: FakeShards, client: StatestoreClient) -> None:
+    (info,) = client.stores()
+    assert info.position == Position({p: 10 * p + 1 for p in range(6)})
+    assert sorted(shard for shard, path, _ in shards.requests if path == "/v1/stores") == [0, 1, 2]
