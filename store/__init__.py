@@ -39,6 +39,7 @@ from store.protocol import (
     RestoreProgress,
     ScanPage,
     ServableStore,
+    ShardingStatus,
     StoreStatus,
 )
 from store.restore_slots import RestoreSlots
@@ -67,6 +68,7 @@ __all__ = [
     "ScanLimitError",
     "ScanPage",
     "ServableStore",
+    "ShardingStatus",
     "Store",
     "StoreClosedError",
     "StoreConfig",
