@@ -4,7 +4,7 @@ VENV  ?= .venv
 PY    := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint typecheck bench constraints clean
+.PHONY: setup demo test browser lint typecheck bench constraints clean
 
 # uv from the PATH when there is one, else the one `make setup` installs into .venv: nothing is ever
 # installed into the system Python (which Debian and Ubuntu mark externally managed, PEP 668).
@@ -31,10 +31,14 @@ demo: $(STAMP)
 	$(VENV)/bin/statestore demo
 
 ## test: lint, type-check and run the whole test suite (what CI runs)
-test: $(STAMP) lint typecheck
+test: $(STAMP) browser lint typecheck
 	@# A test runs `make setup` with the distribution's own python3, which needs its venv module.
 	@/usr/bin/python3 -c 'import ensurepip, venv' 2>/dev/null || { apt-get update -qq && apt-get install -y -qq python3-venv; }
 	$(PY) -m pytest -q
+
+# The status page's tests drive a headless Chromium; install it and its driver when missing.
+browser:
+	@command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq chromium chromium-driver; }
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -15,6 +15,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from service import openapi_docs as docs
+from service.access_log import AccessLogMiddleware
+from service.api_docs import add_api_docs
 from service.auth import Auth
 from service.guard import RequestGuard
 from service.metrics import CONTENT_TYPE, Metrics, MetricsMiddleware
@@ -23,6 +25,7 @@ from service.reads import Reader
 from service.registry import StoreRegistry
 from service.routes import add_store_routes
 from service.settings import Settings, store_configs
+from service.status_page import add_status_page
 from service.values import BadValues
 from store import RestoreSlots, ServableStore, Store
 
@@ -38,7 +41,7 @@ def _start_in_background(registry: StoreRegistry, stores: Mapping[str, Store]) -
         try:
             store.start()
         except Exception as exc:  # one store failing to start must not stop the others or the service
-            logger.exception("store %s failed to start", store.name)
+            logger.exception("store %s failed to start", store.name, extra={"store": store.name})
             registry.record_start_error(store.name, f"{type(exc).__name__}: {exc}")
 
     threads = [
@@ -94,7 +97,7 @@ def create_app(settings: Settings, stores: Mapping[str, ServableStore] | None = 
                     try:
                         await anyio.to_thread.run_sync(store.stop)
                     except Exception:  # stopping one store must not keep the others open
-                        logger.exception("store %s failed to stop cleanly", name)
+                        logger.exception("store %s failed to stop cleanly", name, extra={"store": name})
 
     app = FastAPI(
         title="statestore",
@@ -102,7 +105,7 @@ def create_app(settings: Settings, stores: Mapping[str, ServableStore] | None = 
         description="Read-only lookups in tables materialized from compacted Kafka topics.",
         lifespan=lifespan,
         redirect_slashes=False,
-        docs_url="/docs",
+        docs_url=None,  # served by add_api_docs, from the package rather than a CDN
         redoc_url=None,
     )
     app.state.registry = registry
@@ -112,7 +115,11 @@ def create_app(settings: Settings, stores: Mapping[str, ServableStore] | None = 
     # Added last, the metrics middleware is outermost: it also counts what the guard refuses.
     app.add_middleware(RequestGuard, limits=settings.limits, auth=settings.auth, on_refusal=metrics.refused)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
+    if settings.logging.access_log:
+        app.add_middleware(AccessLogMiddleware, auth=auth)
     add_store_routes(app, settings, registry, auth, reader, bad_values)
+    add_status_page(app, registry, auth)
+    add_api_docs(app)
 
     @app.get("/healthz", response_class=Response, responses=docs.HEALTH_RESPONSES, summary="Liveness")
     async def healthz() -> Response:

@@ -9,12 +9,15 @@ import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from service.exceptions import ConfigError
+from service.logs import configure_logging
+
+if TYPE_CHECKING:
+    from service.settings import Settings
 
 logger = logging.getLogger("statestore")
-
-LOG_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
 
 
 def _version() -> str:
@@ -48,6 +51,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--host", default=None, help="listen address (overrides http.host)")
     serve.add_argument("--port", type=int, default=None, help="listen port (overrides http.port)")
+    serve.add_argument(
+        "--log-format",
+        choices=["text", "json"],
+        default=None,
+        help="log lines as text or one JSON object per line (overrides logging.format)",
+    )
+    serve.add_argument(
+        "--access-log",
+        action="store_true",
+        default=None,
+        help="log one line per HTTP request (overrides logging.access_log)",
+    )
 
     broker = commands.add_parser(
         "broker",
@@ -89,10 +104,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def configure_logging(level: str) -> None:
-    logging.basicConfig(level=level, format=LOG_FORMAT, stream=sys.stderr, force=True)
-
-
 def _serve(args: argparse.Namespace) -> int:
     # Imported here so `statestore --help` and `version` start fast.
     import uvicorn  # noqa: PLC0415
@@ -102,7 +113,11 @@ def _serve(args: argparse.Namespace) -> int:
     from service.settings import load_settings  # noqa: PLC0415
     from service.startup import check_startup  # noqa: PLC0415
 
-    settings = load_settings(args.config)
+    if args.log_format is not None:  # before the configuration is read, so its errors come formatted too
+        configure_logging(args.log_level, args.log_format)
+    settings = _with_logging_options(load_settings(args.config), args)
+    if args.log_format is None and settings.logging.format != "text":
+        configure_logging(args.log_level, settings.logging.format)
     check_startup(settings)
     host = args.host or settings.http.host
     port = settings.http.port if args.port is None else args.port
@@ -140,6 +155,18 @@ def _broker(args: argparse.Namespace) -> int:
         print(f"statestore broker: error: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def _with_logging_options(settings: Settings, args: argparse.Namespace) -> Settings:
+    """``settings`` with the command line's logging options applied over the file's and environment's."""
+    chosen = {
+        name: value
+        for name, value in (("format", args.log_format), ("access_log", args.access_log))
+        if value is not None
+    }
+    if not chosen:
+        return settings
+    return settings.model_copy(update={"logging": settings.logging.model_copy(update=chosen)})
 
 
 def _demo(args: argparse.Namespace) -> int:

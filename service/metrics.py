@@ -6,11 +6,14 @@ has its own registry, so several apps (tests, embedders) can live in one process
 
 from __future__ import annotations
 
+import importlib.metadata
+import platform
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+import confluent_kafka
+from prometheus_client import CollectorRegistry, Counter, Histogram, Info, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -24,9 +27,18 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
+def _last_contact_timestamp(status: StoreStatus) -> float | None:
+    since = status.seconds_since_last_contact
+    return None if since is None else time.time() - since
+
+
 # One value per store: name, help, and how to read it from a status (None: no sample).
 _STORE_GAUGES: tuple[tuple[str, str, Callable[[StoreStatus], float | None]], ...] = (
-    ("statestore_keys", "Approximate number of keys", lambda s: s.approximate_num_keys),
+    (
+        "statestore_keys",
+        "Approximate number of keys (RocksDB's estimate: deletes and overwrites not yet compacted skew it)",
+        lambda s: s.approximate_num_keys,
+    ),
     ("statestore_size_on_disk_bytes", "Size of the store's files", lambda s: s.size_on_disk_bytes),
     (
         "statestore_restore_remaining_records",
@@ -34,14 +46,24 @@ _STORE_GAUGES: tuple[tuple[str, str, Callable[[StoreStatus], float | None]], ...
         lambda s: s.restore.records_remaining if s.restore else 0,
     ),
     (
+        "statestore_restore_progress_ratio",
+        "Share of the current restore done, 0 to 1 (1 once READY)",
+        lambda s: s.restore.progress if s.restore else 1.0,
+    ),
+    (
+        "statestore_restore_eta_seconds",
+        "Seconds until the restore reaches its target at the recent rate (absent while unknown)",
+        lambda s: s.restore.eta_seconds if s.restore else 0.0,
+    ),
+    (
         "statestore_restore_waiting",
         "1 while the store waits for another store's bulk restore (engine.max_concurrent_bulk_restores)",
         lambda s: 1.0 if s.restore is not None and s.restore.mode is RestoreMode.WAITING else 0.0,
     ),
     (
-        "statestore_seconds_since_last_contact",
-        "Seconds since the broker last answered the store's consumer (grows while it is unreachable)",
-        lambda s: s.seconds_since_last_contact,
+        "statestore_last_contact_timestamp_seconds",
+        "Unix time the broker last answered the store's consumer (stays put while it is unreachable)",
+        _last_contact_timestamp,
     ),
     ("statestore_stale", "1 while a rebuild serves the last good copy", lambda s: 1.0 if s.stale else 0.0),
     (
@@ -65,6 +87,23 @@ _STORE_GAUGES: tuple[tuple[str, str, Callable[[StoreStatus], float | None]], ...
         lambda s: s.memory.read_cache_entries if s.memory else None,
     ),
 )
+
+
+def _distribution_version(name: str) -> str:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def build_labels() -> dict[str, str]:
+    """The labels of ``statestore_build_info``: versions of statestore and of what it runs on."""
+    return {
+        "version": _distribution_version("statestore"),
+        "python": platform.python_version(),
+        "librdkafka": str(confluent_kafka.libversion()[0]),
+        "rocksdict": _distribution_version("rocksdict"),
+    }
 
 
 class StoreCollector(Collector):
@@ -136,13 +175,13 @@ class Metrics:
         self.requests = Counter(
             "statestore_http_requests",
             "HTTP requests answered",
-            ["method", "route", "status"],
+            ["method", "route", "code"],
             registry=self.registry,
         )
         self.latency = Histogram(
             "statestore_http_request_duration_seconds",
             "Time to answer an HTTP request",
-            ["method", "route", "status"],
+            ["method", "route", "code"],
             buckets=_LATENCY_BUCKETS,
             registry=self.registry,
         )
@@ -164,13 +203,16 @@ class Metrics:
         for name in stores.names():
             self.invalid_values.labels(name)  # shown as 0 before the first
         self.registry.register(StoreCollector(stores))
+        Info(
+            "statestore_build", "The running statestore and what it is built on", registry=self.registry
+        ).info(build_labels())
         self._children: dict[tuple[str, str, str], tuple[Any, Any]] = {}
         # Route templates by endpoint, for routes that do not record themselves in the scope.
         self.templates: dict[object, str] = {}
 
-    def observe(self, method: str, route: str, status: str, seconds: float) -> None:
-        """Count one answered request and its duration."""
-        labels = (method, route, status)
+    def observe(self, method: str, route: str, code: str, seconds: float) -> None:
+        """Count one answered request (``code``: its HTTP status) and its duration."""
+        labels = (method, route, code)
         children = self._children.get(labels)
         if children is None:
             # Looking a labelled child up costs more than the observation; keep them.

@@ -74,6 +74,8 @@ def store_info(registry: StoreRegistry, served: ServedStore) -> dict[str, Any]:
             "records_applied": restore.records_applied,
             "records_remaining": restore.records_remaining,
             "records_per_second": restore.records_per_second,
+            "progress": restore.progress,
+            "eta_seconds": restore.eta_seconds,
             "target": str(restore.target),
             "mode": restore.mode.value,
         },

@@ -235,6 +235,16 @@ class LimitSettings(BaseModel):
     retry_after_seconds: int = Field(default=1, ge=1)
 
 
+class LoggingSettings(BaseModel):
+    """How the service logs: ``text`` lines or one ``json`` object per line, and the access log."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    format: Literal["text", "json"] = "text"
+    # One line per HTTP request (method, path, code, duration, client); off by default.
+    access_log: bool = False
+
+
 ALL_STORES = "*"
 
 
@@ -311,6 +321,7 @@ class Settings(BaseSettings):
     # Engine knobs for every store; a store's own ``engine`` section overrides them.
     engine: ServiceEngineSettings = Field(default_factory=ServiceEngineSettings)
     sharding: ShardingSettings = Field(default_factory=ShardingSettings)
+    logging: LoggingSettings = Field(default_factory=LoggingSettings)
 
     @classmethod
     def settings_customise_sources(

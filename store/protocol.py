@@ -73,6 +73,25 @@ class RestoreProgress:
     target: Position  # the end offsets being restored to
     mode: RestoreMode = RestoreMode.RECORDS
 
+    @property
+    def progress(self) -> float:
+        """The share of this restore done, from 0 to 1: records applied over applied plus remaining.
+
+        Remaining records are counted in offsets, which also count the records compaction removed
+        from the topic: the share errs low, never high.
+        """
+        total = self.records_applied + self.records_remaining
+        return 1.0 if total <= 0 else self.records_applied / total
+
+    @property
+    def eta_seconds(self) -> float | None:
+        """Seconds until the target at the recent rate; ``None`` while nothing moves (waiting, no rate)."""
+        if self.records_remaining <= 0:
+            return 0.0
+        if self.mode is RestoreMode.WAITING or self.records_per_second <= 0:
+            return None
+        return self.records_remaining / self.records_per_second
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class MemoryUsage:

@@ -85,12 +85,12 @@ def _restore_line(store: dict[str, Any]) -> str:
     if restore:
         applied, remaining = restore.get("records_applied", 0), restore.get("records_remaining", 0)
         total = applied + remaining
-        done = applied / total if total else 1.0
-        bar = "#" * int(done * 20)
+        bar = "#" * int(restore.get("progress", 0.0) * 20)
         rate = restore.get("records_per_second") or 0
         return f"{name} {state} [{bar:<20}] {applied:,}/{total:,} records ({rate:,.0f}/s)"
     if state == "READY":
-        return f"{name} READY {store.get('approximate_num_keys', 0):,} keys"
+        # RocksDB's estimate: tombstones and overwrites not yet compacted make it drift.
+        return f"{name} READY ~{store.get('approximate_num_keys', 0):,} keys (approx.)"
     error = store.get("last_error")
     return f"{name} {state}" + (f" ({error})" if error else "")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from collections import Counter
 
 import httpx
@@ -82,13 +83,17 @@ def test_reads_go_on_through_a_broker_outage_and_the_store_follows_the_broker_ba
         own_broker.stop()
         service.wait_for(lambda: service.info("prices")["last_error"] is not None, 60, "a reported outage")
         first = service.info("prices")["seconds_since_last_contact"]
-        first_gauge = gauge(service, "statestore_seconds_since_last_contact")
+        last_contact = gauge(service, "statestore_last_contact_timestamp_seconds")
         service.wait_for(
             lambda: service.info("prices")["seconds_since_last_contact"] > first + 1,
             30,
             "the time since the last contact to grow",
         )
-        assert gauge(service, "statestore_seconds_since_last_contact") > first_gauge
+        # The time of the last contact stays where it was while the broker is away.
+        assert gauge(service, "statestore_last_contact_timestamp_seconds") == pytest.approx(
+            last_contact, abs=0.5
+        )
+        assert time.time() - gauge(service, "statestore_last_contact_timestamp_seconds") > first + 1
         info = service.info("prices")
         assert info["state"] == "READY"
         assert info["stale"] is False
@@ -111,6 +116,7 @@ def test_reads_go_on_through_a_broker_outage_and_the_store_follows_the_broker_ba
         # The outage is over: its error no longer shows (records and metadata answers go through).
         service.wait_for(lambda: service.info("prices")["last_error"] is None, 30, "the error to clear")
         assert service.info("prices")["seconds_since_last_contact"] < first + 1
+        assert gauge(service, "statestore_last_contact_timestamp_seconds") > last_contact + 1
         assert gauge(service, "statestore_stale") == 0
     finally:
         readers.stop()

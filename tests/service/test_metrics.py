@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+import importlib.metadata
+import platform
+import time
 from collections.abc import Callable
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -13,7 +17,8 @@ from store import (
     RestoreMode,
     RestoreProgress,
 )
-from tests.service.conftest import RestoringStore, Service
+from tests.service.conftest import RestoringStore, Service, product_store
+from tests.support.scenes import ShownStore
 
 
 def samples(service: Service) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
@@ -33,12 +38,12 @@ def test_requests_are_counted_per_route_template_and_status(service: Service) ->
     service.client.get("/no/such/route")
     found = samples(service)
     route = "/v1/stores/{store}/keys/{key:path}"
-    ok = frozenset({("method", "GET"), ("route", route), ("status", "200")})
-    missing = frozenset({("method", "GET"), ("route", route), ("status", "404")})
+    ok = frozenset({("method", "GET"), ("route", route), ("code", "200")})
+    missing = frozenset({("method", "GET"), ("route", route), ("code", "404")})
     assert found[("statestore_http_requests_total", ok)] == 2
     assert found[("statestore_http_requests_total", missing)] == 1
     assert found[("statestore_http_request_duration_seconds_count", ok)] == 2
-    unmatched = frozenset({("method", "GET"), ("route", "unmatched"), ("status", "404")})
+    unmatched = frozenset({("method", "GET"), ("route", "unmatched"), ("code", "404")})
     assert found[("statestore_http_requests_total", unmatched)] == 1
 
 
@@ -91,7 +96,7 @@ def test_index_lookups_and_as_of_reads_are_counted_per_route_template(
     found = samples(service)
 
     def count(method: str, route: str, status: str) -> float:
-        labels = frozenset({("method", method), ("route", route), ("status", status)})
+        labels = frozenset({("method", method), ("route", route), ("code", status)})
         return found[("statestore_http_requests_total", labels)]
 
     lookup = "/v1/stores/{store}/indexes/{index}/{value:path}"
@@ -100,3 +105,49 @@ def test_index_lookups_and_as_of_reads_are_counted_per_route_template(
     assert count("POST", "/v1/stores/{store}/indexes/{index}:batchGet", "200") == 1
     assert count("GET", "/v1/stores/{store}/keys/{key:path}", "200") == 1
     assert count("GET", "/v1/stores/{store}/keys/{key:path}", "400") == 1
+
+
+def test_build_info_names_the_running_versions(service: Service) -> None:
+    [(labels, value)] = [
+        (dict(labels), value)
+        for (name, labels), value in samples(service).items()
+        if name == "statestore_build_info"
+    ]
+    assert value == 1
+    assert labels["version"] == importlib.metadata.version("statestore")
+    assert labels["python"] == platform.python_version()
+    assert labels["librdkafka"]
+    assert labels["rocksdict"]
+
+
+def test_restore_progress_and_time_left(make_service: Callable[..., Service]) -> None:
+    progress = RestoreProgress(
+        records_applied=300, records_remaining=900, records_per_second=150.0, target=Position({0: 1200})
+    )
+    stalled = dataclasses.replace(progress, records_per_second=0.0)
+    stores = {
+        "restoring": RestoringStore("restoring", progress),
+        "stalled": RestoringStore("stalled", stalled),
+        "products": product_store(),
+    }
+    service = make_service(stores)
+    found = samples(service)
+    restoring, stalled_store = frozenset({("store", "restoring")}), frozenset({("store", "stalled")})
+    products = frozenset({("store", "products")})
+    assert found[("statestore_restore_progress_ratio", restoring)] == 0.25
+    assert found[("statestore_restore_eta_seconds", restoring)] == 6.0
+    assert ("statestore_restore_eta_seconds", stalled_store) not in found, (
+        "an unknown time left has no sample"
+    )
+    assert found[("statestore_restore_progress_ratio", products)] == 1.0
+    assert found[("statestore_restore_eta_seconds", products)] == 0.0
+
+
+def test_last_contact_is_a_unix_timestamp(make_service: Callable[..., Service]) -> None:
+    store = ShownStore("products", seconds_since_last_contact=30.0)
+    service = make_service({"products": store})
+    before = time.time()
+    contact = samples(service)[
+        ("statestore_last_contact_timestamp_seconds", frozenset({("store", "products")}))
+    ]
+    assert before - 31 <= contact <= time.time() - 29

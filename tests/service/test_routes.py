@@ -78,6 +78,8 @@ def test_store_info_shows_how_far_a_restore_is_and_how_it_reads(
         "records_applied": 600,
         "records_remaining": 400,
         "records_per_second": 12_345.0,
+        "progress": 0.6,
+        "eta_seconds": pytest.approx(400 / 12_345.0),
         "target": "0:1000",
         "mode": "bulk",
     }
