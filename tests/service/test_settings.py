@@ -212,7 +212,9 @@ def test_invalid_settings_are_named(config_file: Path, replace: str, by: str, me
 def test_sharding_comes_from_the_environment_and_partitioners_per_store(
     config_file: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    config_file.write_text(YAML.replace("    topic: customers", "    topic: customers\n    partitioner: crc32"))
+    config_file.write_text(
+        YAML.replace("    topic: customers", "    topic: customers\n    partitioner: crc32")
+    )
     assert load_settings(config_file).sharding.shards == 1
     monkeypatch.setenv("STATESTORE_SHARDING__SHARDS", "3")
     monkeypatch.setenv("STATESTORE_SHARDING__SHARD", "2")
