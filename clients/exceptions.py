@@ -38,6 +38,7 @@ Hierarchy::
         │   ├── StoreNotReadyError              503 store-not-ready
         │   ├── PositionNotReachedError         503 position-not-reached
         │   ├── IndexNotReadyError              503 index-not-ready
+        │   ├── StoreCorruptError               503 store-corrupt
         │   └── RequestTimeoutError             503 request-timeout
         ├── StoredValueNotJsonError (also ValueDecodeError)  502 value-not-json
         └── InternalServerError                 500 internal-error
@@ -281,6 +282,13 @@ class IndexNotReadyError(ServiceUnavailableError):
     """The index is still being built; the client retries until its deadline like other 503s."""
 
     slug = "index-not-ready"
+
+
+class StoreCorruptError(ServiceUnavailableError):
+    """The store found corruption in its files and answers nothing until a copy rebuilt from its topic
+    replaces them; retried until the call's deadline like other 503s (another replica may answer)."""
+
+    slug = "store-corrupt"
 
 
 class StoredValueNotJsonError(ProblemError, ValueDecodeError):

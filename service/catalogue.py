@@ -80,6 +80,8 @@ STORE_NOT_READY = _problem("store-not-ready", 503, "Store not ready")
 POSITION_NOT_REACHED = _problem("position-not-reached", 503, "Position not reached")
 INDEX_NOT_READY = _problem("index-not-ready", 503, "Index not ready")
 REQUEST_TIMEOUT = _problem("request-timeout", 503, "Request timeout")
+# The store found its files corrupt: it answers nothing from them and rebuilds from its topic.
+STORE_CORRUPT = _problem("store-corrupt", 503, "Store corrupt")
 # The service cannot answer correctly: the topic holds a value its format forbids, or a bug.
 VALUE_NOT_JSON = _problem("value-not-json", 502, "Stored value is not JSON")
 INTERNAL_ERROR = _problem("internal-error", 500, "Internal error")

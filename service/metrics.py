@@ -67,6 +67,11 @@ _STORE_GAUGES: tuple[tuple[str, str, Callable[[StoreStatus], float | None]], ...
     ),
     ("statestore_stale", "1 while a rebuild serves the last good copy", lambda s: 1.0 if s.stale else 0.0),
     (
+        "statestore_corrupt",
+        "1 while the served copy is corrupt: reads answer 503 store-corrupt until a rebuilt copy replaces it",
+        lambda s: 1.0 if s.corruption is not None else 0.0,
+    ),
+    (
         "statestore_block_cache_capacity_bytes",
         "RocksDB block cache configured (engine.block_cache_bytes), every open copy",
         lambda s: s.memory.block_cache_capacity_bytes if s.memory else None,
@@ -137,6 +142,16 @@ class StoreCollector(Collector):
         position = GaugeMetricFamily(
             "statestore_position", "Next offset to apply, per partition", labels=["store", "partition"]
         )
+        corruptions = CounterMetricFamily(
+            "statestore_corruptions_found",
+            "Copies of the store found corrupt (by a read, the verification or the materializer)",
+            labels=["store"],
+        )
+        verifications = CounterMetricFamily(
+            "statestore_verification_passes",
+            "Background verification passes over the served copy completed without finding corruption",
+            labels=["store"],
+        )
         state = GaugeMetricFamily(
             "statestore_state", "1 for the store's current state", labels=["store", "state"]
         )
@@ -155,6 +170,8 @@ class StoreCollector(Collector):
             if status.sharding is not None:
                 checked.add_metric([served.name], status.sharding.records_checked)
                 misplaced.add_metric([served.name], status.sharding.misplaced_records)
+            corruptions.add_metric([served.name], status.corruptions_found)
+            verifications.add_metric([served.name], status.verification_passes)
             for partition, records in status.lag.items():
                 lag.add_metric([served.name, str(partition)], records)
             for partition, offset in status.position.items():
@@ -163,7 +180,7 @@ class StoreCollector(Collector):
                 value = read(status)
                 if value is not None:
                     gauge.add_metric([served.name], value)
-        yield from (applied, null_keys, checked, misplaced, lag, position, state)
+        yield from (applied, null_keys, checked, misplaced, corruptions, verifications, lag, position, state)
         yield from (gauge for gauge, _ in gauges)
 
 

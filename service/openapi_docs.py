@@ -129,6 +129,17 @@ STORE_INFO_SCHEMA: dict[str, Any] = {
         "last_error": {"type": ["string", "null"]},
         "seconds_since_last_contact": {"type": ["number", "null"]},
         "stale": {"type": "boolean"},
+        "corruption": {
+            "type": ["object", "null"],
+            "properties": {
+                "detail": {"type": "string"},
+                "file": {"type": ["string", "null"]},
+                "found_by": {"type": "string", "enum": ["read", "verification", "materializer"]},
+                "found_at": {"type": "number"},
+            },
+        },
+        "corruptions_found": {"type": "integer"},
+        "verification_passes": {"type": "integer"},
         "memory": {
             "type": ["object", "null"],
             "properties": {

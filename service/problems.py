@@ -28,6 +28,7 @@ from service.catalogue import (
     MALFORMED_REQUEST,
     METHOD_NOT_ALLOWED,
     ROUTE_NOT_FOUND,
+    STORE_CORRUPT,
     STORE_NOT_READY,
     UNKNOWN_INDEX,
 )
@@ -38,6 +39,7 @@ from store import (
     IndexNotReadyError,
     Position,
     StoreClosedError,
+    StoreCorruptError,
     StoreError,
     StoreState,
     UnknownIndexError,
@@ -97,6 +99,17 @@ def store_not_ready(store: str, state: StoreState, retry_after: int) -> ProblemE
     )
 
 
+def store_corrupt(store: str, retry_after: int) -> ProblemError:
+    """``503 store-corrupt``: a read of the store's files failed (corruption, I/O error), so its copy
+    answers nothing until a copy rebuilt from the topic replaces it. The store logs it once."""
+    return STORE_CORRUPT(
+        f'store "{store}" found corruption in its files and answers no read from them; it is rebuilding'
+        f" from its topic and answers again once rebuilt (GET /v1/stores/{store} shows progress)",
+        extras={"store": store},
+        headers={"Retry-After": str(retry_after)},
+    )
+
+
 def index_not_ready(store: str, index: str, retry_after: int) -> ProblemError:
     """``503 index-not-ready``: the index is being built."""
     return INDEX_NOT_READY(
@@ -138,6 +151,11 @@ def _closed(exc: StoreError, asked: _Asked) -> ProblemError:
     return store_not_ready(asked.store, StoreState.STOPPED, asked.retry_after)
 
 
+def _corrupt(exc: StoreError, asked: _Asked) -> ProblemError:
+    # Not logged here: the store logs a corrupt copy once, not once per request.
+    return store_corrupt(asked.store, asked.retry_after)
+
+
 def _history_not_kept(exc: StoreError, asked: _Asked) -> ProblemError:
     return HISTORY_NOT_KEPT(
         f'store "{asked.store}" keeps no history, so it cannot answer as_of a position;'
@@ -176,6 +194,7 @@ def _unknown_index(exc: StoreError, asked: _Asked) -> ProblemError:
 
 STORE_PROBLEMS: dict[type[StoreError], Callable[[StoreError, _Asked], ProblemError]] = {
     StoreClosedError: _closed,
+    StoreCorruptError: _corrupt,
     HistoryNotKeptError: _history_not_kept,
     HistoryExpiredError: _history_expired,
     IndexNotReadyError: _index_not_ready,

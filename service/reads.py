@@ -21,7 +21,7 @@ from service.auth import Auth
 from service.catalogue import INVALID_PARAMETER, INVALID_POSITION, POSITION_NOT_REACHED, UNKNOWN_STORE
 from service.exceptions import ProblemError
 from service.guard import remaining_seconds, request_timeout
-from service.problems import store_not_ready
+from service.problems import store_corrupt, store_not_ready
 from service.registry import ServedStore, StoreRegistry
 from service.settings import Settings
 from service.sharding import shard_part
@@ -97,6 +97,8 @@ class Reader:
     ) -> tuple[T, Position] | Position:
         """The read and its position, or only the store's position while it is below the one asked."""
         if not self._registry.readable(served):
+            if served.store.corruption is not None:
+                raise store_corrupt(served.name, self._limits.retry_after_seconds)
             raise store_not_ready(
                 served.name, self._registry.state_of(served), self._limits.retry_after_seconds
             )

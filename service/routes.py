@@ -86,6 +86,9 @@ def store_info(registry: StoreRegistry, served: ServedStore) -> dict[str, Any]:
         last_error=registry.start_error(served.name) or status.last_error,
         seconds_since_last_contact=status.seconds_since_last_contact,
         stale=status.stale,
+        corruption=None if status.corruption is None else dataclasses.asdict(status.corruption),
+        corruptions_found=status.corruptions_found,
+        verification_passes=status.verification_passes,
         memory=None if status.memory is None else dataclasses.asdict(status.memory),
         indexes={
             name: {"field": index.field, "state": index.state, "rows_indexed": index.rows_indexed}

@@ -120,6 +120,10 @@ class EngineSettings(BaseModel):
     # Processes of a bulk restore (each reads its share of the partitions); about the CPU cores
     # free for restoring. Each holds a chunk of records (about 60 MiB at 100-byte values) meanwhile.
     bulk_load_workers: int | None = Field(default=None, ge=1, le=64)
+    # Background verification: the pause between passes that read the whole served copy back with
+    # checksums verified (0 turns it off), and the most a pass reads per second.
+    verify_interval_seconds: float | None = Field(default=None, ge=0)
+    verify_bytes_per_second: ByteSize | None = Field(default=None, ge=1024)
 
     def apply(self, tuning: EngineTuning) -> EngineTuning:
         """``tuning`` with every key set here replacing its value."""

@@ -12,6 +12,7 @@ Embed it without HTTP::
 """
 
 from store.config import EngineTuning, StoreConfig
+from store.corruption import CorruptionReport
 from store.exceptions import (
     HistoryExpiredError,
     HistoryNotKeptError,
@@ -24,6 +25,7 @@ from store.exceptions import (
     StoreCorruptError,
     StoreError,
     StoreLockedError,
+    StoreReadError,
     StoreWriteError,
     UnknownIndexError,
 )
@@ -48,6 +50,7 @@ from store.store import Store
 
 __all__ = [
     "MAX_SCAN_LIMIT",
+    "CorruptionReport",
     "EngineTuning",
     "HistoryExpiredError",
     "HistoryNotKeptError",
@@ -75,6 +78,7 @@ __all__ = [
     "StoreCorruptError",
     "StoreError",
     "StoreLockedError",
+    "StoreReadError",
     "StoreState",
     "StoreStatus",
     "StoreWriteError",

@@ -6,6 +6,7 @@ import heapq
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any
 
+from store.corruption import entries
 from store.engine import SnapshotReader, prefix_upper_bound
 from store.exceptions import IndexNotReadyError, ScanLimitError, UnknownIndexError
 from store.history import change_key, choose_version, escape_prefix, scan_versions, unescape
@@ -19,14 +20,11 @@ _CANDIDATES_PER_ITEM = 20
 
 
 def _iterate(iterator: Any, start: bytes, upper: bytes | None) -> Iterator[tuple[bytes, bytes]]:
-    """Entries in ``[start, upper)`` through an iterator pinned when the view was taken."""
-    iterator.seek(start)
-    while iterator.valid():
-        key = iterator.key()
-        if upper is not None and key >= upper:
-            return
-        yield key, iterator.value()
-        iterator.next()
+    """Entries in ``[start, upper)`` through an iterator pinned when the view was taken.
+
+    A failed read raises ``StoreReadError`` rather than ending the entries early.
+    """
+    return entries(iterator, start, upper)
 
 
 class AsOfReader:

@@ -43,6 +43,10 @@ class EngineTuning:
     read_cache_entries: int = 200_000
     # How often a store that keeps history moves its floor and prunes old versions.
     history_prune_interval_seconds: float = 5.0
+    # Background verification (store.verifier): the pause between passes that read the whole served
+    # copy back with checksums verified (0 turns it off), and the most a pass reads per second.
+    verify_interval_seconds: float = 3600.0
+    verify_bytes_per_second: int = 16 * 1024 * 1024
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

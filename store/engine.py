@@ -27,11 +27,14 @@ from typing import Any
 import rocksdict
 
 from store.config import EngineTuning
+from store.corruption import check_status, family_get, is_absent, named_file, prefixed, read_error
 from store.exceptions import (
     ScanLimitError,
     StoreClosedError,
     StoreCorruptError,
+    StoreError,
     StoreLockedError,
+    StoreReadError,
     StoreWriteError,
     UnknownIndexError,
 )
@@ -138,7 +141,14 @@ class Engine:
         self._changes_handle = self._db.get_column_family_handle(_CHANGES_CF)
         self._write_options = rocksdict.WriteOptions()
         self._write_options.disable_wal = True
-        version = self._meta.get(_FORMAT_KEY)
+        try:
+            version = family_get(self._meta, _FORMAT_KEY)
+        except StoreReadError as exc:
+            self.close()
+            raise StoreCorruptError(
+                f"reading the metadata of the store at {path} failed ({exc.engine_message}); it will be"
+                " rebuilt from the topic"
+            ) from exc
         if version is None:
             self._meta.put(_FORMAT_KEY, FORMAT_VERSION, self._write_options)
         elif version != FORMAT_VERSION:
@@ -153,16 +163,14 @@ class Engine:
     def stored_position(self) -> Position:
         """The next offset per partition recorded with the data (empty for a new store)."""
         offsets: dict[int, int] = {}
-        for key, value in self._meta.items(from_key=_OFFSET_PREFIX):
-            if not key.startswith(_OFFSET_PREFIX):
-                break
+        for key, value in prefixed(self._meta.iter(), _OFFSET_PREFIX):
             offsets[_PARTITION.unpack(key[len(_OFFSET_PREFIX) :])[0]] = _OFFSET.unpack(value)[0]
         return Position(offsets)
 
     def topic_identity(self) -> tuple[str | None, str | None]:
         """The topic name and topic id the stored data came from."""
-        topic = self._meta.get(_TOPIC_KEY)
-        topic_id = self._meta.get(_TOPIC_ID_KEY)
+        topic = family_get(self._meta, _TOPIC_KEY)
+        topic_id = family_get(self._meta, _TOPIC_ID_KEY)
         return (topic.decode() if topic else None, topic_id.decode() if topic_id else None)
 
     def set_topic_identity(self, topic: str, topic_id: str | None) -> None:
@@ -175,9 +183,7 @@ class Engine:
     def index_states(self) -> dict[str, tuple[str, str]]:
         """Per index name: the field it was built on and its state (``building`` or ``ready``)."""
         states: dict[str, tuple[str, str]] = {}
-        for key, value in self._meta.items(from_key=_INDEX_STATE_PREFIX):
-            if not key.startswith(_INDEX_STATE_PREFIX):
-                break
+        for key, value in prefixed(self._meta.iter(), _INDEX_STATE_PREFIX):
             field, _, state = value.decode().partition("\n")
             states[key[len(_INDEX_STATE_PREFIX) :].decode()] = (field, state)
         return states
@@ -204,7 +210,7 @@ class Engine:
 
     def get_latest(self, keys: list[bytes]) -> list[bytes | None]:
         """Current values, outside any snapshot (the materializer is the only writer)."""
-        values: list[bytes | None] = self._db.get(keys)
+        values: list[bytes | None] = family_get(self._db, keys)
         return values
 
     def history_start(self) -> Position:
@@ -270,12 +276,7 @@ class Engine:
             batch.delete_range(prefix, upper, self._meta_handle)
 
     def _meta_range(self, prefix: bytes) -> list[tuple[bytes, bytes]]:
-        items = []
-        for key, value in self._meta.items(from_key=prefix):
-            if not key.startswith(prefix):
-                break
-            items.append((key, value))
-        return items
+        return list(prefixed(self._meta.iter(), prefix))
 
     # -- writes -----------------------------------------------------------------------------
 
@@ -306,7 +307,17 @@ class Engine:
         except Exception as exc:
             raise self._write_error(exc) from exc
 
-    def _write_error(self, exc: Exception) -> StoreWriteError:
+    def _write_error(self, exc: Exception) -> StoreWriteError | StoreReadError:
+        text = str(exc)
+        if text.startswith("Corruption"):
+            # A flush or compaction read a corrupt file, and RocksDB refuses writes from then on:
+            # the copy is corrupt, not the volume full.
+            return StoreReadError(
+                f"RocksDB refuses writes to the store at {self.path}: its background work found a"
+                f" corrupt file ({text})",
+                file=named_file(text),
+                engine_message=text,
+            )
         return StoreWriteError(
             f"cannot write the store at {self.path} ({exc}); free space on its volume (or grow it):"
             " the store resumes by itself once it can write again"
@@ -348,6 +359,51 @@ class Engine:
 
     def changes_snapshot(self) -> rocksdict.Snapshot:
         return self.changes.snapshot()
+
+    @property
+    def column_families(self) -> tuple[str, ...]:
+        """The names of every column family of the database."""
+        return _CFS
+
+    def verify_page(
+        self, family: str, start: bytes | None, max_entries: int
+    ) -> tuple[bytes | None, int, int]:
+        """Read up to ``max_entries`` entries of column family ``family`` from ``start`` on.
+
+        Every block read from a file has its checksum verified; blocks read do not enter the block
+        cache, so verifying does not push the hot blocks out. Returns ``(where the next page starts
+        or None at the family's end, entries read, bytes read)``; ``StoreReadError`` on a failure.
+        """
+        handle = {
+            "default": self._db,
+            _META_CF: self._meta,
+            _INDEX_CF: self._index,
+            _HISTORY_CF: self.history,
+            _CHANGES_CF: self.changes,
+        }[family]
+        options = rocksdict.ReadOptions()
+        options.set_verify_checksums(True)
+        options.fill_cache(False)
+        options.set_readahead_size(2 * 1024 * 1024)
+        try:
+            iterator = handle.iter(options)
+            if start is None:
+                iterator.seek_to_first()
+            else:
+                iterator.seek(start)
+            entries = size = 0
+            while entries < max_entries and iterator.valid():
+                size += len(iterator.key()) + len(iterator.value())
+                entries += 1
+                iterator.next()
+            if iterator.valid():
+                return iterator.key(), entries, size
+        except StoreError:
+            raise
+        except Exception as exc:
+            raise read_error(exc) from exc
+        check_status(iterator)
+        return None, entries, size
 
     def approximate_num_keys(self) -> int:
         return int(self._db.property_int_value("rocksdb.estimate-num-keys") or 0)
@@ -463,15 +519,10 @@ class SnapshotReader:
         self._iterator = self._index_iterator = _ReleasedSnapshot()
 
     def get(self, key: bytes) -> bytes | None:
-        try:
-            value: bytes = self._snapshot[key]
-        except StoreClosedError:
-            raise
-        except Exception:  # rocksdict raises a bare Exception for an absent key
-            return None
-        return value
+        return self.get_many((key,))[0]
 
     def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        """Values in request order, ``None`` only for absent keys; ``StoreReadError`` if a read failed."""
         snapshot = self._snapshot
         values: list[bytes | None] = []
         append = values.append
@@ -480,7 +531,9 @@ class SnapshotReader:
                 append(snapshot[key])
             except StoreClosedError:
                 raise
-            except Exception:  # rocksdict raises a bare Exception for an absent key
+            except Exception as exc:  # rocksdict raises a bare Exception for absence and failure alike
+                if not is_absent(exc):
+                    raise read_error(exc) from exc
                 append(None)
         return values
 
@@ -525,6 +578,8 @@ def _scan(
             return items, items[-1][0]
         items.append((key_of(key), iterator.value()))
         iterator.next()
+    # An iterator also stops on a failed read: without this check a corrupt block ends the page early.
+    check_status(iterator)
     return items, None
 
 

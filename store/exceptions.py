@@ -6,6 +6,7 @@ Hierarchy::
     ├── StoreLockedError          the store directory is held by another process
     ├── StoreClosedError          the store was stopped; no more reads
     ├── StoreCorruptError         the store directory cannot be opened as a store
+    │   └── StoreReadError        a read failed for a reason other than "not found" (corruption, I/O)
     ├── StoreWriteError           the store's files cannot be written (disk full, I/O error)
     ├── InvalidPositionError      a position string or mapping is malformed
     ├── ScanLimitError            a prefix scan asked for an unusable page size
@@ -36,6 +37,20 @@ class StoreClosedError(StoreError):
 
 class StoreCorruptError(StoreError):
     """The store directory exists but cannot be used (corrupt, foreign or incompatible)."""
+
+
+class StoreReadError(StoreCorruptError):
+    """A read of the store's files failed for a reason other than "not found".
+
+    RocksDB found a checksum mismatch or another corruption, or the volume answered an I/O error:
+    the copy cannot be trusted, so the read has no answer (never "absent", never a short page).
+    ``file`` is the file RocksDB names in its message, when it names one.
+    """
+
+    def __init__(self, message: str, *, file: str | None = None, engine_message: str | None = None) -> None:
+        super().__init__(message)
+        self.file = file
+        self.engine_message = engine_message if engine_message is not None else message
 
 
 class StoreWriteError(StoreError):

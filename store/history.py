@@ -35,6 +35,7 @@ from typing import Any
 
 import rocksdict
 
+from store.corruption import check_status, family_get, prefixed
 from store.position import Position
 
 _PARTITION = struct.Struct(">i")
@@ -162,16 +163,7 @@ def floor_from(
 
 def scan_versions(iterator: Any, key: bytes) -> list[tuple[bytes, bytes]]:
     """Every stored version of one key, read through a ``history`` iterator (re-seeked)."""
-    escaped = escape(key)
-    iterator.seek(escaped)
-    versions: list[tuple[bytes, bytes]] = []
-    while iterator.valid():
-        history_key = iterator.key()
-        if not history_key.startswith(escaped):
-            break
-        versions.append((history_key, iterator.value()))
-        iterator.next()
-    return versions
+    return list(prefixed(iterator, escape(key)))
 
 
 class HistoryRecorder:
@@ -195,6 +187,8 @@ class HistoryRecorder:
             iterator = live.iter()
             escaped = escape(key)
             iterator.seek(escaped)
+            if not iterator.valid():
+                check_status(iterator)  # a failed read is no evidence the key has no history
             has_history[key] = iterator.valid() and iterator.key().startswith(escaped)
         needing_base = [key for key, has in has_history.items() if not has]
         previous = (
@@ -226,7 +220,7 @@ class HistoryRecorder:
                 engine.delete_versions(
                     batch, version_key(key, partition, -1), version_key(key, partition, offset)
                 )
-                stored = engine.history.get(version_key(key, partition, offset))
+                stored = family_get(engine.history, version_key(key, partition, offset))
                 if (
                     stored is not None
                     and stored[:1] == TOMBSTONE
@@ -237,6 +231,8 @@ class HistoryRecorder:
                 engine.delete_change(batch, change)
                 done += 1
                 iterator.next()
+            if not iterator.valid():
+                check_status(iterator)
             if done < budget:
                 engine.delete_history_time_below(batch, partition, floor_offset)
         engine.write(batch)

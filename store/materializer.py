@@ -25,7 +25,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from store.bulkload import BulkRestore, ChunkIngestable, WorkerCaughtUp, WorkerKafkaError
 from store.config import StoreConfig
 from store.engine import can_write
-from store.exceptions import StoreWriteError
+from store.exceptions import StoreReadError, StoreWriteError
 from store.gc_pacing import fewer_collections
 from store.kafka import (
     OUT_OF_RANGE_CODES,
@@ -80,6 +80,10 @@ class MaterializerTarget(Protocol):
     def defer_compactions(self, deferred: bool) -> None: ...
 
     def rebuild(self, reason: str) -> None: ...
+
+    def report_corruption(self, error: StoreReadError) -> None:
+        """A read of the written copy on the materializer's thread failed (corruption, I/O error)."""
+        ...
 
     def reopen(self) -> None: ...
 
@@ -239,6 +243,7 @@ class Materializer:
         self._restore_slots = restore_slots
         self.progress = Progress()
         self._stop = threading.Event()
+        self._rebuild_reason: str | None = None  # a rebuild asked for by another thread
         self._thread = threading.Thread(target=self._run, name=f"materializer-{config.name}", daemon=True)
         self._log = logging.LoggerAdapter(logger, {"store": config.name})
 
@@ -254,12 +259,23 @@ class Materializer:
     def alive(self) -> bool:
         return self._thread.is_alive()
 
+    def request_rebuild(self, reason: str) -> None:
+        """Rebuild from the earliest offsets (callable from any thread): the materializer's thread
+        does it before its next batch, so no write is under way on the copy it replaces."""
+        self._rebuild_reason = reason
+
+    def _check_rebuild_request(self) -> None:
+        reason, self._rebuild_reason = self._rebuild_reason, None
+        if reason is not None:
+            raise RebuildRequired(reason)
+
     # -- the loop ---------------------------------------------------------------------------
 
     def _run(self) -> None:
         backoff = Backoff(self._tuning.retry_backoff_initial_seconds, self._tuning.retry_backoff_max_seconds)
         while not self._stop.is_set():
             try:
+                self._check_rebuild_request()
                 self._target.ensure_writable()
                 self._session(backoff)
             except RebuildRequired as signal:
@@ -272,6 +288,12 @@ class Materializer:
                 self._target.rebuild(signal.reason)
             except StoreWriteError as exc:
                 self._pause_until_writable(exc, backoff)
+            except StoreReadError as exc:
+                # The store marks the copy corrupt, logs it and asks for the rebuild the next turn does.
+                self.progress.note_error(str(exc))
+                self._target.report_corruption(exc)
+                if self._rebuild_reason is None:  # nothing to rebuild (the store is stopping)
+                    backoff.wait(self._stop)
             except TransientSourceError as exc:
                 self.progress.note_error(str(exc))
                 self._log.warning('store "%s": %s; retrying', self._config.name, exc)
@@ -484,6 +506,7 @@ class Materializer:
                 target.defer_compactions(True)
                 running = restore.workers
                 while running and not self._stop.is_set():
+                    self._check_rebuild_request()
                     event = restore.next_event(timeout=tuning.poll_timeout_seconds)
                     if isinstance(event, ChunkIngestable):
                         received_at = time.monotonic()
@@ -582,6 +605,7 @@ class Materializer:
             if restoring and len(caught_up) >= partitions:
                 finish_restore()  # a bulk restore read everything: no poll to wait for
             while not self._stop.is_set():
+                self._check_rebuild_request()
                 polled_at = time.monotonic()
                 messages = consumer.consume(tuning.poll_max_records, 0)
                 if not messages:

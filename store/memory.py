@@ -10,6 +10,7 @@ import bisect
 import contextlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
+from store.corruption import CorruptionReport
 from store.exceptions import (
     HistoryNotKeptError,
     PositionNotReachedError,
@@ -123,6 +124,10 @@ class InMemoryStore:
     @property
     def readable(self) -> bool:
         return self._state is StoreState.READY
+
+    @property
+    def corruption(self) -> CorruptionReport | None:
+        return None  # nothing on disk to go bad
 
     def set_state(self, state: StoreState) -> None:
         with self._changed:

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Protocol, runtime_checkable
 
+from store.corruption import CorruptionReport
 from store.position import Position
 from store.state import RestoreMode, StoreState
 
@@ -166,6 +167,9 @@ class StoreStatus:
     indexes: dict[str, IndexStatus] = dataclasses.field(default_factory=dict)
     stale: bool = False  # reads are answered from the last good copy while a rebuild runs
     memory: MemoryUsage | None = None  # every open copy (two while a rebuild runs)
+    corruption: CorruptionReport | None = None  # why the served copy answers no read, until replaced
+    corruptions_found: int = 0  # copies found corrupt since this process opened the store
+    verification_passes: int = 0  # background verification passes completed without finding any
     sharding: ShardingStatus | None = None  # None: the store does not say (it holds every partition)
 
     @property
@@ -188,12 +192,19 @@ class ServableStore(Protocol):
         """Whether reads get answers now: READY, or REBUILDING while a last good copy is served."""
         ...
 
+    @property
+    def corruption(self) -> CorruptionReport | None:
+        """Why the served copy answers no read (a read of it failed), until a rebuilt copy replaces it."""
+        ...
+
     def view(self, as_of: Position | None = None) -> AbstractContextManager[ReadOnlyKeyValueStore]:
         """A consistent read view (a RocksDB snapshot and the position it reflects).
 
         With ``as_of`` the view answers as of exactly that position; raises
         ``HistoryNotKeptError``, ``PositionNotReachedError`` or ``HistoryExpiredError`` when it
-        cannot. Raises ``StoreClosedError`` once the store is stopped.
+        cannot. Raises ``StoreClosedError`` once the store is stopped, ``StoreReadError`` while the
+        served copy is corrupt; a read through the view raises ``StoreReadError`` when it fails
+        for any reason but "not found".
         """
         ...
 

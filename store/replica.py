@@ -16,6 +16,7 @@ from typing import Any
 
 from store.asof import AsOfReader
 from store.config import StoreConfig
+from store.corruption import CorruptionReport, drop_engine_references
 from store.engine import Engine, SnapshotReader, destroy
 from store.exceptions import (
     HistoryExpiredError,
@@ -23,6 +24,7 @@ from store.exceptions import (
     IndexNotReadyError,
     PositionNotReachedError,
     StoreCorruptError,
+    StoreReadError,
     StoreWriteError,
 )
 from store.history import HistoryRecorder, floor_from
@@ -33,6 +35,9 @@ from store.protocol import MAX_SCAN_LIMIT, MemoryUsage, ScanPage
 logger = logging.getLogger(__name__)
 
 _MISS = object()
+
+CORRUPTION_MARKER = "CORRUPTION_FOUND"
+"""A file in a copy found corrupt, so that a restart discards the copy instead of serving it."""
 
 
 class Replica:
@@ -48,6 +53,8 @@ class Replica:
         self.path = path
         self._changed = lock
         self.engine = self._open(path)
+        # Set once a read of this copy failed (corruption, I/O error): it answers no read any more.
+        self.corruption: CorruptionReport | None = None
         self.position = self.engine.stored_position()
         self.generation = 0
         self._cache: dict[bytes, bytes | None] = {}
@@ -69,11 +76,55 @@ class Replica:
 
     def _open(self, path: Path) -> Engine:
         try:
-            return Engine(path, self.config.tuning)
+            return self._open_checked(path)
         except StoreCorruptError as exc:
-            logger.warning('store "%s": %s', self.config.name, exc)
-            destroy(path)
-            return Engine(path, self.config.tuning)
+            # The failed read's frames hold the database open; the copy is reopened once they are gone.
+            drop_engine_references(exc)
+            failure = str(exc)
+        logger.warning('store "%s": %s', self.config.name, failure)
+        destroy(path)
+        return Engine(path, self.config.tuning)
+
+    def _open_checked(self, path: Path) -> Engine:
+        """Open the copy at ``path``; ``StoreCorruptError`` if it is known or found corrupt."""
+        marker = path / CORRUPTION_MARKER
+        if marker.exists():
+            found = marker.read_text(errors="replace").strip()
+            raise StoreCorruptError(
+                f"the copy at {path} was found corrupt before this start ({found}); it will be rebuilt"
+                " from the topic"
+            )
+        engine = Engine(path, self.config.tuning)
+        failure = None
+        try:
+            # What opening reads anyway: a failure here must discard the copy, not fail the store.
+            engine.stored_position()
+            engine.topic_identity()
+            engine.index_states()
+            engine.history_start()
+            engine.history_time_log()
+        except StoreReadError as exc:
+            failure = exc.engine_message
+        # Closed only once the failed read (and the iterator its traceback holds) is gone.
+        if failure is not None:
+            engine.close()
+            raise StoreCorruptError(
+                f"reading the metadata of the store at {path} failed ({failure}); it will be rebuilt"
+                " from the topic"
+            )
+        return engine
+
+    def mark_corrupt(self, report: CorruptionReport) -> None:
+        """Answer no read from this copy any more, and leave a marker so a restart discards it.
+
+        Called with the lock held.
+        """
+        self.corruption = report
+        self._cache.clear()
+        try:
+            (self.path / CORRUPTION_MARKER).write_text(f"{report.detail}\n")
+        except OSError as exc:  # the volume may be failing too; the copy is replaced anyway
+            logger.warning('store "%s": cannot mark the copy at %s corrupt: %s', self.name, self.path, exc)
 
     def memory(self) -> MemoryUsage:
         return self.engine.memory(len(self._cache))
@@ -82,7 +133,7 @@ class Replica:
         if flush:
             try:
                 self.engine.flush()
-            except StoreWriteError as exc:  # as after a crash: the next start re-reads from the offsets
+            except (StoreWriteError, StoreReadError) as exc:  # as after a crash: re-read from the offsets
                 logger.warning('store "%s": closing without a final checkpoint: %s', self.name, exc)
         self.engine.close()
 

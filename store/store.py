@@ -12,8 +12,15 @@ from pathlib import Path
 from types import TracebackType
 
 from store.config import StoreConfig
+from store.corruption import (
+    FINDERS,
+    CorruptionReport,
+    FoundBy,
+    drop_engine_references,
+    log_corruption_found,
+)
 from store.engine import destroy
-from store.exceptions import StoreClosedError, StoreWriteError
+from store.exceptions import StoreClosedError, StoreReadError, StoreWriteError
 from store.listeners import ListenedCondition
 from store.lock import DirectoryLock
 from store.materializer import Materializer
@@ -28,6 +35,7 @@ from store.protocol import (
 from store.replica import Replica
 from store.restore_slots import PROCESS_RESTORE_SLOTS, RestoreSlots
 from store.state import StoreState
+from store.verifier import Verifier, VerifyStep
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +55,11 @@ class Store:
     store rebuilds into a second directory while readers keep the last good copy (the state is
     REBUILDING and ``status().stale`` is true); the rebuilt copy replaces it atomically once READY.
 
+    A read of a copy that fails for any reason but "not found" (corruption, I/O error), whether a
+    reader's, the materializer's or the background verifier's (``store.verifier``), marks that copy
+    corrupt: it answers no read any more (``view()`` raises ``StoreReadError``, ``corruption`` says
+    why) and a copy rebuilt from the topic replaces it, beside it if the store was READY.
+
     ``restore_slots`` limits how many stores bulk-restore at once (``store.restore_slots``); stores
     not given one share a process-wide limit of one.
     """
@@ -62,6 +75,8 @@ class Store:
         self._active_views = 0
         self._directory_lock = DirectoryLock(config.name, config.path)
         self._materializer: Materializer | None = None
+        self._verifier: Verifier | None = None
+        self._corruptions_found = 0
 
     @property
     def _db_path(self) -> Path:
@@ -88,10 +103,25 @@ class Store:
 
     @property
     def readable(self) -> bool:
-        """Whether reads get answers: READY, or REBUILDING while the last good copy is served."""
+        """Whether reads get answers: READY, or REBUILDING while the last good copy is served;
+        never while the served copy is corrupt."""
+        serving = self._serving
+        if serving is not None and serving.corruption is not None:
+            return False
         return self._state is StoreState.READY or (
-            self._state is StoreState.REBUILDING and self._serving is not self._writer
+            self._state is StoreState.REBUILDING and serving is not self._writer
         )
+
+    @property
+    def corruption(self) -> CorruptionReport | None:
+        """Why the served copy answers no read (corruption found in it), until a rebuilt copy replaces it."""
+        serving = self._serving
+        return serving.corruption if serving is not None else None
+
+    @property
+    def column_families(self) -> tuple[str, ...]:
+        serving = self._serving
+        return serving.engine.column_families if serving is not None else ()
 
     def start(self) -> None:
         """Lock and open the store directory and start materializing; returns at once."""
@@ -113,6 +143,9 @@ class Store:
             raise
         self._serving = self._writer = replica
         self._materializer = Materializer(self.config, self, self.writer_position, self._restore_slots)
+        tuning = self.config.tuning
+        if tuning.verify_interval_seconds > 0:
+            self._verifier = Verifier(self, tuning.verify_interval_seconds, tuning.verify_bytes_per_second)
         if replica is not None:
             logger.info(
                 'store "%s" opened at %s (topic "%s", stored position %s)',
@@ -122,9 +155,13 @@ class Store:
                 replica.position or "none: restoring from the earliest offsets",
             )
         self._materializer.start()
+        if self._verifier is not None:
+            self._verifier.start()
 
     def stop(self) -> None:
         """Stop materializing, flush, close the database and release the directory."""
+        if self._verifier is not None:
+            self._verifier.stop()
         if self._materializer is not None:
             self._materializer.stop()
         with self._changed:
@@ -187,6 +224,9 @@ class Store:
 
         With ``as_of``, every read answers as of exactly that position (the store must keep
         history, have reached the position, and still retain it).
+
+        Raises ``StoreReadError`` when the served copy is corrupt; a read that fails for any
+        reason but "not found" raises it too, and marks the copy corrupt.
         """
         with self._lock:
             serving = self._serving
@@ -194,16 +234,34 @@ class Store:
                 raise StoreClosedError(
                     f'store "{self.name}" is {self._state.value.lower()}; it cannot be read'
                 )
+            if serving.corruption is not None:
+                raise self._corrupt_copy_error(serving.corruption)
             reader = serving.reader(as_of)
             self._active_views += 1
         try:
             yield reader
+        except StoreReadError as exc:
+            drop_engine_references(exc)
+            self._found_corruption(serving, exc, "read")
+            raise
         finally:
             reader.release()
-            with self._changed:
-                self._active_views -= 1
-                if self._active_views == 0:
-                    self._changed.notify_all()
+            self._unpin()
+
+    def _unpin(self) -> None:
+        """A view (or a verification step) no longer holds the copy it read."""
+        with self._changed:
+            self._active_views -= 1
+            if self._active_views == 0:
+                self._changed.notify_all()
+
+    def _corrupt_copy_error(self, report: CorruptionReport) -> StoreReadError:
+        return StoreReadError(
+            f'store "{self.name}" found its copy corrupt ({report.detail}); it answers no read until a'
+            " copy rebuilt from the topic replaces it",
+            file=report.file,
+            engine_message=report.detail,
+        )
 
     def history_floor(self) -> Position | None:
         """The oldest position answered exactly ``as_of`` (None: no history yet)."""
@@ -265,7 +323,10 @@ class Store:
                 time.monotonic() - progress.last_contact if progress and progress.last_contact else None
             ),
             indexes=indexes,
-            stale=serving is not None and serving is not writer,
+            stale=serving is not None and serving is not writer and serving.corruption is None,
+            corruption=serving.corruption if serving is not None else None,
+            corruptions_found=self._corruptions_found,
+            verification_passes=self._verifier.passes if self._verifier is not None else 0,
         )
 
     # -- the materializer's side (MaterializerTarget) ---------------------------------------
@@ -355,14 +416,62 @@ class Store:
                 self._serving = self._writer = Replica(self.config, self._db_path, self._changed)
             self._state = StoreState.REBUILDING
             self._changed.notify_all()
+        if not keep_serving:
+            readers = "reads wait until it is READY"
+        elif serving is not None and serving.corruption is not None:
+            readers = "reads answer store-corrupt until it replaces the corrupt copy"
+        else:
+            readers = "reads are served from the last good copy until then (stale)"
         logger.warning(
-            'store "%s" is rebuilding from the earliest offsets (%s); %s',
-            self.name,
-            reason,
-            "reads are served from the last good copy until then (stale)"
-            if keep_serving
-            else "reads wait until it is READY",
+            'store "%s" is rebuilding from the earliest offsets (%s); %s', self.name, reason, readers
         )
+
+    def report_corruption(self, error: StoreReadError) -> None:
+        """The materializer's own read of the written copy failed (corruption, I/O error)."""
+        writer = self._writer
+        if writer is not None:
+            self._found_corruption(writer, error, "materializer")
+
+    def verify_step(self, family: str, start: bytes | None, max_entries: int) -> VerifyStep | None:
+        """Verify one page of the served copy (``store.verifier``); ``None`` if there is no healthy
+        copy to verify now. A failed read marks the copy corrupt."""
+        with self._lock:
+            replica = self._serving
+            if replica is None or replica.corruption is not None or self._state is StoreState.STOPPED:
+                return None
+            self._active_views += 1
+        try:
+            next_start, entries, size = replica.engine.verify_page(family, start, max_entries)
+        except StoreReadError as exc:
+            self._found_corruption(replica, exc, "verification")
+            return None
+        except StoreClosedError:
+            return None
+        finally:
+            self._unpin()
+        return VerifyStep(replica, next_start, entries, size)
+
+    def _found_corruption(self, replica: Replica, error: StoreReadError, found_by: FoundBy) -> None:
+        """Mark ``replica`` corrupt (once: later failures of the same copy change nothing), log it,
+        and have the materializer rebuild it if it is the copy being written."""
+        report = CorruptionReport(error.engine_message, error.file, found_by, time.time())
+        with self._changed:
+            if (
+                replica.corruption is not None
+                or self._state is StoreState.STOPPED
+                or (replica is not self._serving and replica is not self._writer)
+            ):
+                return
+            replica.mark_corrupt(report)
+            self._corruptions_found += 1
+            written = replica is self._writer
+            served = replica is self._serving
+            materializer = self._materializer
+            if written and materializer is not None:
+                # Asked with the copy marked, so the materializer never sees a marked copy without it.
+                materializer.request_rebuild(f"corruption found by {FINDERS[found_by]}: {report.detail}")
+            self._changed.notify_all()
+        log_corruption_found(self.name, replica.path, report, written=written, served=served)
 
     def writer_position(self) -> Position:
         """The position of the copy being written (none while a full volume keeps it closed)."""
@@ -435,7 +544,12 @@ class Store:
             if self._state is not StoreState.STOPPED:
                 self._state = StoreState.READY
             self._changed.notify_all()
-        logger.info('store "%s": the rebuilt copy replaced the stale one', self.name)
+        replaced = "corrupt" if old is not None and old.corruption is not None else "stale"
+        logger.info(
+            'store "%s": the rebuilt copy replaced the %s one; reads are answered from it',
+            self.name,
+            replaced,
+        )
 
     def _promote_rebuilt(self) -> None:
         destroy(self._db_path)

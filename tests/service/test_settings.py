@@ -33,13 +33,15 @@ stores:
     indexes:
       - {name: by_category, field: category}
     history: {retention_ms: 86400000}
-    engine: {block_cache_bytes: 1GiB, checkpoint_interval_seconds: 10, bulk_load_workers: 6}
+    engine: {verify_interval_seconds: 0, block_cache_bytes: 1GiB, checkpoint_interval_seconds: 10,
+             bulk_load_workers: 6}
   - name: customers
     topic: customers
 engine:
   block_cache_bytes: 128MiB
   write_buffer_bytes: 16777216
   read_cache_entries: 0
+  verify_bytes_per_second: 4MiB
   max_concurrent_bulk_restores: 2
 limits:
   max_batch_keys: 500
@@ -137,10 +139,18 @@ def test_engine_settings_apply_to_every_store_and_a_store_overrides_them(config_
     products, customers = (c.tuning for c in store_configs(load_settings(config_file)))
     default = EngineTuning()
     assert customers == dataclasses.replace(
-        default, block_cache_bytes=128 * 2**20, write_buffer_bytes=16 * 2**20, read_cache_entries=0
+        default,
+        block_cache_bytes=128 * 2**20,
+        write_buffer_bytes=16 * 2**20,
+        read_cache_entries=0,
+        verify_bytes_per_second=4 * 2**20,
     )
     assert products == dataclasses.replace(
-        customers, block_cache_bytes=2**30, checkpoint_interval_seconds=10, bulk_load_workers=6
+        customers,
+        block_cache_bytes=2**30,
+        checkpoint_interval_seconds=10,
+        bulk_load_workers=6,
+        verify_interval_seconds=0,
     )
     assert type(products.block_cache_bytes) is int
 
