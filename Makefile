@@ -4,7 +4,7 @@ VENV  ?= .venv
 PY    := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test browser lint typecheck bench constraints clean
+.PHONY: setup demo test browser lint typecheck spark-matrix bench constraints clean
 
 # uv from the PATH when there is one, else the one `make setup` installs into .venv: nothing is ever
 # installed into the system Python (which Debian and Ubuntu mark externally managed, PEP 668).
@@ -31,7 +31,7 @@ demo: $(STAMP)
 	$(VENV)/bin/statestore demo
 
 ## test: lint, type-check and run the whole test suite (what CI runs)
-test: $(STAMP) browser lint typecheck
+test: $(STAMP) browser lint typecheck spark-matrix
 	@# A test runs `make setup` with the distribution's own python3, which needs its venv module.
 	@/usr/bin/python3 -c 'import ensurepip, venv' 2>/dev/null || { apt-get update -qq && apt-get install -y -qq python3-venv; }
 	$(PY) -m pytest -q
@@ -39,6 +39,27 @@ test: $(STAMP) browser lint typecheck
 # The status page's tests drive a headless Chromium; install it and its driver when missing.
 browser:
 	@command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq chromium chromium-driver; }
+
+# The Spark client on PySpark 3.5 too: a venv with only statestore[spark-connect] and the test
+# runner (no server). PySpark 3.5's extras pin NumPy < 2, which pyarrow 26 and newer refuse.
+SPARK35_VENV := .venv-spark35
+SPARK35_PY   := $(SPARK35_VENV)/bin/python
+SPARK35_DEPS := -e '.[spark-connect]' 'pyspark[connect]==3.5.*' 'pyarrow<26' pytest pytest-timeout
+
+$(SPARK35_VENV)/.installed: pyproject.toml $(STAMP)
+	@test -x $(SPARK35_PY) || $(UV) venv --quiet --python python3 $(SPARK35_VENV)
+	$(UV) pip install --quiet --python $(SPARK35_PY) $(SPARK35_DEPS)
+	@touch $@
+
+# The Spark version matrix (tests/clients/spark_matrix) beyond what `pytest -q` runs (the newest
+# PySpark, classic): the newest on Spark Connect, and PySpark 3.5 classic and on Connect. The
+# service runs from the main venv ($(PY)); a run on Connect starts one Connect server.
+MATRIX := --confcutdir=tests/clients/spark_matrix tests/clients/spark_matrix
+spark-matrix: $(STAMP) $(SPARK35_VENV)/.installed
+	STATESTORE_TEST_SPARK_SESSION=connect $(PY) -m pytest -q $(MATRIX)
+	STATESTORE_SERVICE_PYTHON=$(abspath $(PY)) $(SPARK35_PY) -m pytest -q $(MATRIX)
+	STATESTORE_SERVICE_PYTHON=$(abspath $(PY)) STATESTORE_TEST_SPARK_SESSION=connect \
+	  $(SPARK35_PY) -m pytest -q $(MATRIX)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -58,4 +79,4 @@ constraints: $(STAMP)
 	  --custom-compile-command 'make constraints' --quiet -o deploy/constraints.txt
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) $(SPARK35_VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,4 +1,4 @@
-"""Spark lookup joins against the joins Spark users write today, measured side by side in one run.
+"""Spark lookup joins against the joins Spark users write today, side by side, on every PySpark.
 
 (a) ``lookup_join`` of N fact rows against a K-key products store, against a broadcast hash join of
     the same facts with the same products read from Parquet. Target: the lookup join's rows/s at
@@ -6,9 +6,13 @@
 (b) two chained lookups (products, then customers), against two sort-merge joins of the same data
     (``spark.sql.autoBroadcastJoinThreshold=-1``). Target: faster.
 
-The stores are real: topics on the embedded broker, materialized by ``statestore serve`` (the real
-RocksDB ``Store``) in its own process. Every join writes all its rows to Spark's ``noop`` sink;
-each contender runs once to warm up, then ``--rounds`` times, and the best round counts::
+Each PySpark interpreter (``--python``, default this one and the PySpark 3.5 venv ``make test``
+builds, if present) runs every contender on a classic ``local[2]`` session and on Spark Connect
+(a ``local[2]`` Connect server of this interpreter's Spark, started here), in
+``bench/spark_runner.py``. The stores are real: topics on the embedded broker, materialized by
+``statestore serve`` (the real RocksDB ``Store``) in its own process. Every join writes all its
+rows to Spark's ``noop`` sink; each contender runs once to warm up, then ``--rounds`` times, and
+the best round counts; ratios compare contenders of the same run::
 
     python -m bench spark --facts 1000000 --keys 100000 --rounds 3
 """
@@ -17,23 +21,22 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
-import random
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
-from clients.spark import lookup_join
 from service.local_broker import LocalBroker, free_port
+from tests.support.spark_session import start_connect_server
 
 PRODUCT_SCHEMA = "name string, price double, category string"
 CUSTOMER_SCHEMA = "name string, country string"
@@ -96,14 +99,31 @@ def _service(config: Path, port: int) -> Iterator[str]:
             process.kill()
 
 
-def _best_seconds(run: Callable[[], None], rounds: int) -> float:
-    run()  # warm-up: JIT, Python workers, file cache
-    times = []
-    for _ in range(rounds):
-        started = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - started)
-    return min(times)
+def _run(
+    python: str, url: str, connect: str | None, folder: Path, args: argparse.Namespace
+) -> dict[str, Any]:
+    command = [python, "-m", "bench.spark_runner", "--url", url, "--data", str(folder)]
+    command += ["--facts", str(args.facts), "--keys", str(args.keys), "--rounds", str(args.rounds)]
+    if connect:
+        command += ["--connect", connect]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def _print(result: dict[str, Any], facts: int) -> None:
+    print(f"\nPySpark {result['pyspark']}, {result['session']} session", flush=True)
+    for name in CONTENDERS:
+        print(f"  {name:<26} {result[name]:7.2f} s  {facts / result[name] / 1e6:6.2f} M rows/s")
+    ratio = result["broadcast hash join"] / result["lookup_join"]
+    speedup = result["two sort-merge joins"] / result["two chained lookup_joins"]
+    print(f"  lookup_join / broadcast join rows/s: {ratio:.0%} (target >= 30%)")
+    print(f"  two lookups vs two sort-merge joins: {speedup:.2f}x faster (target > 1)", flush=True)
+
+
+CONTENDERS = ("broadcast hash join", "lookup_join", "two chained lookup_joins", "two sort-merge joins")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -111,11 +131,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--facts", type=int, default=1_000_000, help="fact rows (purchases)")
     parser.add_argument("--keys", type=int, default=100_000, help="keys per dimension store")
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds per contender (best counts)")
+    spark35 = Path(".venv-spark35/bin/python")
+    parser.add_argument(
+        "--python", action="append", help="a PySpark interpreter to run (repeat; default: this one and "
+        f"{spark35} if it exists)",
+    )  # fmt: skip
+    parser.add_argument("--sessions", default="classic,connect", help="classic, connect or both")
     args = parser.parse_args(argv)
+    # Absolute, not resolved: a venv's python is a symlink to the base interpreter.
+    pythons = [os.path.abspath(p) for p in args.python or [sys.executable, *[spark35] * spark35.exists()]]
+    sessions = args.sessions.split(",")
 
     # Python workers must run this interpreter (the one with the clients' dependencies).
     os.environ["PYSPARK_PYTHON"] = sys.executable
-    results: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="spark-bench-") as tmp, LocalBroker() as broker:
         started = time.perf_counter()
         _produce(broker.bootstrap_servers, "bench-products", args.keys, b"p", _product)
@@ -130,88 +158,13 @@ def main(argv: list[str] | None = None) -> int:
         )
         with _service(config, free_port()) as url:
             print(f"stores ready after {time.perf_counter() - started:.1f} s", flush=True)
-            spark = (
-                SparkSession.builder.master("local[2]")
-                .appName("statestore-spark-bench")
-                .config("spark.ui.enabled", "false")
-                .config("spark.sql.shuffle.partitions", "2")
-                .config("spark.driver.memory", "2g")
-                .getOrCreate()
-            )
-            spark.sparkContext.setLogLevel("ERROR")
-            facts_path, products_path, customers_path = (
-                str(Path(tmp) / n) for n in ("facts", "products", "customers")
-            )
-            rng = random.Random(7)
-            seed = rng.randrange(1 << 30)
-            (
-                spark.range(args.facts, numPartitions=2)
-                .select(
-                    F.col("id").alias("purchase_id"),
-                    F.format_string("p%06d", (F.rand(seed) * args.keys).cast("int")).alias("product_id"),
-                    F.format_string("c%06d", (F.rand(seed + 1) * args.keys).cast("int")).alias("customer_id"),
-                    (F.col("id") % 5 + 1).alias("quantity"),
-                )
-                .write.parquet(facts_path)
-            )
-            products_rows = [
-                (f"p{i:06d}", f"product {i}", i % 997 + 0.99, f"c{i % 13}") for i in range(args.keys)
-            ]
-            spark.createDataFrame(products_rows, "product_id string, " + PRODUCT_SCHEMA).write.parquet(
-                products_path
-            )
-            countries = ["FR", "DE", "NL", "IT"]
-            customer_rows = [(f"c{i:06d}", f"customer {i}", countries[i % 4]) for i in range(args.keys)]
-            spark.createDataFrame(customer_rows, "customer_id string, " + CUSTOMER_SCHEMA).write.parquet(
-                customers_path
-            )
-
-            facts = spark.read.parquet(facts_path)
-            products = spark.read.parquet(products_path).withColumnRenamed("name", "product_name")
-            customers = spark.read.parquet(customers_path).withColumnRenamed("name", "customer_name")
-
-            def sink(df: DataFrame) -> Callable[[], None]:
-                return lambda: df.write.format("noop").mode("overwrite").save()
-
-            def one_lookup() -> DataFrame:
-                return lookup_join(
-                    facts,
-                    store="products",
-                    on="product_id",
-                    url=url,
-                    value_schema=PRODUCT_SCHEMA,
-                    prefix="product_",
-                )
-
-            def two_lookups() -> DataFrame:
-                return lookup_join(
-                    one_lookup(),
-                    store="customers",
-                    on="customer_id",
-                    url=url,
-                    value_schema=CUSTOMER_SCHEMA,
-                    prefix="customer_",
-                )
-
-            spark.conf.set("spark.sql.autoBroadcastJoinThreshold", str(64 * 1024 * 1024))
-            broadcast = facts.join(F.broadcast(products), "product_id", "left")
-            results["broadcast hash join"] = _best_seconds(sink(broadcast), args.rounds)
-            results["lookup_join"] = _best_seconds(sink(one_lookup()), args.rounds)
-            results["two chained lookup_joins"] = _best_seconds(sink(two_lookups()), args.rounds)
-            spark.conf.set("spark.sql.autoBroadcastJoinThreshold", "-1")
-            merge = facts.join(products, "product_id", "left").join(customers, "customer_id", "left")
-            if "SortMergeJoin" not in merge._jdf.queryExecution().executedPlan().toString():
-                raise RuntimeError("the baseline is not a sort-merge join")
-            results["two sort-merge joins"] = _best_seconds(sink(merge), args.rounds)
-            spark.stop()
-
+            connect = start_connect_server("local[2]", "2g") if "connect" in sessions else None
+            for python in pythons:
+                for kind in sessions:
+                    folder = Path(tmp) / "data"
+                    remote = connect if kind == "connect" else None
+                    _print(_run(python, url, remote, folder, args), args.facts)
     print(f"\n{args.facts:,} fact rows, {args.keys:,} keys per dimension, best of {args.rounds} rounds")
-    for name, seconds in results.items():
-        print(f"  {name:<26} {seconds:7.2f} s  {args.facts / seconds / 1e6:6.2f} M rows/s")
-    ratio = results["broadcast hash join"] / results["lookup_join"]
-    speedup = results["two sort-merge joins"] / results["two chained lookup_joins"]
-    print(f"  lookup_join / broadcast join rows/s: {ratio:.0%} (target >= 30%)")
-    print(f"  two lookups vs two sort-merge joins: {speedup:.2f}x faster (target > 1)")
     return 0
 
 

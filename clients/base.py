@@ -159,15 +159,26 @@ class BaseClient(ShardRouting, ABC, Generic[HttpT, TransportT, RowsT]):
 
     # -- streaming reads: the same method serves both flavours ------------------------------------
 
-    def scan(self, store: str, prefix: Key = "", *, page_size: int = 1000, **read: Unpack[ReadAt]) -> RowsT:
+    def scan(
+        self,
+        store: str,
+        prefix: Key = "",
+        *,
+        after: Key | None = None,
+        page_size: int = 1000,
+        **read: Unpack[ReadAt],
+    ) -> RowsT:
         """``(key, value)`` pairs whose key starts with ``prefix``, byte-ordered, across pages.
+
+        With ``after``, the scan starts strictly after that key (to resume a scan, or to read one
+        key range); pages are fetched only as the caller reaches them, so stopping early is cheap.
 
         Later pages demand at least the position of the first, so the scan never goes back in time;
         with ``as_of=`` every page reads exactly that position, so the whole scan is one version.
         Keys are ``str`` for a text prefix and ``bytes`` for a bytes prefix. ``deadline=`` bounds
         each page. An ``Iterator`` from the sync client, an ``AsyncIterator`` from the async one.
         """
-        return self._rows(self._scan_flow(store, prefix, page_size, read))
+        return self._rows(self._scan_flow(store, prefix, after, page_size, read))
 
     def index_lookup(
         self,
@@ -325,26 +336,31 @@ class BaseClient(ShardRouting, ABC, Generic[HttpT, TransportT, RowsT]):
         read: ReadAt,
         pager_of: Callable[[Sharding, int], Pager[Any]],
         key: Callable[[Any], Any],
+        after: Any = None,
     ) -> Flow[None]:
-        """Every item of a listing (``pager_of(sharding, shard)`` pages one shard), in key order."""
+        """Every item of a listing after cursor ``after`` (``pager_of(sharding, shard)`` pages one
+        shard), in key order."""
         min_position, _ = pinned_at(read)
         seconds = read.get("deadline")
         sharding = yield from self._routing_flow(store, self._deadline(seconds))
         if sharding.shards == 1:
             send = self._sender(seconds, self._target(0))
-            yield from pager_of(sharding, 0).every_page(send, None, floor_of(min_position))
+            yield from pager_of(sharding, 0).every_page(send, after, floor_of(min_position))
             return
         listings = [
             merging.Listing(
                 pager_of(sharding, shard),
                 self._sender(seconds, shard),
                 floor_of(sharding.part(min_position, shard)),
+                after,
             )
             for shard in range(sharding.shards)
         ]
         yield from merging.merged(listings, key)
 
-    def _scan_flow(self, store: str, prefix: Key, page_size: int, read: ReadAt) -> Flow[None]:
+    def _scan_flow(
+        self, store: str, prefix: Key, after: Key | None, page_size: int, read: ReadAt
+    ) -> Flow[None]:
         _, as_of = pinned_at(read)
         value_format = yield from self._value_format_flow(store)
         binary = isinstance(prefix, bytes)
@@ -364,7 +380,8 @@ class BaseClient(ShardRouting, ABC, Generic[HttpT, TransportT, RowsT]):
                 exact,
             )
 
-        yield from self._listing_flow(store, read, pager_of, lambda item: item[0])
+        cursor = None if after is None else wire.scan_cursor(after, binary)
+        yield from self._listing_flow(store, read, pager_of, lambda item: item[0], cursor)
 
     def _index_pager(
         self, store: str, index: str, value: str, page_size: int, as_of: PositionLike | None

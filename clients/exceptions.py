@@ -9,6 +9,7 @@ Hierarchy::
     ├── ValueDecodeError (also ValueError)      a stored value does not decode per the store's value format
     ├── SchemaMismatchError (also ValueError)   a Spark value schema that cannot apply to the store
     ├── ShardingError                           a sharded store the client cannot route to (URL, shards)
+    ├── UnsupportedSparkError                   what the installed PySpark version or session kind cannot do
     └── ProblemError                            the service answered an RFC 9457 problem
         ├── UnknownStoreError                   404 unknown-store
         ├── UnknownIndexError                   404 unknown-index
@@ -91,6 +92,10 @@ class SchemaMismatchError(StatestoreClientError, ValueError):
 
 class ShardingError(StatestoreClientError):
     """The store is sharded in a way this client cannot route to (e.g. its URL holds no ``{shard}``)."""
+
+
+class UnsupportedSparkError(StatestoreClientError):
+    """Something the installed PySpark version or the session kind cannot do; the message names both."""
 
 
 class ProblemError(StatestoreClientError):

@@ -29,6 +29,7 @@ class IndexMatches:
     keys: pa.Array
     values: pa.Array
     mismatched: int  # output rows whose stored value does not fit the value type (they hold null)
+    misfit: pa.BooleanArray  # which output rows those are
 
 
 class KnownMatches:
@@ -144,5 +145,11 @@ class IndexLookup:
         if how == "left":
             counts = pc.max_element_wise(counts, pa.scalar(1, pa.int64()))
         parents, matches = expand(counts, self.known.start.take(places))
-        misfits = pc.sum(pc.fill_null(self.known.misfit.take(matches), False)).as_py() or 0
-        return IndexMatches(parents, self.known.keys.take(matches), self.known.rows.take(matches), misfits)
+        misfit = pc.fill_null(self.known.misfit.take(matches), False)
+        return IndexMatches(
+            parents,
+            self.known.keys.take(matches),
+            self.known.rows.take(matches),
+            pc.sum(misfit).as_py() or 0,
+            misfit,
+        )

@@ -65,6 +65,7 @@ class LookupResult:
     values: pa.Array
     found: pa.BooleanArray
     mismatched: int  # rows whose stored value does not fit the value type (they hold null)
+    misfit: pa.BooleanArray  # which rows those are
 
 
 class KnownValues:
@@ -145,8 +146,8 @@ class Lookup:
             rows = pc.coalesce(rows, pc.add(pc.index_in(keys, value_set=missing), before))
         values = self.known.values.take(rows)
         found = pc.fill_null(self.known.found.take(rows), False)
-        mismatched = pc.sum(pc.fill_null(self.known.misfit.take(rows), False)).as_py() or 0
-        return LookupResult(values, found, mismatched)
+        misfit = pc.fill_null(self.known.misfit.take(rows), False)
+        return LookupResult(values, found, pc.sum(misfit).as_py() or 0, misfit)
 
 
 def decode(

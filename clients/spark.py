@@ -15,6 +15,14 @@ at least that position (``min_position``), so a job never sees data older than i
 position, so task retries, speculative tasks and reruns all read the same table (the store must keep
 history). The position is logged and kept in the new columns' metadata (see :func:`lookups`).
 
+The service URL and token can be set once per session in the Spark conf (``spark.statestore.url``,
+``spark.statestore.token`` or ``spark.statestore.authFile``); ``url=`` and ``token=`` override them.
+``on=`` is a column name or any Column expression (``F.concat_ws(":", "region", "id")``).
+:func:`read_store` reads a whole store as a DataFrame pinned at one position.
+
+Runs on PySpark 3.5 to the newest 4.x, on classic sessions and on Spark Connect (see
+:mod:`clients.spark_compat` for what differs).
+
 One-to-many lookups go through a store's index: ``lookup_join(tickers, store="positions",
 index="by_ticker", on="symbol", ...)`` gives one row per position of each ticker, with the
 position's key in column ``prefix + "key"``.
@@ -24,27 +32,35 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import warnings
-from typing import Any, Literal
+from typing import Literal
 
-from pyspark import SparkContext
 from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, functions
-from pyspark.sql.pandas.functions import ArrowUDFType, arrow_udf
 from pyspark.sql.types import BinaryType, BooleanType, StringType, StructField, StructType
 
 from clients.lookup import DEFAULT_CACHE_BYTES
 from clients.options import DEFAULT_BATCH_SIZE
 from clients.position import PositionLike
-from clients.spark_plan import LookupInfo, Plan, plan_lookup, planned_lookup
-from clients.spark_tasks import JoinStep, join_task, udf_task
+from clients.spark_compat import PYSPARK_VERSION, can_observe, is_connect, new_observation
+from clients.spark_plan import LookupInfo, plan_lookup, planned_lookup
+from clients.spark_read import read_store, register_data_source
+from clients.spark_tasks import JoinStep, join_task
+from clients.spark_udf import METADATA_KEY, LookupUDF, column_metadata, lookup_udf
 
 log = logging.getLogger("clients.spark")
 
-METADATA_KEY = "statestore"
-"""Column metadata key naming the lookup that produced a column (see :func:`lookups`)."""
+__all__ = [
+    "METADATA_KEY",
+    "LookupInfo",
+    "LookupUDF",
+    "lookup_join",
+    "lookup_udf",
+    "lookups",
+    "read_store",
+    "register_data_source",
+]
 
-__all__ = ["LookupInfo", "LookupUDF", "lookup_join", "lookup_udf", "lookups"]
+_HIDDEN_FLAG = "__statestore_misfit_"
 
 
 def lookups(df: DataFrame) -> list[LookupInfo]:
@@ -72,22 +88,12 @@ def _key_column(df: DataFrame, on: str | Column, text: bool = False) -> Column:
     return column.cast("string")
 
 
-def _metadata(info: LookupInfo) -> dict[str, Any]:
-    """What the new columns' metadata says about their lookup (the position, and whether exact)."""
-    described: dict[str, Any] = {"lookup_id": info.lookup_id, "store": info.store, "position": info.position}
-    if info.exact:
-        described["as_of"] = info.position
-    if info.index is not None:
-        described["index"] = info.index
-    return {METADATA_KEY: described}
-
-
 def lookup_join(
     df: DataFrame,
     *,
     store: str,
     on: str | Column,
-    url: str,
+    url: str | None = None,
     how: Literal["left", "inner"] = "left",
     value_schema: str | StructType | None = None,
     prefix: str = "",
@@ -101,6 +107,7 @@ def lookup_join(
     index: str | None = None,
     key_column: str = "key",
     binary_keys: bool = False,
+    misfit_column: str | None = None,
     timeout: float = 30.0,
     deadline: float = 300.0,
     planning_deadline: float = 10.0,
@@ -108,12 +115,18 @@ def lookup_join(
 ) -> DataFrame:
     """``df`` with the values of ``store`` for key ``on`` appended, looked up by the executors.
 
+    ``on`` is a column name or a Column expression (``F.concat_ws(":", "region", "id")``). ``url``
+    and ``token`` default to the session's ``spark.statestore.url`` / ``spark.statestore.token``
+    (or ``spark.statestore.authFile``).
+
     For a JSON store with ``value_schema`` (a DDL string or ``StructType``) each field becomes a
     column named ``prefix + field``; otherwise one column ``prefix + value_column`` (binary for
     bytes stores, string for string and JSON stores). ``how="left"`` keeps every row (nulls for
     absent and null keys); ``"inner"`` drops them. Values that do not fit ``value_schema`` become
-    null and are counted (:func:`lookups`). Raises on the driver, before any job runs, when the
-    service is unreachable, the store unknown or the schema unusable.
+    null and are counted (:func:`lookups`: an accumulator on classic sessions, ``observe`` metrics
+    under Spark Connect); ``misfit_column=`` adds a boolean column marking those rows. Raises on the
+    driver, before any job runs, when the service is unreachable, the store unknown or the schema
+    unusable.
 
     With ``index=`` the lookup is one-to-many: ``on`` holds the indexed value (compared as text), each
     row is repeated once per store row whose indexed field equals it, with that row's key in column
@@ -126,6 +139,8 @@ def lookup_join(
     """
     if how not in ("left", "inner"):
         raise ValueError(f'how must be "left" or "inner", got {how!r}')
+    connect = is_connect(df)
+    observed = connect and can_observe(df)
     plan = plan_lookup(
         store=store,
         url=url,
@@ -141,9 +156,11 @@ def lookup_join(
         deadline=deadline,
         planning_deadline=planning_deadline,
         cache_bytes=cache_bytes,
-        spark_context=df.sparkSession.sparkContext,
+        session=df.sparkSession,
+        observations=[] if observed else None,
+        uncounted=None if observed else _uncounted_join(),
     )
-    metadata = _metadata(plan.info)
+    metadata = column_metadata(plan.info)
     added: list[StructField] = []
     if index is not None:
         row_key_type = BinaryType() if binary_keys else StringType()
@@ -152,109 +169,73 @@ def lookup_join(
         added += [StructField(prefix + f.name, f.dataType, True, metadata) for f in plan.value_type.fields]
     else:
         added.append(StructField(prefix + value_column, plan.value_type, True, metadata))
+    flag_name = misfit_column or (_HIDDEN_FLAG + plan.info.lookup_id if observed else None)
+    if flag_name is not None:
+        added.append(StructField(flag_name, BooleanType(), True, metadata))
     clashes = sorted(set(df.columns) & {f.name for f in added})
     if clashes:
         raise ValueError(
             f"lookup columns {clashes} already exist in the DataFrame; pass prefix= (e.g. prefix='{store}_')"
         )
     key_name = f"__statestore_key_{plan.info.lookup_id[:12]}"
-    chain: _Chain | None = getattr(df, _CHAIN_ATTRIBUTE, None)
+    chain: _Chain | None = df.__dict__.get(_CHAIN_ATTRIBUTE)
     if chain is not None:
         try:
             keyed = chain.keyed.withColumn(key_name, _key_column(chain.keyed, on, index is not None))
         except AnalysisException:  # the key needs a column an earlier lookup adds: a pass of its own
             chain = None
     if chain is None:
-        chain = _Chain(df, df, ())
+        chain = _Chain(df, df, (), (), (), tuple(df.schema.fields))
         keyed = df.withColumn(key_name, _key_column(df, on, index is not None))
-    step = JoinStep(plan.spec, len(keyed.columns) - 1, how, plan.info.mismatch_counter, binary_keys)
+    counter = plan.info.mismatch_counter
+    step = JoinStep(plan.spec, len(keyed.columns) - 1, how, counter, binary_keys, flag_name is not None)
     steps = (*chain.steps, step)
-    schema = StructType(list(df.schema.fields) + added)
+    infos = (*chain.infos, plan.info)
+    flags = (*chain.flags, flag_name)
+    fields = (*chain.fields, *added)
+    schema = StructType(list(fields))
     result = keyed.mapInArrow(join_task(steps, len(chain.base.columns), schema.fieldNames()), schema)
+    result = _observed(result, infos, flags) if observed else result
     # A lookup_join of this result joins the same pass instead of adding one.
-    setattr(result, _CHAIN_ATTRIBUTE, _Chain(chain.base, keyed, steps))
+    result.__dict__[_CHAIN_ATTRIBUTE] = _Chain(chain.base, keyed, steps, infos, flags, fields)
     return result
+
+
+def _uncounted_join() -> str:
+    return (
+        "under Spark Connect a lookup counts values that do not fit value_schema with "
+        f"DataFrame.observe, which the PySpark {'.'.join(map(str, PYSPARK_VERSION))} Connect client "
+        "lacks (it needs 4.0): pass misfit_column='...' to lookup_join and count the rows it marks"
+    )
+
+
+def _observed(result: DataFrame, infos: tuple[LookupInfo, ...], flags: tuple[str | None, ...]) -> DataFrame:
+    """``result`` counting each lookup's misfits in one observation, without the hidden flag columns."""
+    observation = new_observation()
+    metrics = [
+        functions.sum(functions.col(flag).cast("long")).alias(info.lookup_id)
+        for info, flag in zip(infos, flags, strict=True)
+        if flag is not None
+    ]
+    result = result.observe(observation, *metrics)
+    for info, flag in zip(infos, flags, strict=True):
+        if flag is not None and info.observations is not None:
+            info.observations.append(observation)
+    hidden = [flag for flag in flags if flag is not None and flag.startswith(_HIDDEN_FLAG)]
+    return result.drop(*hidden) if hidden else result
 
 
 @dataclasses.dataclass(frozen=True)
 class _Chain:
-    """Lookups fused into one task function: the DataFrame before them, with every step's key column."""
+    """Lookups fused into one task function: the DataFrame before them, with every step's key column,
+    and every column the task outputs (hidden misfit flags included)."""
 
     base: DataFrame
     keyed: DataFrame
     steps: tuple[JoinStep, ...]
+    infos: tuple[LookupInfo, ...]
+    flags: tuple[str | None, ...]  # each step's misfit flag column, if it has one
+    fields: tuple[StructField, ...]
 
 
 _CHAIN_ATTRIBUTE = "_statestore_lookup_chain"
-
-
-class LookupUDF:
-    """A vectorized (Arrow) UDF looking a key column up in one store: ``products(col("product_id"))``.
-
-    The result is a struct column (JSON store with ``value_schema``), else binary or string.
-    """
-
-    def __init__(self, plan: Plan) -> None:
-        self.info = plan.info
-        self.return_type = plan.value_type
-        run = udf_task(plan.spec, plan.info.mismatch_counter)
-        # pyspark's overloads do not admit struct return types for iterator UDFs, which work.
-        task: Any = run
-        return_type: Any = plan.value_type
-        with warnings.catch_warnings():
-            # Type hints cannot name the return type here; the explicit UDF type is deliberate.
-            warnings.simplefilter("ignore", UserWarning)
-            self._udf = arrow_udf(task, returnType=return_type, functionType=ArrowUDFType.SCALAR_ITER)
-
-    @property
-    def position(self) -> str:
-        """The position every lookup of this UDF demands (or reads exactly, when consistent)."""
-        return self.info.position
-
-    def __call__(self, key: str | Column) -> Column:
-        column = functions.col(key) if isinstance(key, str) else key
-        return self._udf(column).alias(f"{self.info.store}_lookup", metadata=_metadata(self.info))
-
-
-def lookup_udf(
-    *,
-    store: str,
-    url: str,
-    value_schema: str | StructType | None = None,
-    batch_size: int = DEFAULT_BATCH_SIZE,
-    token: str | None = None,
-    verify: bool | str = True,
-    min_position: PositionLike | None = None,
-    consistent: bool = False,
-    as_of: PositionLike | None = None,
-    timeout: float = 30.0,
-    deadline: float = 300.0,
-    planning_deadline: float = 10.0,
-    cache_bytes: int = DEFAULT_CACHE_BYTES,
-) -> LookupUDF:
-    """A lookup UDF for ``store``, planned now on the driver (same checks and pinning as ``lookup_join``).
-
-    Needs an active SparkSession.
-    """
-    spark_context = SparkContext._active_spark_context
-    if spark_context is None:
-        raise RuntimeError("lookup_udf needs an active SparkSession: create one before planning lookups")
-    return LookupUDF(
-        plan_lookup(
-            store=store,
-            url=url,
-            value_schema=value_schema,
-            token=token,
-            verify=verify,
-            min_position=min_position,
-            consistent=consistent,
-            as_of=as_of,
-            index=None,
-            batch_size=batch_size,
-            timeout=timeout,
-            deadline=deadline,
-            planning_deadline=planning_deadline,
-            cache_bytes=cache_bytes,
-            spark_context=spark_context,
-        )
-    )

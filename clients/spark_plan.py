@@ -11,24 +11,73 @@ import json
 import logging
 import threading
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from pyspark import Accumulator, SparkContext
+from pyspark.sql import SparkSession
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BinaryType, DataType, StringType, StructType
 
 from clients.client import StatestoreClient
-from clients.exceptions import SchemaMismatchError, StatestoreClientError
+from clients.exceptions import (
+    SchemaMismatchError,
+    StatestoreClientError,
+    UnauthorizedError,
+    UnsupportedSparkError,
+)
 from clients.lookup import LookupSpec, decode_json
 from clients.options import ClientOptions, Verify
 from clients.position import Position, PositionLike
 from clients.retry import RetryPolicy
+from clients.spark_compat import Counter, conf_value, is_connect, new_counter, parse_struct
 
 log = logging.getLogger("clients.spark")
 
 SAMPLE_SIZE = 20
 """Values read on the driver to check that ``value_schema`` fits the store at all."""
+
+URL_CONF = "spark.statestore.url"
+TOKEN_CONF = "spark.statestore.token"
+TOKEN_FILE_CONF = "spark.statestore.authFile"
+"""Spark conf keys whose values are the defaults of every lookup and read of the session.
+
+The token file's key holds no "token": Spark Connect hides from its clients every conf whose key
+or value matches ``spark.redaction.regex`` (secret, password, token, ...), so under Connect
+``spark.statestore.token`` cannot be read back; the file works when its path does not say "token"
+either (e.g. ``/etc/statestore/auth``).
+"""
+
+
+UNREADABLE_TOKEN = (
+    f"under Spark Connect the server hides {TOKEN_CONF} from clients (every conf whose key or value "
+    f"says token, secret or password): set {TOKEN_FILE_CONF} to a file holding the token, at a path "
+    "without those words, or pass token="
+)
+
+
+def connection(session: SparkSession, url: str | None, token: str | None) -> tuple[str, str | None]:
+    """The service URL and token of a call: the arguments, else the session's Spark conf.
+
+    ``url=`` overrides ``spark.statestore.url``; ``token=`` overrides ``spark.statestore.token``,
+    which overrides ``spark.statestore.authFile`` (a file holding the token, read on the driver;
+    under Spark Connect the only one of the two the server lets a client read).
+    """
+    url = url or conf_value(session, URL_CONF)
+    if not url:
+        raise ValueError(f"no statestore URL: pass url= or set {URL_CONF} in the Spark conf")
+    if token is None:
+        token = conf_value(session, TOKEN_CONF)
+    if token is None:
+        token_file = conf_value(session, TOKEN_FILE_CONF)
+        if token_file is not None:
+            try:
+                token = Path(token_file).read_text(encoding="utf-8").strip()
+            except OSError as exc:
+                raise ValueError(
+                    f"{TOKEN_FILE_CONF} names {token_file!r}, which cannot be read on the driver: {exc}"
+                ) from exc
+    return url, token
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,18 +89,28 @@ class LookupInfo:
     url: str
     position: str
     value_format: str
-    mismatch_counter: Accumulator[int] = dataclasses.field(repr=False, compare=False)
+    mismatch_counter: Counter | None = dataclasses.field(repr=False, compare=False)
     exact: bool = False  # every read is as_of ``position``: rerun with as_of=position to reproduce
     index: str | None = None  # the index a one-to-many lookup goes through
+    # Spark Connect (no accumulators): the observations whose metric ``lookup_id`` counts misfits,
+    # or ``None`` when nothing can count them (the reason is ``uncounted``).
+    observations: list[Any] | None = dataclasses.field(default=None, repr=False, compare=False)
+    uncounted: str | None = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
     def mismatched_values(self) -> int:
         """Rows whose value did not fit ``value_schema`` (null instead), counted after an action.
 
-        Like every Spark accumulator it counts each time the rows are computed: a second action on
-        an uncached DataFrame counts its rows again.
+        On a classic session an accumulator counts them, each time the rows are computed: a second
+        action on an uncached DataFrame counts its rows again. Under Spark Connect (no accumulators)
+        ``DataFrame.observe`` metrics count them, for the first action on each DataFrame the lookup
+        produced; where that cannot work an ``UnsupportedSparkError`` says what to use instead.
         """
-        return int(self.mismatch_counter.value)
+        if self.mismatch_counter is not None:
+            return int(self.mismatch_counter.value)
+        if self.observations is None:
+            raise UnsupportedSparkError(self.uncounted or "this lookup cannot count misfits")
+        return sum(int(observation.get.get(self.lookup_id) or 0) for observation in self.observations)
 
 
 _planned: dict[str, LookupInfo] = {}
@@ -64,18 +123,10 @@ def planned_lookup(lookup_id: str) -> LookupInfo | None:
         return _planned.get(lookup_id)
 
 
-def value_schema_of(value_schema: str | StructType) -> StructType:
+def value_schema_of(session: SparkSession, value_schema: str | StructType) -> StructType:
     if isinstance(value_schema, StructType):
         return value_schema
-    try:
-        parsed = StructType.fromDDL(value_schema)
-    except Exception as exc:  # Spark raises parse errors of several JVM-backed types
-        raise SchemaMismatchError(
-            f"value_schema {value_schema!r} is not a Spark DDL struct, e.g. 'name string, price double'"
-        ) from exc
-    if not isinstance(parsed, StructType):
-        raise SchemaMismatchError(f"value_schema {value_schema!r} must describe a struct of fields")
-    return parsed
+    return parse_struct(session, value_schema)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,7 +166,7 @@ def _check_sample(client: StatestoreClient, spec: LookupSpec, schema: StructType
 def plan_lookup(
     *,
     store: str,
-    url: str,
+    url: str | None,
     value_schema: str | StructType | None,
     token: str | None,
     verify: Verify,
@@ -128,15 +179,19 @@ def plan_lookup(
     deadline: float,
     planning_deadline: float,
     cache_bytes: int,
-    spark_context: SparkContext,
+    session: SparkSession,
+    observations: list[Any] | None = None,
+    uncounted: str | None = None,
 ) -> Plan:
     """Driver side of a lookup: check the store, pin its position, fix the output type.
 
     ``consistent`` (or an explicit ``as_of``) makes every read exactly as of the pinned position, so
     task retries and reruns read the same table; otherwise reads demand at least that position.
+    ``url`` and ``token`` default to the session's Spark conf (see :func:`connection`).
     """
     if as_of is not None and min_position is not None:
         raise ValueError("pass as_of= or min_position=, not both: as_of pins the exact position")
+    url, token = connection(session, url, token)
     exact = consistent or as_of is not None
     if isinstance(verify, bool | str):
         options = ClientOptions(
@@ -162,6 +217,8 @@ def plan_lookup(
             exc.add_note(
                 f"statestore lookup of store {store!r} at {url}: checked on the driver before planning"
             )
+            if isinstance(exc, UnauthorizedError) and token is None and is_connect(session):
+                exc.add_note(UNREADABLE_TOKEN)
             raise
         if as_of is not None:
             position = Position.of(as_of)
@@ -173,7 +230,7 @@ def plan_lookup(
             raise SchemaMismatchError(
                 f"store {store!r} holds {info.value_format} values; indexes exist on JSON stores only"
             )
-        schema = value_schema_of(value_schema) if value_schema is not None else None
+        schema = value_schema_of(session, value_schema) if value_schema is not None else None
         if schema is not None and info.value_format != "json":
             raise SchemaMismatchError(
                 f"store {store!r} holds {info.value_format} values; value_schema applies to JSON stores only:"
@@ -188,9 +245,11 @@ def plan_lookup(
             _check_sample(client, spec, schema)
     value_type: DataType = schema or (BinaryType() if info.value_format == "bytes" else StringType())
     lookup_id = uuid.uuid4().hex
+    counter = new_counter(session)
     planned = LookupInfo(
-        lookup_id, store, url, str(position), info.value_format, spark_context.accumulator(0), exact, index
-    )
+        lookup_id, store, url, str(position), info.value_format, counter, exact, index,
+        observations if counter is None else None, uncounted,
+    )  # fmt: skip
     with _planned_lock:
         _planned[lookup_id] = planned
     through = f" through index {index!r}" if index is not None else ""

@@ -34,18 +34,24 @@ class Counter(Protocol):
 
 @dataclasses.dataclass(frozen=True)
 class JoinStep:
-    """One lookup of a (possibly chained) join: its spec, key column, join kind and misfit counter."""
+    """One lookup of a (possibly chained) join: its spec, key column, join kind and misfit counter.
+
+    Without an accumulator (Spark Connect has none) the misfits are only logged here; with ``flag``
+    the step also appends, after its values, a boolean column saying which rows' values did not fit.
+    """
 
     spec: LookupSpec
     key_index: int  # of the key column in the task's input batches
     how: str  # "left" or "inner"
-    counter: Counter
+    counter: Counter | None
     binary_row_keys: bool = False  # index steps: matched row keys as binary, else as UTF-8 text
+    flag: bool = False
 
 
-def count_misfits(counter: Counter, store: str, count: int) -> None:
+def count_misfits(counter: Counter | None, store: str, count: int) -> None:
     if count:
-        counter.add(count)
+        if counter is not None:
+            counter.add(count)
         log.warning("%d value(s) of store %r do not fit value_schema; they are null", count, store)
 
 
@@ -113,10 +119,14 @@ def join_task(
                         count_misfits(step.counter, step.spec.store, matches.mismatched)
                         columns.append(row_keys)
                         columns.extend(_typed_columns(matches.values, step.spec))
+                        if step.flag:
+                            columns.append(pc.or_(matches.misfit, bad_keys))
                         continue
                     result = lookup.lookup(keys[number])
                     count_misfits(step.counter, step.spec.store, result.mismatched)
                     columns.extend(_typed_columns(result.values, step.spec))
+                    if step.flag:
+                        columns.append(result.misfit)
                     if step.how == "inner":
                         columns = [column.filter(result.found) for column in columns]
                         keys = [key.filter(result.found) for key in keys]
@@ -125,7 +135,7 @@ def join_task(
     return run
 
 
-def udf_task(spec: LookupSpec, counter: Counter) -> Callable[[Iterator[pa.Array]], Iterator[pa.Array]]:
+def udf_task(spec: LookupSpec, counter: Counter | None) -> Callable[[Iterator[pa.Array]], Iterator[pa.Array]]:
     """The iterator UDF function: one answer per input batch, looked up in groups of batches."""
 
     def answer(lookup: Lookup, group: list[pa.Array]) -> Iterator[pa.Array]:

@@ -275,6 +275,13 @@ def decode_json_member(value: Any, value_format: ValueFormat) -> Any:
         raise UnexpectedResponseError(f"a bytes value in a JSON answer is not base64: {exc}") from exc
 
 
+def scan_cursor(key: Key, binary: bool) -> str:
+    """The scan cursor that starts a scan after ``key`` (what ``decode_scan_key`` reads back)."""
+    if binary:
+        return base64.b64encode(key_bytes(key)).decode("ascii")
+    return key if isinstance(key, str) else key.decode("utf-8")
+
+
 def decode_scan_key(key: str, binary: bool) -> Key:
     if not binary:
         return key

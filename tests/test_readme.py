@@ -50,6 +50,9 @@ PRINTS: dict[str, list[tuple[str, ...]]] = {
         ("o-1", "p-1", "c-1", "Pen", "1.5", "Ada", "DE"),
         ("o-2", "p-2", "c-2", "Notebook", "4.0", "Bruno", "FR"),
         ("AAPL", "acct-2/AAPL", "acct-2", "5"),
+        ("1", "2", "Pen", "1.5"),
+        ("2", "1", "{Notebook, 4.0}"),
+        ("AAPL", "Apple Inc."),
     ],
     "from store import Store, StoreConfig": [('b\'{"name": "Pen", "unit_price": 1.5}\'',)],
 }

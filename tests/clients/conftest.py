@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -20,6 +18,7 @@ from service.app import create_app
 from service.settings import Settings
 from store import InMemoryStore, ServableStore
 from tests.support.server import serve_app
+from tests.support.spark_session import classic_session
 
 ServeStores = Callable[..., str]
 
@@ -83,24 +82,8 @@ def products_store() -> InMemoryStore:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
-    """One local[2] SparkSession for every Spark test: small shuffles, no UI.
-
-    ``local[2,4]``: a failed task is retried (up to 4 attempts) as on a cluster, which the
-    consistency tests rely on; plain ``local[2]`` fails the job at the first task failure.
-    """
-    # Python workers must run this interpreter (the one with httpx and pyarrow), not the system one.
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    session = (
-        SparkSession.builder.master("local[2,4]")
-        .appName("statestore-client-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config("spark.driver.memory", "1g")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
+    """One local[2,4] SparkSession for every Spark test (see :func:`classic_session`)."""
+    session = classic_session()
     yield session
     session.stop()
 

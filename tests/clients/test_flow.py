@@ -202,7 +202,7 @@ def test_scan_pages_on_from_the_cursor_and_never_reads_older_than_a_page_it_saw(
         {None: (["a"], "a", "0:5,1:2"), "a": (["b", "c"], "c", "0:4,1:7"), "c": ([], None, None)}
     )
     with StatestoreClient(URL) as client:
-        script.run(client._scan_flow("s", "", 2, {"min_position": "0:3"}))
+        script.run(client._scan_flow("s", "", None, 2, {"min_position": "0:3"}))
     pages = [a.params for a in script.attempts[1:]]
     assert [p.get("after") for p in pages] == [None, "a", "c"]
     assert [p.get("min_position") for p in pages] == ["0:3", "0:5,1:2", "0:5,1:7"]
@@ -212,11 +212,22 @@ def test_scan_pages_on_from_the_cursor_and_never_reads_older_than_a_page_it_saw(
 def test_an_exact_scan_reads_every_page_as_of_the_same_position() -> None:
     script = scan_pages({None: (["a"], "a", "0:9"), "a": (["b"], None, "0:9")})
     with StatestoreClient(URL) as client:
-        script.run(client._scan_flow("s", "", 1, {"as_of": "0:9"}))
+        script.run(client._scan_flow("s", "", None, 1, {"as_of": "0:9"}))
     assert [(a.params.get("as_of"), a.params.get("min_position")) for a in script.attempts[1:]] == [
         ("0:9", None),
         ("0:9", None),
     ]
+
+
+def test_a_scan_after_a_key_starts_from_that_key_as_the_service_encodes_it() -> None:
+    script = scan_pages({"b": (["c"], None, "0:9")})
+    with StatestoreClient(URL) as client:
+        script.run(client._scan_flow("s", "", "b", 10, {}))
+        binary = Script(lambda attempt: httpx.Response(200, json={"items": [], "next_after": None}))
+        binary.run(client._scan_flow("s", b"\x00", b"\x00\xff", 10, {}))
+    assert [a.params.get("after") for a in script.attempts[1:]] == ["b"]
+    assert script.items == [("c", {"k": "c"})]
+    assert binary.attempts[0].params["after"] == "AP8="  # base64 of the key, as binary keys travel
 
 
 def test_index_arrow_pages_on_a_value_beyond_the_batch_at_the_batch_position() -> None:

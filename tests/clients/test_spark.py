@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Iterator
@@ -13,41 +12,26 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from clients import StatestoreClient
 from clients import exceptions as e
 from clients.spark import lookup_join, lookup_udf, lookups
 from service.local_broker import LocalBroker, free_port
 from tests.clients.conftest import real_service
+from tests.clients.shop import (
+    BAD_PRODUCTS,
+    BLOBS,
+    CUSTOMER_SCHEMA,
+    CUSTOMERS,
+    PRODUCT_SCHEMA,
+    PRODUCTS,
+    TOMBSTONED_CUSTOMERS,
+    TOMBSTONED_PRODUCTS,
+    as_rows,
+    dimension_records,
+    expected_invoices,
+    live_product,
+    purchases_frame,
+)
 from tests.support.kafka import create_topic, produce, unique_topic
-
-PRODUCT_SCHEMA = "name string, price double, category string"
-CUSTOMER_SCHEMA = "name string, country string"
-
-
-def product(i: int) -> dict[str, object]:
-    return {"name": f"product {i}", "price": round(i * 1.25, 2), "category": f"cat{i % 4}", "unused": [i]}
-
-
-def customer(i: int) -> dict[str, object]:
-    return {"name": f"customer {i}", "country": ["FR", "DE", "NL"][i % 3]}
-
-
-PRODUCTS = {f"p{i:03d}": product(i) for i in range(200)}
-TOMBSTONED_PRODUCTS = [f"p{i:03d}" for i in range(180, 200)]
-CUSTOMERS = {f"c{i:02d}": customer(i) for i in range(50)}
-TOMBSTONED_CUSTOMERS = ["c48", "c49"]
-BLOBS = {b"\x00\xff" + bytes([i]): bytes([i]) * 4 for i in range(30)}
-BAD_PRODUCTS = {"bad1": {"name": 42, "price": "n/a"}, "bad2": [1, 2, 3]}
-
-
-def dimension_records(
-    rows: dict[str, object], tombstoned: list[str]
-) -> list[tuple[bytes | None, bytes | None]]:
-    records: list[tuple[bytes | None, bytes | None]] = [
-        (k.encode(), json.dumps(v).encode()) for k, v in rows.items()
-    ]
-    records += [(k.encode(), None) for k in tombstoned]
-    return records
 
 
 @pytest.fixture(scope="module")
@@ -72,42 +56,6 @@ def service(broker: LocalBroker, tmp_path_factory: pytest.TempPathFactory) -> It
         yield url
 
 
-def purchases_frame(rows: int = 3000) -> pd.DataFrame:
-    """Purchases referencing present, absent (p2xx, c5x), tombstoned and null keys."""
-    return pd.DataFrame(
-        {
-            "purchase_id": range(rows),
-            "product_id": [None if i % 97 == 0 else f"p{(i * 7) % 230:03d}" for i in range(rows)],
-            "customer_id": [None if i % 89 == 0 else f"c{(i * 3) % 55:02d}" for i in range(rows)],
-            "quantity": [1 + i % 5 for i in range(rows)],
-        }
-    )
-
-
-def dimension_frame(
-    rows: dict[str, object], tombstoned: list[str], key: str, prefix: str, fields: list[str]
-) -> pd.DataFrame:
-    live = {k: v for k, v in rows.items() if k not in tombstoned}
-    return pd.DataFrame(
-        {key: list(live), **{prefix + f: [v[f] for v in live.values()] for f in fields}}  # type: ignore[index]
-    )
-
-
-def expected_invoices(purchases: pd.DataFrame, how: str) -> pd.DataFrame:
-    products = dimension_frame(
-        PRODUCTS, TOMBSTONED_PRODUCTS, "product_id", "product_", ["name", "price", "category"]
-    )
-    customers = dimension_frame(
-        CUSTOMERS, TOMBSTONED_CUSTOMERS, "customer_id", "customer_", ["name", "country"]
-    )
-    merged = purchases.merge(products, on="product_id", how=how).merge(customers, on="customer_id", how=how)
-    return merged.sort_values("purchase_id").reset_index(drop=True)
-
-
-def as_rows(frame: pd.DataFrame) -> list[tuple[object, ...]]:
-    return [tuple(None if pd.isna(v) else v for v in row) for row in frame.itertuples(index=False)]
-
-
 def invoices(spark: SparkSession, url: str, purchases: pd.DataFrame, how: str) -> DataFrame:
     df = spark.createDataFrame(purchases).repartition(2)
     with_products = lookup_join(
@@ -128,26 +76,6 @@ def invoices(spark: SparkSession, url: str, purchases: pd.DataFrame, how: str) -
         value_schema=CUSTOMER_SCHEMA,
         prefix="customer_",
     )
-
-
-def test_invoice_example_matches_a_pandas_merge_without_any_shuffle(
-    spark: SparkSession, service: str
-) -> None:
-    purchases = purchases_frame()
-    result = invoices(spark, service, purchases, "left")
-    plan = result._jdf.queryExecution().executedPlan().toString()
-    assert plan.count("MapInArrow") == 1  # chained lookups share one pass
-    assert plan.count("Exchange") == 1  # the input's own repartition(2), nothing more
-    got = result.toPandas().sort_values("purchase_id").reset_index(drop=True)
-    expected = expected_invoices(purchases, "left")
-    assert list(got.columns) == list(expected.columns)
-    assert as_rows(got) == as_rows(expected)
-    with StatestoreClient(service) as client:
-        pinned = {info.store: info.position for info in lookups(result)}
-        assert pinned == {
-            "products": str(client.position("products")),
-            "customers": str(client.position("customers")),
-        }
 
 
 def test_no_exchange_is_added_by_two_chained_lookups(spark: SparkSession, service: str) -> None:
@@ -213,38 +141,7 @@ def test_binary_keys_give_binary_values_and_the_udf_matches_the_join(
         spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
     assert len(rows) == 41
     for row in rows:
-        live = (
-            row.product_id is not None
-            and row.product_id in PRODUCTS
-            and row.product_id not in TOMBSTONED_PRODUCTS
-        )
-        expected = {f: PRODUCTS[row.product_id][f] for f in ("name", "price", "category")} if live else None  # type: ignore[index]
-        assert (row.product.asDict() if row.product is not None else None) == expected
-
-
-def test_values_not_fitting_the_schema_become_null_and_are_counted(spark: SparkSession, service: str) -> None:
-    df = spark.createDataFrame([("bad1",), ("bad2",), ("bad1",), ("p001",), ("zzz",)], "product_id string")
-    result = lookup_join(df, store="products", on="product_id", url=service, value_schema=PRODUCT_SCHEMA)
-    rows = sorted((r.product_id, r.name, r.price) for r in result.collect())
-    assert rows == [
-        ("bad1", None, None),
-        ("bad1", None, None),
-        ("bad2", None, None),
-        ("p001", "product 1", 1.25),
-        ("zzz", None, None),
-    ]
-    (info,) = lookups(result)
-    assert info.mismatched_values == 3
-    inner = lookup_join(
-        df, store="products", on="product_id", url=service, how="inner", value_schema=PRODUCT_SCHEMA
-    )
-    assert sorted(r.product_id for r in inner.collect()) == ["bad1", "bad1", "bad2", "p001"]
-    # Without a schema a JSON store gives its documents as text, which nothing can misfit.
-    as_text = lookup_join(df, store="products", on="product_id", url=service)
-    text = {r.product_id: r.value for r in as_text.collect()}
-    assert json.loads(text["p001"]) == PRODUCTS["p001"]
-    assert json.loads(text["bad2"]) == [1, 2, 3]
-    assert text["zzz"] is None
+        assert (row.product.asDict() if row.product is not None else None) == live_product(row.product_id)
 
 
 def test_the_driver_fails_fast_on_unusable_lookups(spark: SparkSession, service: str) -> None:

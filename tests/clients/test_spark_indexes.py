@@ -11,22 +11,18 @@ from collections.abc import Iterator
 from typing import Any
 
 import pandas as pd
-import pyarrow as pa
 import pytest
-from pyspark import TaskContext
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 
 from clients import StatestoreClient
 from clients import exceptions as e
 from clients.spark import lookup_join, lookup_udf, lookups
 from service.local_broker import LocalBroker
 from tests.clients.conftest import real_service
+from tests.clients.orders import POSITION_SCHEMA, orders, positions_frame, sorted_rows
 from tests.clients.portfolio import INDEX, TICKERS, position_round, ticker
 from tests.support.kafka import create_topic, make_producer, unique_topic
 from tests.support.stores import Delivered, end_of, model_as_of, produce_logged, wait_until
-
-POSITION_SCHEMA = "ticker string, quantity long, account string"
-SYMBOLS = [*TICKERS, "GHOST"]  # NOPE has no positions, GHOST is no ticker at all
 
 
 def partition_of(key: bytes) -> int:
@@ -91,30 +87,9 @@ def feed(broker: LocalBroker, tmp_path_factory: pytest.TempPathFactory) -> Itera
         yield feed
 
 
-def orders(spark: SparkSession, rows: int = 300) -> tuple[DataFrame, pd.DataFrame]:
-    frame = pd.DataFrame(
-        {
-            "order_id": range(rows),
-            "symbol": [None if i % 41 == 0 else SYMBOLS[i % len(SYMBOLS)] for i in range(rows)],
-        }
-    )
-    return spark.createDataFrame(frame).repartition(2), frame
-
-
-def positions_frame(table: dict[str, Any]) -> pd.DataFrame:
-    rows = [(k, v["ticker"], v["quantity"], v["account"]) for k, v in table.items() if "ticker" in v]
-    return pd.DataFrame(rows, columns=["pos_key", "pos_ticker", "pos_quantity", "pos_account"])
-
-
-def as_rows(frame: pd.DataFrame, by: list[str]) -> list[tuple[object, ...]]:
-    frame = frame.sort_values(by, na_position="first").reset_index(drop=True)
-    return [tuple(None if pd.isna(v) else v for v in row) for row in frame.itertuples(index=False)]
-
-
-@pytest.mark.parametrize("how", ["left", "inner"])
-def test_tickers_to_positions_through_the_index_match_a_pandas_merge(
-    spark: SparkSession, feed: Feed, how: str
-) -> None:
+def test_tickers_to_positions_through_the_index_match_a_pandas_merge(spark: SparkSession, feed: Feed) -> None:
+    # how="left" runs on every PySpark version and session kind: tests/clients/spark_matrix.
+    how = "inner"
     df, frame = orders(spark)
     joined = lookup_join(
         df,
@@ -134,7 +109,7 @@ def test_tickers_to_positions_through_the_index_match_a_pandas_merge(
         positions_frame(feed.table("positions")), how=how, left_on="symbol", right_on="pos_ticker"
     )
     assert len(expected) > 3 * len(frame) // 2  # one-to-many: several positions per ticker
-    assert as_rows(got, ["order_id", "pos_key"]) == as_rows(expected, ["order_id", "pos_key"])
+    assert sorted_rows(got, ["order_id", "pos_key"]) == sorted_rows(expected, ["order_id", "pos_key"])
     missing = {r.symbol for r in got.itertuples() if r.pos_key is None}
     assert missing == (set() if how == "inner" else {None, "NOPE", "GHOST"})
     (info,) = lookups(joined)
@@ -162,82 +137,8 @@ def test_positions_to_tickers_by_key_after_the_index_join_in_one_pass(
         positions_frame(feed.table("positions")), left_on="symbol", right_on="pos_ticker"
     ).merge(tickers, on="pos_ticker", how="left")
     by = ["order_id", "pos_key"]
-    assert as_rows(both.toPandas(), by) == as_rows(expected, by)
+    assert sorted_rows(both.toPandas(), by) == sorted_rows(expected, by)
     assert {r.ticker_name for r in both.collect() if r.pos_ticker == "IBM"} == {None}
-
-
-def fail_first_attempts(retried: Any) -> Any:
-    """A pipeline step that passes rows through, then fails every task's first attempt.
-
-    Spark keeps the accumulator updates of successful attempts only: ``retried`` counts the tasks
-    that succeeded on a later attempt.
-    """
-
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        yield from batches
-        context = TaskContext.get()
-        assert context is not None
-        if context.attemptNumber() == 0:
-            raise RuntimeError("injected failure of a first task attempt")
-        retried.add(1)
-
-    return run
-
-
-def test_a_consistent_join_gives_the_same_rows_across_retries_while_the_dimension_changes(
-    spark: SparkSession, feed: Feed
-) -> None:
-    df, frame = orders(spark, 200)
-    stop = threading.Event()
-
-    def keep_changing() -> None:
-        seed = 100
-        while not stop.is_set():
-            seed += 1
-            feed.produce("positions", position_round(seed=seed, count=40, ids=150), wait=False)
-            feed.produce("tickers", [(b"AAPL", ticker("AAPL", float(seed)))], wait=False)
-
-    def join(positions: dict[str, Any], tickers: dict[str, Any]) -> DataFrame:
-        with_positions = lookup_join(
-            df, store="positions", index="by_ticker", on="symbol", url=feed.url,
-            value_schema=POSITION_SCHEMA, prefix="pos_", **positions,
-        )  # fmt: skip
-        return lookup_join(
-            with_positions, store="tickers", on="symbol", url=feed.url,
-            value_schema="price double", prefix="ticker_", **tickers,
-        )  # fmt: skip
-
-    changer = threading.Thread(target=keep_changing, daemon=True)
-    changer.start()
-    try:
-        first = join({"consistent": True}, {"consistent": True})
-        pinned = {info.store: info.position for info in lookups(first)}
-        assert all(info.exact for info in lookups(first))
-        assert first.schema["pos_key"].metadata["statestore"]["as_of"] == pinned["positions"]
-        clean = first.toPandas()
-        # The same join rerun as of the reported positions, every task failing once and retried.
-        retried_tasks = spark.sparkContext.accumulator(0)
-        again = join({"as_of": pinned["positions"]}, {"as_of": pinned["tickers"]})
-        retried = again.mapInArrow(fail_first_attempts(retried_tasks), again.schema).toPandas()
-        with StatestoreClient(feed.url) as client:
-            moved_on = client.position("positions")
-    finally:
-        stop.set()
-        changer.join()
-    assert retried_tasks.value == 2  # both tasks of the rerun failed once and were retried
-    by = ["order_id", "pos_key"]
-    assert as_rows(retried, by) == as_rows(clean, by)
-    # The dimension did change meanwhile, and the rows are those of the pinned positions.
-    assert str(moved_on) != pinned["positions"]
-    positions = positions_frame(feed.table("positions", pinned["positions"]))
-    prices = pd.DataFrame(
-        [(k, v["price"]) for k, v in feed.table("tickers", pinned["tickers"]).items() if "price" in v],
-        columns=["symbol", "ticker_price"],
-    )
-    expected = frame.merge(positions, how="left", left_on="symbol", right_on="pos_ticker").merge(
-        prices, on="symbol", how="left"
-    )
-    assert as_rows(clean, by) == as_rows(expected, by)
 
 
 def test_consistent_udf_and_driver_checks(spark: SparkSession, feed: Feed) -> None:

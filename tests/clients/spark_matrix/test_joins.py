@@ -1,0 +1,195 @@
+"""Lookup joins and the lookup UDF on every supported PySpark, classic and Spark Connect.
+
+The service's URL and token come from the session's Spark conf (``spark.statestore.url`` and
+``spark.statestore.authFile``, set by the ``spark`` fixture): no call here passes ``url=``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import IntegerType, StructField, StructType
+
+from clients import StatestoreClient
+from clients.exceptions import UnsupportedSparkError
+from clients.spark import lookup_join, lookup_udf, lookups
+from tests.clients.orders import POSITION_SCHEMA, orders, positions_frame, sorted_rows
+from tests.clients.shop import (
+    CUSTOMER_SCHEMA,
+    PRODUCT_SCHEMA,
+    as_rows,
+    expected_invoices,
+    live_product,
+    purchases_frame,
+)
+from tests.clients.spark_matrix.conftest import CONNECT, COUNTS_MISFITS, Service, physical_plan
+
+
+def test_invoice_chained_join_with_a_computed_key_in_one_pass(spark: SparkSession, service: Service) -> None:
+    purchases = purchases_frame(2000)
+    numbers = [None if c is None else int(c[1:]) for c in purchases.customer_id]
+    lines = zip(purchases.itertuples(index=False), numbers, strict=True)
+    rows = [(int(p), product, int(q), number) for (p, product, _, q), number in lines]
+    schema = "purchase_id long, product_id string, quantity long, customer_number int"
+    df = spark.createDataFrame(rows, schema).repartition(2)
+    with_products = lookup_join(
+        df, store="products", on="product_id", value_schema=PRODUCT_SCHEMA, prefix="product_"
+    )
+    # A computed key: "c" and the number on two digits (null numbers give null keys).
+    customer_key = F.concat_ws("", F.lit("c"), F.lpad(F.col("customer_number").cast("string"), 2, "0"))
+    invoices = lookup_join(
+        with_products,
+        store="customers",
+        on=F.when(F.col("customer_number").isNotNull(), customer_key),
+        value_schema=CUSTOMER_SCHEMA,
+        prefix="customer_",
+    )
+    plan = physical_plan(invoices)
+    assert plan.count("MapInArrow") == 1  # chained lookups share one pass
+    assert plan.count("Exchange") == 1  # the input's own repartition(2), nothing more
+    got = invoices.toPandas().sort_values("purchase_id").reset_index(drop=True)
+    expected = expected_invoices(purchases, "left")
+    expected = expected.assign(customer_number=numbers).drop(columns=["customer_id"])
+    assert sorted(got.columns) == sorted(expected.columns)
+    assert as_rows(got[sorted(got.columns)]) == as_rows(expected[sorted(expected.columns)])
+    with StatestoreClient(service.url, token=service.token) as client:
+        pinned = {info.store: info.position for info in lookups(invoices)}
+        assert pinned == {
+            "products": str(client.position("products")),
+            "customers": str(client.position("customers")),
+        }
+
+
+def test_one_to_many_index_join_matches_a_pandas_merge(spark: SparkSession, service: Service) -> None:
+    df, frame = orders(spark)
+    joined = lookup_join(
+        df, store="positions", index="by_ticker", on="symbol", value_schema=POSITION_SCHEMA, prefix="pos_"
+    )
+    assert joined.columns == ["order_id", "symbol", "pos_key", "pos_ticker", "pos_quantity", "pos_account"]
+    expected = frame.merge(
+        positions_frame(service.table("positions")), how="left", left_on="symbol", right_on="pos_ticker"
+    )
+    assert len(expected) > 3 * len(frame) // 2  # one-to-many: several positions per ticker
+    by = ["order_id", "pos_key"]
+    assert sorted_rows(joined.toPandas(), by) == sorted_rows(expected, by)
+    (info,) = lookups(joined)
+    assert (info.store, info.index, info.exact) == ("positions", "by_ticker", False)
+
+
+def fail_first_attempts() -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """A step passing rows through with the task's attempt number, failing every first attempt."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext  # noqa: PLC0415  # on the executor
+
+        context = TaskContext.get()
+        assert context is not None
+        attempt = context.attemptNumber()
+        for batch in batches:
+            yield batch.append_column("attempt", pa.array([attempt] * batch.num_rows, pa.int32()))
+        if attempt == 0:
+            raise RuntimeError("injected failure of a first task attempt")
+
+    return run
+
+
+def test_a_consistent_join_gives_the_same_rows_across_retries_while_the_dimension_changes(
+    spark: SparkSession, service: Service
+) -> None:
+    df, frame = orders(spark, 200)
+
+    def join(positions: dict[str, Any], tickers: dict[str, Any]) -> DataFrame:
+        with_positions = lookup_join(
+            df, store="positions", index="by_ticker", on="symbol", value_schema=POSITION_SCHEMA,
+            prefix="pos_", **positions,
+        )  # fmt: skip
+        return lookup_join(
+            with_positions, store="tickers", on="symbol", value_schema="price double", prefix="ticker_",
+            **tickers,
+        )  # fmt: skip
+
+    service.call("change", on=True)
+    try:
+        first = join({"consistent": True}, {"consistent": True})
+        pinned = {info.store: info.position for info in lookups(first)}
+        assert all(info.exact for info in lookups(first))
+        assert first.schema["pos_key"].metadata["statestore"]["as_of"] == pinned["positions"]
+        clean = first.toPandas()
+        # The same join rerun as of the reported positions, every task failing once and retried.
+        again = join({"as_of": pinned["positions"]}, {"as_of": pinned["tickers"]})
+        schema = StructType([*again.schema.fields, StructField("attempt", IntegerType())])
+        retried = again.mapInArrow(fail_first_attempts(), schema).toPandas()
+        with StatestoreClient(service.url, token=service.token) as client:
+            moved_on = client.position("positions")
+    finally:
+        service.call("change", on=False)
+    assert set(retried.pop("attempt")) == {1}  # every row comes from a retried task
+    by = ["order_id", "pos_key"]
+    assert sorted_rows(retried, by) == sorted_rows(clean, by)
+    # The dimension did change meanwhile, and the rows are those of the pinned positions.
+    assert str(moved_on) != pinned["positions"]
+    positions = positions_frame(service.table("positions", pinned["positions"]))
+    prices = pd.DataFrame(
+        [(k, v["price"]) for k, v in service.table("tickers", pinned["tickers"]).items() if "price" in v],
+        columns=["symbol", "ticker_price"],
+    )
+    expected = frame.merge(positions, how="left", left_on="symbol", right_on="pos_ticker").merge(
+        prices, on="symbol", how="left"
+    )
+    assert sorted_rows(clean, by) == sorted_rows(expected, by)
+
+
+def test_the_lookup_udf_gives_what_the_join_gives(spark: SparkSession) -> None:
+    products = lookup_udf(store="products", value_schema=PRODUCT_SCHEMA)
+    keys = [f"p{i:03d}" for i in range(170, 210)] + ["bad2", None]
+    ids = spark.createDataFrame([(k,) for k in keys], "product_id string")
+    # Tiny Arrow batches: answers must still line up with rows when batches are looked up in groups.
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "7")
+    try:
+        rows = ids.withColumn("product", products(F.col("product_id"))).collect()
+        joined = lookup_join(ids, store="products", on="product_id", value_schema=PRODUCT_SCHEMA).collect()
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    got = {row.product_id: (row.product.asDict() if row.product is not None else None) for row in rows}
+    assert got == {key: live_product(key) for key in keys}
+    as_joined = {r.product_id: None if r.name is None else r.asDict() for r in joined}
+    assert {k: None if v is None else {"product_id": k, **v} for k, v in got.items()} == as_joined
+    texts = lookup_udf(store="customers")  # no schema: the JSON documents as text
+    (row,) = ids.limit(1).select(texts(F.lit("c01")).alias("c")).collect()
+    assert '"customer 1"' in row.c
+    if CONNECT:
+        with pytest.raises(UnsupportedSparkError, match="lookup_join with misfit_column"):
+            _ = products.info.mismatched_values
+    else:
+        assert products.info.mismatched_values == 1  # bad2, counted by the accumulator
+
+
+def test_values_not_fitting_the_schema_are_null_marked_and_counted(spark: SparkSession) -> None:
+    df = spark.createDataFrame([("bad1",), ("bad2",), ("bad1",), ("p001",), ("zzz",)], "product_id string")
+    marked = lookup_join(
+        df, store="products", on="product_id", value_schema=PRODUCT_SCHEMA, misfit_column="misfit"
+    )
+    rows = sorted((r.product_id, r.name, r.price, r.misfit) for r in marked.collect())
+    assert rows == [
+        ("bad1", None, None, True),
+        ("bad1", None, None, True),
+        ("bad2", None, None, True),
+        ("p001", "product 1", 1.25, False),
+        ("zzz", None, None, False),
+    ]
+    plain = lookup_join(df, store="products", on="product_id", how="inner", value_schema=PRODUCT_SCHEMA)
+    assert plain.columns == ["product_id", "name", "price", "category"]
+    assert sorted(r.product_id for r in plain.collect()) == ["bad1", "bad1", "bad2", "p001"]
+    for result in (marked, plain):
+        (info,) = lookups(result)
+        if COUNTS_MISFITS:
+            assert info.mismatched_values == 3
+        else:
+            with pytest.raises(UnsupportedSparkError, match=r"PySpark 3\.5.*misfit_column"):
+                _ = info.mismatched_values
