@@ -264,3 +264,12 @@ def partitioner(name: str) -> Partitioner:
         return PARTITIONERS[name]
     except KeyError:
         raise ValueError(f"unknown partitioner {name!r}; use one of {', '.join(PARTITIONER_NAMES)}") from None
+
+
+def place(name: str, keys: Sequence[bytes], partitions: int) -> list[int]:
+    """The partition of every key under the partitioner ``name``, as a list.
+
+    What a store is given to check its records (``functools.partial(place, name)``): a plain
+    module-level function, so it pickles by reference into a store's restore worker processes.
+    """
+    return partitioner(name).partitions(keys, partitions).to_pylist()
