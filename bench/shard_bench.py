@@ -228,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         store = {"name": "users", "topic": topic, "value_format": "json", "partitioner": "murmur2"}
         config = {"kafka": {"bootstrap_servers": broker.bootstrap_servers}, "stores": [store]}
         with (
-            LocalShards(config, args.shards, base / "sharded", base / "logs-s", log_level="WARNING") as shards,
+            LocalShards(config, args.shards, base / "s", base / "logs-s", log_level="WARNING") as shards,
             LocalShards(config, 1, base / "one", base / "logs-one", log_level="WARNING") as one,
         ):
             shard_urls = [shards.url_of(s) for s in range(args.shards)]
@@ -269,7 +269,8 @@ def main(argv: list[str] | None = None) -> int:
             medians = {name: statistics.median(values) for name, values in rates.items()}
             report.append(
                 f"(d) batch get of {args.batch:,} random keys, one client thread: {args.shards} shards"
-                f" {medians['sharded']:,.0f} keys/s, unsharded {medians['unsharded']:,.0f} keys/s: {medians['sharded'] / medians['unsharded']:.0%} (medians of {args.rounds})"
+                f" {medians['sharded']:,.0f} keys/s, unsharded {medians['unsharded']:,.0f} keys/s:"
+                f" {medians['sharded'] / medians['unsharded']:.0%} (medians of {args.rounds})"
             )
             if not args.skip_spark:
                 seconds = _spark_seconds(
