@@ -42,7 +42,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from ktables import KafkaTable
 
 from service.local_broker import LocalBroker
-from store import EngineTuning, Store, StoreConfig
+from store import Store, StoreConfig, StoreTuning
 from store.gc_pacing import fewer_collections
 from store.kafka import consumer_config
 
@@ -90,10 +90,10 @@ def _produce(bootstrap: str, records: int, ordered: bool) -> None:
 def _child_bare_max(bootstrap: str, records: int) -> float:
     """The bare consumer with the store's consumer settings, poll, end rule and GC threshold."""
 
-    tuning = EngineTuning()
+    tuning = StoreTuning()
     consumer = Consumer(consumer_config("bench-bare-max", {"bootstrap.servers": bootstrap}))
     partitions = [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
-    with fewer_collections(tuning.restore_gc_threshold):
+    with fewer_collections(tuning.restore.gc_threshold):
         start = time.perf_counter()
         # As the store does: the watermark query finds each partition's leader, so the
         # assignment's start-offset lookup goes out at once (without a known leader librdkafka
@@ -105,9 +105,9 @@ def _child_bare_max(bootstrap: str, records: int) -> float:
         caught_up: set[int] = set()
         consumed: dict[int, int] = {}
         while seen < records or len(caught_up) < PARTITIONS:
-            messages = consumer.consume(tuning.poll_max_records, 0)
+            messages = consumer.consume(tuning.consumer.poll_max_records, 0)
             if not messages:
-                messages = consumer.consume(1, tuning.poll_timeout_seconds)
+                messages = consumer.consume(1, tuning.consumer.poll_timeout_seconds)
             records_polled = messages
             if any(map(Message.error, messages)):
                 records_polled = [m for m in messages if m.error() is None]

@@ -22,7 +22,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from service.local_broker import LocalBroker
-from store import EngineTuning, HistorySpec, Store, StoreConfig
+from store import HistorySpec, Store, StoreConfig, StoreTuning
 
 TOPIC = "history-bench"
 PARTITIONS = 3
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"producing {args.keys:,} keys, then {args.updates:,} updates...", flush=True)
         _produce(producer, args.keys, args.keys, 0, rng)
         # The hot-key cache is off: this measures the engine path both stores share.
-        tuning = EngineTuning(read_cache_entries=0)
+        tuning = StoreTuning().replace(read_cache_entries=0)
         kafka = {"bootstrap.servers": bootstrap}
         plain = Store(StoreConfig("plain", TOPIC, kafka, Path(state_dir), tuning))
         versioned = Store(
@@ -95,7 +95,11 @@ def main(argv: list[str] | None = None) -> int:
                 or store.position().total() < args.keys + args.updates
             ):
                 pass
-            store.checkpoint()
+            store.stop()  # flushes: the reads and sizes below see every update in SST files
+        plain, versioned = Store(plain.config), Store(versioned.config)
+        for store in (plain, versioned):
+            store.start()
+            store.wait_until_ready(timeout=600)
         time.sleep(2)  # let the last flush settle before sizing
         read_keys = [b"key-%010d" % rng.randrange(args.keys) for _ in range(args.reads)]
         rates: dict[str, list[float]] = {"without history": [], "with history": []}

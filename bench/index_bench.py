@@ -26,7 +26,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from service.local_broker import LocalBroker
-from store import EngineTuning, IndexSpec, Store, StoreConfig
+from store import IndexSpec, Store, StoreConfig, StoreTuning
 
 TOPIC = "positions-bench"
 PARTITIONS = 3
@@ -55,7 +55,7 @@ def _produce(bootstrap: str, records: int) -> None:
 
 def _child(bootstrap: str, records: int, indexed: bool, bulk: bool, lookups: int) -> dict[str, float]:
 
-    tuning = EngineTuning(bulk_load_min_records=100_000 if bulk else 0)
+    tuning = StoreTuning().replace(bulk_load_min_records=100_000 if bulk else 0)
     indexes = (IndexSpec("by_ticker", "ticker"),) if indexed else ()
     with tempfile.TemporaryDirectory() as state_dir:
         config = StoreConfig(

@@ -24,8 +24,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from store import EngineTuning, Position
+from store import Position
 from store.engine import Engine, SnapshotReader
+from store.tuning import RocksDBOptions
 from store.verifier import Verifier, VerifyStep
 
 
@@ -72,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args(argv)
     rng = random.Random(5)
-    tuning = EngineTuning()
+    tuning = RocksDBOptions()
 
     with tempfile.TemporaryDirectory() as directory:
         engine = Engine(Path(directory) / "db", tuning)

@@ -8,7 +8,6 @@ Kafka settings pass through to librdkafka; values whose key looks secret (``sasl
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -28,7 +27,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from clients.partitioners import PartitionerName
 from service.exceptions import ConfigError
-from store import MAX_SCAN_LIMIT, EngineTuning, HistorySpec, IndexSpec, StoreConfig
+from store import MAX_SCAN_LIMIT, HistorySpec, IndexSpec, StoreConfig, StoreTuning
 
 ENV_PREFIX = "STATESTORE_"
 
@@ -125,12 +124,13 @@ class EngineSettings(BaseModel):
     verify_interval_seconds: float | None = Field(default=None, ge=0)
     verify_bytes_per_second: ByteSize | None = Field(default=None, ge=1024)
 
-    def apply(self, tuning: EngineTuning) -> EngineTuning:
-        """``tuning`` with every key set here replacing its value."""
+    def apply(self, tuning: StoreTuning) -> StoreTuning:
+        """``tuning`` with every key set here replacing its value (the keys are ``store.tuning``'s
+        field names)."""
         dumped = self.model_dump(include=set(EngineSettings.model_fields))
         changes = {name: value for name, value in dumped.items() if value is not None}
         changes = {name: int(v) if isinstance(v, ByteSize) else v for name, v in changes.items()}
-        return dataclasses.replace(tuning, **changes)
+        return tuning.replace(**changes)
 
 
 class ServiceEngineSettings(EngineSettings):
@@ -429,7 +429,7 @@ def store_configs(settings: Settings) -> list[StoreConfig]:
             state_dir=settings.state_dir,
             indexes=tuple(index.spec() for index in s.indexes),
             history=s.history.spec() if s.history else None,
-            tuning=s.engine.apply(settings.engine.apply(EngineTuning())),
+            tuning=s.engine.apply(settings.engine.apply(StoreTuning())),
         )
         for s in settings.stores
     ]

@@ -11,22 +11,27 @@ Embed it without HTTP::
             print(view.get(b"p1"), view.position())
 """
 
-from store.config import EngineTuning, StoreConfig
+from store.config import StoreConfig
 from store.corruption import CorruptionReport
 from store.exceptions import (
     HistoryExpiredError,
     HistoryNotKeptError,
     IndexNotReadyError,
     InvalidPositionError,
+    InvalidTransitionError,
     KafkaSourceError,
     PositionNotReachedError,
     ScanLimitError,
     StoreClosedError,
     StoreCorruptError,
+    StoreCorruptWriteError,
     StoreError,
+    StoreFullError,
+    StoreIOError,
     StoreLockedError,
     StoreReadError,
     StoreWriteError,
+    StoreWriterClosedError,
     UnknownIndexError,
 )
 from store.history import HistorySpec
@@ -47,11 +52,19 @@ from store.protocol import (
 from store.restore_slots import RestoreSlots
 from store.state import RestoreMode, StoreState
 from store.store import Store
+from store.tuning import (
+    ConsumerTuning,
+    MaintenanceTuning,
+    RestoreTuning,
+    RetryTuning,
+    RocksDBOptions,
+    StoreTuning,
+)
 
 __all__ = [
     "MAX_SCAN_LIMIT",
+    "ConsumerTuning",
     "CorruptionReport",
-    "EngineTuning",
     "HistoryExpiredError",
     "HistoryNotKeptError",
     "HistorySpec",
@@ -60,7 +73,9 @@ __all__ = [
     "IndexSpec",
     "IndexStatus",
     "InvalidPositionError",
+    "InvalidTransitionError",
     "KafkaSourceError",
+    "MaintenanceTuning",
     "MemoryUsage",
     "Position",
     "PositionNotReachedError",
@@ -68,6 +83,9 @@ __all__ = [
     "RestoreMode",
     "RestoreProgress",
     "RestoreSlots",
+    "RestoreTuning",
+    "RetryTuning",
+    "RocksDBOptions",
     "ScanLimitError",
     "ScanPage",
     "ServableStore",
@@ -76,11 +94,16 @@ __all__ = [
     "StoreClosedError",
     "StoreConfig",
     "StoreCorruptError",
+    "StoreCorruptWriteError",
     "StoreError",
+    "StoreFullError",
+    "StoreIOError",
     "StoreLockedError",
     "StoreReadError",
     "StoreState",
     "StoreStatus",
+    "StoreTuning",
     "StoreWriteError",
+    "StoreWriterClosedError",
     "UnknownIndexError",
 ]

@@ -13,62 +13,47 @@ them, so later files win. Tombstones become deletes in the file, so they also re
 by earlier chunks. A chunk's offsets are recorded only after its file is ingested. Re-ingesting a
 chunk after a crash (its offsets had not been persisted) is harmless: replaying the same records
 from the same offsets ends in the same table. See ``store/restore_worker.py`` for the worker.
+
+:class:`BulkRestore` runs the worker processes and reads their events (``store.records``);
+:class:`BulkPhase` is the materializer's side of one bulk restore: it ingests each chunk into the
+copy being written and moves each partition's catch-up.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import pickle
 import queue
 import signal
-import struct
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
-from store import restore_worker
-from store.config import EngineTuning
+from confluent_kafka import OFFSET_BEGINNING
 
-_FRAME_HEADER = struct.Struct(">I")  # the workers' event frames: length, then a pickle
+from store.config import StoreConfig
+from store.exceptions import StoreClosedError, StoreWriteError
+from store.gc_pacing import fewer_collections
+from store.kafka import consumer_config
+from store.progress import Every, Reporter
+from store.records import CatchUp, ChunkWritten, KafkaErrorReport, WorkerCaughtUp, WorkerFailed, read_frame
+from store.state import RestoreMode
+from store.tuning import ConsumerTuning, RestoreTuning
+from store.writer import TableWriter, check_written_copy
+
+_WORKER_SCRIPT = Path(__file__).with_name("restore_worker.py")
 
 
 class BulkLoadError(RuntimeError):
     """A restore worker process failed; the materializer retries the session."""
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class ChunkIngestable:
-    """A worker wrote a chunk's SST file (``None``: no record of the chunk had a key)."""
-
-    sst_path: Path | None
-    next_offsets: dict[int, int]
-    records: int
-    null_keys: int
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class WorkerKafkaError:
-    """A worker's consumer reported an error: for ``partition``, or for the client (``None``)."""
-
-    code: int
-    text: str
-    fatal: bool
-    partition: int | None
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class WorkerCaughtUp:
-    """A worker read all its partitions up to their high watermarks and exited."""
-
-    next_offsets: dict[int, int]
-
-
-WorkerEvent = ChunkIngestable | WorkerKafkaError | WorkerCaughtUp
+RestoreEvent = ChunkWritten | KafkaErrorReport | WorkerCaughtUp
 
 
 def split_partitions(remaining: Mapping[int, int], workers: int) -> list[list[int]]:
@@ -107,11 +92,12 @@ class BulkRestore:
         starts: Mapping[int, int],
         next_offsets: Mapping[int, int],
         remaining: Mapping[int, int],
-        tuning: EngineTuning,
+        restore: RestoreTuning,
+        consumer: ConsumerTuning,
     ) -> None:
         self._directory = directory
-        self._events: queue.Queue[WorkerEvent | BulkLoadError] = queue.Queue()
-        shares = split_partitions(remaining, tuning.bulk_load_workers)
+        self._events: queue.Queue[RestoreEvent | BulkLoadError] = queue.Queue()
+        shares = split_partitions(remaining, restore.bulk_load_workers)
         config = dict(consumer_config)
         # Each worker's consumer buffers its own fetches: together they stay within the one limit.
         config["queued.max.messages.kbytes"] = max(
@@ -123,10 +109,10 @@ class BulkRestore:
                 "topic": topic,
                 "starts": {p: starts[p] for p in share},
                 "next_offsets": {p: next_offsets[p] for p in share},
-                "chunk_records": tuning.bulk_load_chunk_records,
-                "poll_max_records": tuning.poll_max_records,
-                "poll_timeout_seconds": tuning.poll_timeout_seconds,
-                "gc_threshold": tuning.restore_gc_threshold,
+                "chunk_records": restore.bulk_load_chunk_records,
+                "poll_max_records": consumer.poll_max_records,
+                "poll_timeout_seconds": consumer.poll_timeout_seconds,
+                "gc_threshold": restore.gc_threshold,
                 "directory": str(directory),
                 # Unique per store process: a worker orphaned by a crashed store may still be
                 # finishing a file.
@@ -149,7 +135,7 @@ class BulkRestore:
         }
         self._process = subprocess.Popen(
             # -P: the script's own directory (this package's) stays off the worker's sys.path.
-            [sys.executable, "-P", str(Path(restore_worker.__file__))],
+            [sys.executable, "-P", str(_WORKER_SCRIPT)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=env,
@@ -167,7 +153,7 @@ class BulkRestore:
             raise BulkLoadError(f"the restore workers exited with code {self._process.poll()}") from exc
         threading.Thread(target=self._read, args=(stdout,), name="restore-workers", daemon=True).start()
 
-    def next_event(self, timeout: float) -> WorkerEvent | None:
+    def next_event(self, timeout: float) -> RestoreEvent | None:
         """The next event of any worker, or ``None`` if none came within ``timeout`` seconds.
 
         Raises ``BulkLoadError`` when a worker failed or exited without catching up.
@@ -209,24 +195,107 @@ class BulkRestore:
     def _read(self, stream: IO[bytes]) -> None:
         while self._caught_up < self.workers:
             try:
-                (length,) = _FRAME_HEADER.unpack(stream.read(_FRAME_HEADER.size))
-                worker, kind, *fields = pickle.loads(stream.read(length))
-            except (OSError, ValueError, EOFError, pickle.UnpicklingError, struct.error):
+                worker, event = read_frame(stream)
+            except (OSError, ValueError, EOFError) as exc:
                 code = self._process.poll()
                 self._events.put(
-                    BulkLoadError(f"the restore workers exited (code {code}) before catching up")
+                    BulkLoadError(f"the restore workers exited (code {code}) before catching up ({exc})")
                 )
                 return
-            if kind == "chunk":
-                path, offsets, records, null_keys = fields
-                self._events.put(
-                    ChunkIngestable(None if path is None else Path(path), offsets, records, null_keys)
-                )
-            elif kind == "kafka_error":
-                self._events.put(WorkerKafkaError(*fields))
-            elif kind == "done":
+            if isinstance(event, WorkerFailed):
+                self._events.put(BulkLoadError(f"restore worker {worker} failed: {event.text}"))
+                return
+            if isinstance(event, WorkerCaughtUp):
                 self._caught_up += 1
-                self._events.put(WorkerCaughtUp(fields[0]))
+            self._events.put(event)
+
+
+class BulkPhase:
+    """A session's bulk restore: workers read every partition from the written copy's position
+    until caught up (or a stop), and each chunk is ingested with its offsets as it comes."""
+
+    def __init__(
+        self,
+        config: StoreConfig,
+        writer: TableWriter,
+        catch_up: CatchUp,
+        first_offsets: Mapping[int, int],
+        reporter: Reporter,
+        stop: threading.Event,
+    ) -> None:
+        self._config = config
+        self._writer = writer
+        self._catch_up = catch_up
+        self._first_offsets = first_offsets
+        self._reporter = reporter
+        self._progress = reporter.progress
+        self._stop = stop
+
+    def run(self) -> None:
+        config, tuning, writer, progress = self._config, self._config.tuning, self._writer, self._progress
+        position = writer.position
+        partitions = sorted(self._catch_up.partitions)
+        next_offsets = {p: position.get(p, self._first_offsets.get(p, 0)) for p in partitions}
+        remaining = {p: self._catch_up.partitions[p].target - next_offsets[p] for p in partitions}
+        self._reporter.log.info(
+            'store "%s": bulk restore of %d records in up to %d worker processes',
+            config.name,
+            sum(max(0, n) for n in remaining.values()),
+            tuning.restore.bulk_load_workers,
+        )
+        with fewer_collections(tuning.restore.gc_threshold):
+            restore = BulkRestore(
+                config.path / "bulk",
+                consumer_config(config.name, config.kafka),
+                config.topic,
+                {p: position.get(p, OFFSET_BEGINNING) for p in partitions},
+                next_offsets,
+                remaining,
+                tuning.restore,
+                tuning.consumer,
+            )
+            try:
+                progress.restore_mode = RestoreMode.BULK
+                writer.defer_compactions(True)
+                self._take_events(restore)
+            finally:
+                progress.restore_mode = RestoreMode.RECORDS
+                restore.close()
+                # A closed copy compacts once reopened.
+                with contextlib.suppress(StoreWriteError, StoreClosedError):
+                    writer.defer_compactions(False)
+
+    def _take_events(self, restore: BulkRestore) -> None:
+        running = restore.workers
+        progress_log = Every(self._config.tuning.restore.progress_log_interval_seconds)
+        while running and not self._stop.is_set():
+            check_written_copy(self._writer)
+            event = restore.next_event(timeout=self._config.tuning.consumer.poll_timeout_seconds)
+            if event is not None:
+                running -= self._take(event)
+            now = time.monotonic()
+            if progress_log.due(now):
+                self._reporter.restore_progress(self._writer.position)
+
+    def _take(self, event: RestoreEvent) -> int:
+        """Take one worker event; returns 1 when a worker caught up (and exits), else 0."""
+        progress, catch_up = self._progress, self._catch_up
+        if isinstance(event, ChunkWritten):
+            received_at = time.monotonic()
+            self._writer.ingest(event.sst_path, event.next_offsets)
+            catch_up.read(event.next_offsets)
+            progress.count(event.records)
+            progress.last_contact = received_at
+            progress.note_healthy(received_at)
+            self._reporter.null_keys(event.null_keys)
+        elif isinstance(event, KafkaErrorReport):
+            if event.partition is None:
+                self._reporter.client_error(event)
             else:
-                self._events.put(BulkLoadError(f"restore worker {worker} failed: {fields[0]}"))
-                return
+                self._reporter.fetch_events([event], catch_up)
+        else:
+            catch_up.read(event.next_offsets)
+            catch_up.ended(event.next_offsets)
+            progress.last_contact = time.monotonic()
+            return 1
+        return 0

@@ -3,11 +3,7 @@
 Layout of a store directory (``state_dir / name``)::
 
     statestore.lock     advisory lock held by the process that owns the store
-    db/                 the RocksDB database
-        column family "default"  the table: key -> latest value
-        column family "meta"     next offset per partition, topic identity, format version, index states
-        column family "index"    secondary index entries (see ``store.indexes``)
-        column families "history" and "changes"   versions for reads as of a position (``store.history``)
+    db/                 the RocksDB database: the table, offsets, indexes, history (``store.families``)
     bulk/               SST files being built by the bootstrap bulk loader
 
 The WAL is disabled: the topic is the log. Data and offsets are written in one ``WriteBatch`` and
@@ -20,39 +16,37 @@ import logging
 import os
 import shutil
 import struct
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import rocksdict
 
-from store.config import EngineTuning
+from store import families
 from store.corruption import check_status, family_get, is_absent, named_file, prefixed, read_error
 from store.exceptions import (
     ScanLimitError,
     StoreClosedError,
     StoreCorruptError,
+    StoreCorruptWriteError,
     StoreError,
+    StoreFullError,
+    StoreIOError,
     StoreLockedError,
     StoreReadError,
     StoreWriteError,
+    StoreWriterClosedError,
     UnknownIndexError,
 )
 from store.indexes import IndexSpec
 from store.position import Position
 from store.protocol import MAX_SCAN_LIMIT, MemoryUsage, ScanPage
+from store.tuning import RocksDBOptions
 
 logger = logging.getLogger(__name__)
 
 FORMAT_VERSION = b"1"
-_META_CF = "meta"
-_INDEX_CF = "index"
-_HISTORY_CF = "history"
-_CHANGES_CF = "changes"
-_HISTORY_START_PREFIX = b"history_start/"
-_HISTORY_TIME_PREFIX = b"history_time/"
-_CFS = ("default", _META_CF, _INDEX_CF, _HISTORY_CF, _CHANGES_CF)
-_INDEX_STATE_PREFIX = b"index/"
+# The engine's own keys in the meta family (other owners' prefixes: ``store.families``).
 _OFFSET_PREFIX = b"offset/"
 _TOPIC_KEY = b"topic"
 _TOPIC_ID_KEY = b"topic_id"
@@ -83,7 +77,47 @@ def _is_space_error(exc: Exception) -> bool:
     return any(marker in text for marker in _SPACE_ERRORS)
 
 
-def _options(tuning: EngineTuning) -> rocksdict.Options:
+def write_error(path: Path, exc: Exception, closed: bool = False) -> StoreWriteError:
+    """The error to raise for RocksDB's refusal ``exc`` to write the database at ``path``, by kind,
+    saying what to do. ``closed``: the engine was closed already.
+
+    RocksDB names the kind at the start of its message (``IO error: No space left on device``,
+    ``Corruption: block checksum mismatch``); rocksdict raises ``DbClosedError`` once closed.
+    """
+    text = str(exc)
+    kind = text.lower()
+    if closed or isinstance(exc, rocksdict.DbClosedError):
+        return StoreWriterClosedError(
+            f"the store at {path} was closed while being written ({text or type(exc).__name__}); nothing"
+            " to do: the store is stopping, or reopening its copy"
+        )
+    if _is_space_error(exc):
+        return StoreFullError(
+            f"cannot write the store at {path} ({text}); free space on its volume (or grow it):"
+            " the store resumes by itself once it can write again"
+        )
+    if kind.startswith("corruption"):
+        # A flush or compaction read a corrupt file, and RocksDB refuses writes from then on: the
+        # copy is corrupt (not the volume full), and the store rebuilds it from the topic.
+        return StoreCorruptWriteError(
+            f"RocksDB refuses writes to the store at {path}: its background work found a corrupt file"
+            f" ({text}); the store rebuilds its copy from the topic. If this recurs, check the volume"
+            " (the kernel log names failing devices)",
+            file=named_file(text),
+            engine_message=text,
+        )
+    if kind.startswith("io error"):
+        return StoreIOError(
+            f"cannot write the store at {path}: an I/O error ({text}); check its volume (the kernel log"
+            " names failing devices): the store retries by itself"
+        )
+    return StoreWriteError(
+        f"cannot write the store at {path} ({text}); the store retries by itself. If this recurs,"
+        " report it with this message"
+    )
+
+
+def _options(tuning: RocksDBOptions) -> rocksdict.Options:
     options = rocksdict.Options(raw_mode=True)
     options.create_if_missing(True)
     options.create_missing_column_families(True)
@@ -105,21 +139,20 @@ class Engine:
     snapshots.
     """
 
-    def __init__(self, path: Path, tuning: EngineTuning) -> None:
+    def __init__(self, path: Path, options: RocksDBOptions) -> None:
         self.path = path
-        self.tuning = tuning
-        self._options = _options(tuning)
+        self._options = _options(options)
         try:
             # Options given only to the constructor are ignored when reopening an existing
             # database unless they are also given per column family.
             self._db = rocksdict.Rdict(
                 str(path),
                 self._options,
-                column_families=dict.fromkeys(_CFS, self._options),
+                column_families=dict.fromkeys(families.ALL, self._options),
             )
         except Exception as exc:
             if _is_space_error(exc):
-                raise StoreWriteError(
+                raise StoreFullError(
                     f"cannot open the RocksDB database at {path} ({exc}): its volume is full; free"
                     " space on it (or grow it): the store opens by itself once it can write again"
                 ) from exc
@@ -131,14 +164,13 @@ class Engine:
             raise StoreCorruptError(
                 f"cannot open the RocksDB database at {path}: {exc}; the store will be rebuilt from the topic"
             ) from exc
-        self._meta = self._db.get_column_family(_META_CF)
-        self._meta_handle = self._db.get_column_family_handle(_META_CF)
-        self._index = self._db.get_column_family(_INDEX_CF)
-        self._index_handle = self._db.get_column_family_handle(_INDEX_CF)
-        self.history = self._db.get_column_family(_HISTORY_CF)
-        self._history_handle = self._db.get_column_family_handle(_HISTORY_CF)
-        self.changes = self._db.get_column_family(_CHANGES_CF)
-        self._changes_handle = self._db.get_column_family_handle(_CHANGES_CF)
+        self._families: dict[str, Any] = {
+            name: self._db if name == families.DEFAULT else self._db.get_column_family(name)
+            for name in families.ALL
+        }
+        self._handles = {name: self._db.get_column_family_handle(name) for name in families.ALL}
+        self._meta = self._families[families.META]
+        self._meta_handle = self._handles[families.META]
         self._write_options = rocksdict.WriteOptions()
         self._write_options.disable_wal = True
         try:
@@ -150,7 +182,11 @@ class Engine:
                 " rebuilt from the topic"
             ) from exc
         if version is None:
-            self._meta.put(_FORMAT_KEY, FORMAT_VERSION, self._write_options)
+            try:
+                self._meta.put(_FORMAT_KEY, FORMAT_VERSION, self._write_options)
+            except Exception as exc:
+                self.close()
+                raise write_error(path, exc) from exc
         elif version != FORMAT_VERSION:
             self.close()
             raise StoreCorruptError(
@@ -162,10 +198,12 @@ class Engine:
 
     def stored_position(self) -> Position:
         """The next offset per partition recorded with the data (empty for a new store)."""
-        offsets: dict[int, int] = {}
-        for key, value in prefixed(self._meta.iter(), _OFFSET_PREFIX):
-            offsets[_PARTITION.unpack(key[len(_OFFSET_PREFIX) :])[0]] = _OFFSET.unpack(value)[0]
-        return Position(offsets)
+        return Position(
+            {
+                _PARTITION.unpack(key[len(_OFFSET_PREFIX) :])[0]: _OFFSET.unpack(value)[0]
+                for key, value in self.prefixed(families.META, _OFFSET_PREFIX)
+            }
+        )
 
     def topic_identity(self) -> tuple[str | None, str | None]:
         """The topic name and topic id the stored data came from."""
@@ -174,109 +212,37 @@ class Engine:
         return (topic.decode() if topic else None, topic_id.decode() if topic_id else None)
 
     def set_topic_identity(self, topic: str, topic_id: str | None) -> None:
-        batch = rocksdict.WriteBatch(raw_mode=True)
+        batch = self.new_batch()
         batch.put(_TOPIC_KEY, topic.encode(), self._meta_handle)
         if topic_id:
             batch.put(_TOPIC_ID_KEY, topic_id.encode(), self._meta_handle)
-        self._db.write(batch, self._write_options)
+        self.write(batch)
 
-    def index_states(self) -> dict[str, tuple[str, str]]:
-        """Per index name: the field it was built on and its state (``building`` or ``ready``)."""
-        states: dict[str, tuple[str, str]] = {}
-        for key, value in prefixed(self._meta.iter(), _INDEX_STATE_PREFIX):
-            field, _, state = value.decode().partition("\n")
-            states[key[len(_INDEX_STATE_PREFIX) :].decode()] = (field, state)
-        return states
+    # -- generic access to the column families ---------------------------------------------
 
-    def put_index_state(self, batch: rocksdict.WriteBatch, name: str, field: str, state: str | None) -> None:
-        """Record an index's state in ``batch`` (``None``: the index no longer exists)."""
-        key = _INDEX_STATE_PREFIX + name.encode()
-        if state is None:
-            batch.delete(key, self._meta_handle)
-        else:
-            batch.put(key, f"{field}\n{state}".encode(), self._meta_handle)
+    def family(self, name: str) -> Any:
+        """The column family ``name`` (``store.families``), for reads: ``get``, ``iter``, ``snapshot``.
 
-    def put_index_entry(self, batch: rocksdict.WriteBatch, entry_key: bytes) -> None:
-        batch.put(entry_key, b"", self._index_handle)
+        Read it through ``store.corruption``'s helpers, so that only "not found" means absent.
+        """
+        return self._families[name]
 
-    def delete_index_entry(self, batch: rocksdict.WriteBatch, entry_key: bytes) -> None:
-        batch.delete(entry_key, self._index_handle)
+    def handle(self, name: str) -> Any:
+        """The handle of column family ``name``, for writes to it in a batch (``batch.put(k, v, handle)``)."""
+        return self._handles[name]
 
-    def delete_index_range(self, batch: rocksdict.WriteBatch, prefix: bytes) -> None:
-        """Remove every index entry whose key starts with ``prefix``."""
-        upper = prefix_upper_bound(prefix)
-        assert upper is not None, "index prefixes never consist of 0xff bytes only"
-        batch.delete_range(prefix, upper, self._index_handle)
+    def prefixed(self, name: str, prefix: bytes) -> list[tuple[bytes, bytes]]:
+        """Every entry of column family ``name`` whose key starts with ``prefix``, byte-ordered.
+
+        For the small ranges of metadata only: the whole range is read at once. A failed read
+        raises ``StoreReadError`` rather than ending the range early.
+        """
+        return list(prefixed(self._families[name].iter(), prefix))
 
     def get_latest(self, keys: list[bytes]) -> list[bytes | None]:
         """Current values, outside any snapshot (the materializer is the only writer)."""
         values: list[bytes | None] = family_get(self._db, keys)
         return values
-
-    def history_start(self) -> Position:
-        """Where history began per partition (empty: no history kept yet)."""
-        return Position(
-            {
-                _PARTITION.unpack(key[len(_HISTORY_START_PREFIX) :])[0]: _OFFSET.unpack(value)[0]
-                for key, value in self._meta_range(_HISTORY_START_PREFIX)
-            }
-        )
-
-    def history_time_log(self) -> list[tuple[int, int, int]]:
-        """``(partition, next_offset, timestamp_ms)`` of applied batches since history began."""
-        log = []
-        for key, value in self._meta_range(_HISTORY_TIME_PREFIX):
-            suffix = key[len(_HISTORY_TIME_PREFIX) :]
-            partition = _PARTITION.unpack(suffix[: _PARTITION.size])[0]
-            log.append((partition, _OFFSET.unpack(suffix[_PARTITION.size :])[0], _OFFSET.unpack(value)[0]))
-        return log
-
-    def put_history_start(self, batch: rocksdict.WriteBatch, position: Mapping[int, int]) -> None:
-        for partition, next_offset in position.items():
-            batch.put(
-                _HISTORY_START_PREFIX + _PARTITION.pack(partition),
-                _OFFSET.pack(next_offset),
-                self._meta_handle,
-            )
-
-    def put_history_time(
-        self, batch: rocksdict.WriteBatch, partition: int, next_offset: int, timestamp: int
-    ) -> None:
-        key = _HISTORY_TIME_PREFIX + _PARTITION.pack(partition) + _OFFSET.pack(next_offset)
-        batch.put(key, _OFFSET.pack(timestamp), self._meta_handle)
-
-    def delete_history_time_below(
-        self, batch: rocksdict.WriteBatch, partition: int, next_offset: int
-    ) -> None:
-        prefix = _HISTORY_TIME_PREFIX + _PARTITION.pack(partition)
-        batch.delete_range(prefix, prefix + _OFFSET.pack(next_offset), self._meta_handle)
-
-    def put_version(self, batch: rocksdict.WriteBatch, history_key: bytes, stored: bytes) -> None:
-        batch.put(history_key, stored, self._history_handle)
-
-    def delete_versions(self, batch: rocksdict.WriteBatch, begin: bytes, end: bytes) -> None:
-        batch.delete_range(begin, end, self._history_handle)
-
-    def delete_version(self, batch: rocksdict.WriteBatch, history_key: bytes) -> None:
-        batch.delete(history_key, self._history_handle)
-
-    def put_change(self, batch: rocksdict.WriteBatch, change: bytes, key: bytes) -> None:
-        batch.put(change, key, self._changes_handle)
-
-    def delete_change(self, batch: rocksdict.WriteBatch, change: bytes) -> None:
-        batch.delete(change, self._changes_handle)
-
-    def clear_history(self, batch: rocksdict.WriteBatch) -> None:
-        """Forget all history (it restarts when the store is next READY)."""
-        batch.delete_range(b"", b"\xff" * 64, self._history_handle)
-        batch.delete_range(b"", b"\xff" * 16, self._changes_handle)
-        for prefix in (_HISTORY_START_PREFIX, _HISTORY_TIME_PREFIX):
-            upper = prefix_upper_bound(prefix)
-            assert upper is not None
-            batch.delete_range(prefix, upper, self._meta_handle)
-
-    def _meta_range(self, prefix: bytes) -> list[tuple[bytes, bytes]]:
-        return list(prefixed(self._meta.iter(), prefix))
 
     # -- writes -----------------------------------------------------------------------------
 
@@ -307,21 +273,8 @@ class Engine:
         except Exception as exc:
             raise self._write_error(exc) from exc
 
-    def _write_error(self, exc: Exception) -> StoreWriteError | StoreReadError:
-        text = str(exc)
-        if text.startswith("Corruption"):
-            # A flush or compaction read a corrupt file, and RocksDB refuses writes from then on:
-            # the copy is corrupt, not the volume full.
-            return StoreReadError(
-                f"RocksDB refuses writes to the store at {self.path}: its background work found a"
-                f" corrupt file ({text})",
-                file=named_file(text),
-                engine_message=text,
-            )
-        return StoreWriteError(
-            f"cannot write the store at {self.path} ({exc}); free space on its volume (or grow it):"
-            " the store resumes by itself once it can write again"
-        )
+    def _write_error(self, exc: Exception) -> StoreWriteError:
+        return write_error(self.path, exc, closed=self._db is None)
 
     def ingest(self, sst_paths: Sequence[Path]) -> None:
         """Ingest SST files built by the bulk loader into the table (later files win)."""
@@ -340,9 +293,10 @@ class Engine:
         leaves only data, indexes and history ahead of the offsets, which replaying the records
         from the offsets makes right again.
         """
+        last = (families.DEFAULT, families.META)
         try:
-            for family in (self._index, self.history, self.changes, self._db, self._meta):
-                family.flush(True)
+            for name in [*(name for name in families.ALL if name not in last), *last]:
+                self._families[name].flush(True)
         except Exception as exc:
             raise self._write_error(exc) from exc
 
@@ -352,18 +306,18 @@ class Engine:
         return self._db.snapshot()
 
     def index_snapshot(self) -> rocksdict.Snapshot:
-        return self._index.snapshot()
+        return self._families[families.INDEX].snapshot()
 
     def history_snapshot(self) -> rocksdict.Snapshot:
-        return self.history.snapshot()
+        return self._families[families.HISTORY].snapshot()
 
     def changes_snapshot(self) -> rocksdict.Snapshot:
-        return self.changes.snapshot()
+        return self._families[families.CHANGES].snapshot()
 
     @property
     def column_families(self) -> tuple[str, ...]:
         """The names of every column family of the database."""
-        return _CFS
+        return families.ALL
 
     def verify_page(
         self, family: str, start: bytes | None, max_entries: int
@@ -374,13 +328,7 @@ class Engine:
         cache, so verifying does not push the hot blocks out. Returns ``(where the next page starts
         or None at the family's end, entries read, bytes read)``; ``StoreReadError`` on a failure.
         """
-        handle = {
-            "default": self._db,
-            _META_CF: self._meta,
-            _INDEX_CF: self._index,
-            _HISTORY_CF: self.history,
-            _CHANGES_CF: self.changes,
-        }[family]
+        handle = self._families[family]
         options = rocksdict.ReadOptions()
         options.set_verify_checksums(True)
         options.fill_cache(False)
@@ -413,7 +361,7 @@ class Engine:
         db = self._db
         memtables = sum(
             int(family.property_int_value("rocksdb.cur-size-all-mem-tables") or 0)
-            for family in (db, self._meta, self._index, self.history, self.changes)
+            for family in self._families.values()
         )
         return MemoryUsage(
             block_cache_capacity_bytes=int(db.property_int_value("rocksdb.block-cache-capacity") or 0),
@@ -431,10 +379,9 @@ class Engine:
             self._db.close()
         except Exception:  # closing twice is harmless
             logger.debug("closing %s failed", self.path, exc_info=True)
-        for name in ("_meta", "_meta_handle", "_index", "_index_handle", "history", "_history_handle"):
-            setattr(self, name, None)
-        for name in ("changes", "_changes_handle", "_db"):
-            setattr(self, name, None)
+        self._families.clear()
+        self._handles.clear()
+        self._meta = self._meta_handle = self._db = None
 
 
 def directory_size(path: Path) -> int:
@@ -502,10 +449,6 @@ class SnapshotReader:
         # while the store lock holds writes back.
         self._iterator: Any = snapshot.iter()
         self._index_iterator: Any = index_snapshot.iter() if index_snapshot is not None else None
-
-    @property
-    def snapshot(self) -> Any:
-        return self._snapshot
 
     @property
     def iterator(self) -> Any:
@@ -581,11 +524,3 @@ def _scan(
     # An iterator also stops on a failed read: without this check a corrupt block ends the page early.
     check_status(iterator)
     return items, None
-
-
-def iter_offsets(records: Iterable[tuple[int, int]]) -> dict[int, int]:
-    """Next offset per partition after ``(partition, offset)`` records."""
-    offsets: dict[int, int] = {}
-    for partition, offset in records:
-        offsets[partition] = offset + 1
-    return offsets

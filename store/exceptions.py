@@ -7,15 +7,20 @@ Hierarchy::
     ├── StoreClosedError          the store was stopped; no more reads
     ├── StoreCorruptError         the store directory cannot be opened as a store
     │   └── StoreReadError        a read failed for a reason other than "not found" (corruption, I/O)
-    ├── StoreWriteError           the store's files cannot be written (disk full, I/O error)
+    ├── StoreWriteError           the store's files cannot be written; RocksDB refuses writes until reopened
+    │   ├── StoreFullError        its volume is full (or a quota or file size limit is reached)
+    │   ├── StoreIOError          its volume failed a read or write (device, filesystem)
+    │   ├── StoreCorruptWriteError  RocksDB found its files corrupt while writing (also a StoreReadError)
+    │   └── StoreWriterClosedError  the copy was closed while being written (also a StoreClosedError)
+    ├── InvalidTransitionError    a state change the store's lifecycle does not allow (a bug)
     ├── InvalidPositionError      a position string or mapping is malformed
     ├── ScanLimitError            a prefix scan asked for an unusable page size
     ├── UnknownIndexError         the store has no index of that name
     ├── IndexNotReadyError        the index is still being built
     ├── HistoryNotKeptError       an ``as_of`` read of a store that keeps no history
     ├── HistoryExpiredError       an ``as_of`` position older than the retained history
-    └── PositionNotReachedError   an ``as_of`` position the store has not reached yet
-    ├── KafkaSourceError          the changelog topic cannot be read (fatal configuration problems only)
+    ├── PositionNotReachedError   an ``as_of`` position the store has not reached yet
+    └── KafkaSourceError          the changelog topic cannot be read (fatal configuration problems only)
 
 Foreign errors (rocksdict, confluent-kafka) are converted at the boundary with ``raise ... from exc``.
 """
@@ -54,10 +59,32 @@ class StoreReadError(StoreCorruptError):
 
 
 class StoreWriteError(StoreError):
-    """RocksDB refused a write or flush (disk full, file size limit, I/O error).
+    """RocksDB refused a write, flush, ingestion or option change of the store's database.
 
-    RocksDB refuses every later write too, until the database is reopened.
+    RocksDB refuses every later write too, until the database is reopened. The subclasses say
+    why; this class itself is raised for a refusal of no known kind.
     """
+
+
+class StoreFullError(StoreWriteError):
+    """The store's volume is full, or a quota or file size limit refused the write: free space."""
+
+
+class StoreIOError(StoreWriteError):
+    """The store's volume failed an I/O other than for space: check the device and filesystem."""
+
+
+class StoreCorruptWriteError(StoreWriteError, StoreReadError):
+    """RocksDB found the store's files corrupt while writing (a flush or compaction read a corrupt
+    file): the copy cannot be trusted, and, like any failed read, it is rebuilt from the topic."""
+
+
+class StoreWriterClosedError(StoreWriteError, StoreClosedError):
+    """The copy was closed while being written: the store is stopping or reopening it."""
+
+
+class InvalidTransitionError(StoreError, RuntimeError):
+    """A state change that ``StoreState`` does not allow from the current state: a bug, never retried."""
 
 
 class InvalidPositionError(StoreError, ValueError):

@@ -8,7 +8,7 @@ History starts when a store first becomes READY (a compacted topic no longer hol
 version, so nothing older can be exact); the *floor* is the oldest position still answered
 exactly. Below it the answer is a clear ``HistoryExpiredError``, never a wrong value.
 
-Column families:
+Column families (``store.families``):
 
 ``history``
     one entry per version: ``escaped(key) | partition (4 B) | offset + 1 (8 B)`` →
@@ -20,6 +20,11 @@ Column families:
     ``partition (4 B) | offset (8 B)`` → key, one entry per record since history started: it drives
     pruning (a version superseded below the floor is dropped) and ``as_of`` index lookups (rows
     changed since a position).
+``meta``, under ``history_start/``
+    ``partition (4 B)`` → the next offset where history began on that partition.
+``meta``, under ``history_time/``
+    ``partition (4 B) | next offset (8 B)`` → timestamp (8 B) of each applied batch's last record:
+    it moves the floor by ``retention_ms``.
 
 Pruning runs on the materializer thread between batches, a bounded amount at a time, so it never
 races a write of the same key.
@@ -31,12 +36,16 @@ import dataclasses
 import struct
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import rocksdict
 
+from store import families
 from store.corruption import check_status, family_get, prefixed
 from store.position import Position
+
+if TYPE_CHECKING:
+    from store.engine import Engine
 
 _PARTITION = struct.Struct(">i")
 _OFFSET = struct.Struct(">q")
@@ -44,6 +53,8 @@ _TIMESTAMP = struct.Struct(">q")
 _VERSION_SUFFIX = _PARTITION.size + _OFFSET.size
 _TERMINATOR = b"\x00\x01"
 PUT, TOMBSTONE = b"\x01", b"\x00"
+_START_PREFIX = b"history_start/"  # in the meta family
+_TIME_PREFIX = b"history_time/"  # in the meta family
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -113,6 +124,51 @@ def key_upper_bound(escaped_key: bytes) -> bytes:
     return escaped_key[:-1] + b"\x02"
 
 
+def _handles(engine: Engine) -> tuple[Any, Any, Any]:
+    """The handles of the families history writes: history, changes, meta."""
+    return engine.handle(families.HISTORY), engine.handle(families.CHANGES), engine.handle(families.META)
+
+
+def _time_key(partition: int, next_offset: int) -> bytes:
+    return _TIME_PREFIX + _PARTITION.pack(partition) + _OFFSET.pack(next_offset)
+
+
+def stored_start(engine: Engine) -> Position:
+    """Where history began per partition (empty: no history kept yet)."""
+    return Position(
+        {
+            _PARTITION.unpack(key[len(_START_PREFIX) :])[0]: _OFFSET.unpack(value)[0]
+            for key, value in engine.prefixed(families.META, _START_PREFIX)
+        }
+    )
+
+
+def stored_time_log(engine: Engine) -> list[tuple[int, int, int]]:
+    """``(partition, next_offset, timestamp_ms)`` of applied batches since history began."""
+    log = []
+    for key, value in engine.prefixed(families.META, _TIME_PREFIX):
+        suffix = key[len(_TIME_PREFIX) :]
+        partition = _PARTITION.unpack(suffix[: _PARTITION.size])[0]
+        log.append((partition, _OFFSET.unpack(suffix[_PARTITION.size :])[0], _OFFSET.unpack(value)[0]))
+    return log
+
+
+def put_start(engine: Engine, batch: Any, position: Mapping[int, int]) -> None:
+    """Add to ``batch``: history begins at ``position``."""
+    meta = engine.handle(families.META)
+    for partition, next_offset in position.items():
+        batch.put(_START_PREFIX + _PARTITION.pack(partition), _OFFSET.pack(next_offset), meta)
+
+
+def clear(engine: Engine, batch: Any) -> None:
+    """Add to ``batch``: forget all history (it restarts when the store is next READY)."""
+    batch.delete_range(b"", b"\xff" * 64, engine.handle(families.HISTORY))
+    batch.delete_range(b"", b"\xff" * 16, engine.handle(families.CHANGES))
+    meta = engine.handle(families.META)
+    for prefix in (_START_PREFIX, _TIME_PREFIX):
+        batch.delete_range(prefix, prefix[:-1] + bytes([prefix[-1] + 1]), meta)
+
+
 def choose_version(
     versions: Iterable[tuple[bytes, bytes]], as_of: Mapping[int, int]
 ) -> tuple[bool, bytes | None]:
@@ -174,14 +230,17 @@ class HistoryRecorder:
 
     def record(
         self,
-        engine: Any,
+        engine: Engine,
         batch: Any,
         keys: Sequence[bytes],
         values: Sequence[bytes | None],
         metas: Sequence[tuple[int, int, int]],
     ) -> None:
         """Versions for ``(key, value)`` records with their ``(partition, offset, timestamp)``."""
-        live = engine.history
+        live = engine.family(families.HISTORY)
+        history, changes, meta = (
+            engine.handle(name) for name in (families.HISTORY, families.CHANGES, families.META)
+        )
         has_history: dict[bytes, bool] = {}
         for key in dict.fromkeys(keys):
             iterator = live.iter()
@@ -197,50 +256,56 @@ class HistoryRecorder:
         last_in_batch: dict[int, tuple[int, int]] = {}
         for key, value, (partition, offset, timestamp) in zip(keys, values, metas, strict=True):
             if not has_history[key]:
-                engine.put_version(batch, version_key(key, partition, -1), version_value(previous[key], -1))
+                batch.put(version_key(key, partition, -1), version_value(previous[key], -1), history)
                 has_history[key] = True
-            engine.put_version(batch, version_key(key, partition, offset), version_value(value, timestamp))
-            engine.put_change(batch, change_key(partition, offset), key)
+            batch.put(version_key(key, partition, offset), version_value(value, timestamp), history)
+            batch.put(change_key(partition, offset), key, changes)
             last_in_batch[partition] = (offset + 1, timestamp)
         for partition, (next_offset, timestamp) in last_in_batch.items():
-            engine.put_history_time(batch, partition, next_offset, timestamp)
+            batch.put(_time_key(partition, next_offset), _TIMESTAMP.pack(timestamp), meta)
 
-    def prune(self, engine: Any, floor: Mapping[int, int], budget: int = 10_000) -> int:
+    def prune(self, engine: Engine, floor: Mapping[int, int], budget: int = 10_000) -> int:
         """Drop versions superseded below ``floor`` (at most ``budget`` changes); returns how many."""
         batch = engine.new_batch()
+        live = engine.family(families.HISTORY)
+        history, changes, meta = (
+            engine.handle(name) for name in (families.HISTORY, families.CHANGES, families.META)
+        )
         done = 0
         for partition, floor_offset in floor.items():
             options = rocksdict.ReadOptions()
             options.set_iterate_upper_bound(change_key(partition, floor_offset))
-            iterator = engine.changes.iter(options)
+            iterator = engine.family(families.CHANGES).iter(options)
             iterator.seek(change_key(partition, 0))
             while iterator.valid() and done < budget:
                 change, key = iterator.key(), iterator.value()
                 _partition, offset = parse_change_key(change)
-                engine.delete_versions(
-                    batch, version_key(key, partition, -1), version_key(key, partition, offset)
+                batch.delete_range(
+                    version_key(key, partition, -1), version_key(key, partition, offset), history
                 )
-                stored = family_get(engine.history, version_key(key, partition, offset))
+                stored = family_get(live, version_key(key, partition, offset))
                 if (
                     stored is not None
                     and stored[:1] == TOMBSTONE
-                    and self._only_version(engine, key, partition, offset)
+                    and self._only_version(live, key, partition, offset)
                 ):
                     # Absent at every position from the floor on: nothing to keep.
-                    engine.delete_version(batch, version_key(key, partition, offset))
-                engine.delete_change(batch, change)
+                    batch.delete(version_key(key, partition, offset), history)
+                batch.delete(change, changes)
                 done += 1
                 iterator.next()
             if not iterator.valid():
                 check_status(iterator)
             if done < budget:
-                engine.delete_history_time_below(batch, partition, floor_offset)
+                batch.delete_range(
+                    _TIME_PREFIX + _PARTITION.pack(partition), _time_key(partition, floor_offset), meta
+                )
         engine.write(batch)
         return done
 
     @staticmethod
-    def _only_version(engine: Any, key: bytes, partition: int, offset: int) -> bool:
-        for history_key, _stored in scan_versions(engine.history.iter(), key):
+    def _only_version(live: Any, key: bytes, partition: int, offset: int) -> bool:
+        for history_key, _stored in scan_versions(live.iter(), key):
             other_partition, other_offset = parse_version_key(history_key)
             if other_partition != partition or other_offset > offset:
                 return False

@@ -1,6 +1,6 @@
 """Secondary indexes on fields of JSON values, answered by prefix scans (KIP-213's combined key).
 
-An index entry lives in the ``index`` column family under the combined key::
+An index entry lives in the ``index`` column family (``store.families``) under the combined key::
 
     len(index name) (1 byte) | index name | len(indexed value) (4 bytes, big-endian) | indexed value | row key
 
@@ -8,6 +8,9 @@ so all rows with one indexed value are one contiguous, byte-ordered range, and a
 matches a longer value that merely starts with it. Entries are written in the same atomic batch as
 the row they describe: an update that changes the field removes the old entry, a tombstone removes
 it, a row without the field (or whose value is not JSON) has none.
+
+Each index's state (the field it was built on, ``building`` or ``ready``) is kept in the ``meta``
+column family under ``index/`` + its name (:func:`state_entry`, :func:`parse_states`).
 
 Indexed values are compared as bytes: a JSON string indexes as its UTF-8 text, a number or boolean
 as its JSON text (``42``, ``4.5``, ``true``); null, objects and arrays are not indexed.
@@ -31,6 +34,7 @@ except ImportError:  # pragma: no cover - orjson ships with the server extra
 
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 _LENGTH = struct.Struct(">I")
+STATE_PREFIX = b"index/"  # in the meta family: index name -> "field\nstate"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -108,3 +112,18 @@ def index_changes(
         if new is not None:
             puts.append(spec.entry_key(new, key))
     return deletes, puts
+
+
+def state_entry(name: str, field: str, state: str | None) -> tuple[bytes, bytes | None]:
+    """The meta key and value of an index's state (value ``None``: the index no longer exists)."""
+    return STATE_PREFIX + name.encode(), None if state is None else f"{field}\n{state}".encode()
+
+
+def parse_states(entries: Iterable[tuple[bytes, bytes]]) -> dict[str, tuple[str, str]]:
+    """Per index name, the field it was built on and its state, from the meta entries under
+    ``STATE_PREFIX``."""
+    states: dict[str, tuple[str, str]] = {}
+    for key, value in entries:
+        field, _, state = value.decode().partition("\n")
+        states[key[len(STATE_PREFIX) :].decode()] = (field, state)
+    return states

@@ -14,6 +14,8 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient
 
+from store.records import KafkaErrorReport
+
 logger = logging.getLogger(__name__)
 
 # Settings the materializer owns; a user's value for them would break the guarantees.
@@ -92,6 +94,38 @@ def describe_topic(admin: AdminClient, topic: str, timeout: float) -> TopicInfo 
     return TopicInfo(topic, topic_id, len(description.partitions))
 
 
+class TopicWatch:
+    """The topic's metadata, checked now and then: deleted, recreated, or partitions added or removed."""
+
+    def __init__(self, admin: AdminClient, info: TopicInfo) -> None:
+        self._admin = admin
+        self.info = info
+        self.partitions = info.partitions
+
+    def check(self, timeout: float = 10.0) -> list[int]:
+        """The partitions added since the last check.
+
+        Raises ``TransientSourceError`` when the topic was deleted (the session waits for it) and
+        ``RebuildRequired`` when it was recreated or lost partitions.
+        """
+        info = self.info
+        current = describe_topic(self._admin, info.name, timeout)
+        if current is None:
+            raise TransientSourceError(f'topic "{info.name}" was deleted; waiting for it to come back')
+        if info.topic_id is not None and current.topic_id is not None and current.topic_id != info.topic_id:
+            raise RebuildRequired(
+                f'topic "{info.name}" was deleted and recreated'
+                f" (topic id {info.topic_id} is now {current.topic_id})"
+            )
+        if current.partitions < self.partitions:
+            raise RebuildRequired(
+                f'topic "{info.name}" shrank from {self.partitions} to {current.partitions} partitions'
+            )
+        added = list(range(self.partitions, current.partitions))
+        self.partitions = current.partitions
+        return added
+
+
 def new_consumer(store_name: str, kafka: Mapping[str, Any], on_error: Any) -> Consumer:
     config = consumer_config(store_name, kafka)
     config["error_cb"] = on_error
@@ -103,6 +137,24 @@ def new_consumer(store_name: str, kafka: Mapping[str, Any], on_error: Any) -> Co
 
 def new_admin(kafka: Mapping[str, Any]) -> AdminClient:
     return AdminClient(admin_config(kafka))
+
+
+def check_fetch_error(report: KafkaErrorReport, topic: str) -> None:
+    """Raise for a fetch error the session cannot go on with; return for one a retry may fix.
+
+    ``RebuildRequired`` when the stored offsets are out of range, ``TransientSourceError`` when
+    the topic or partition is gone, or the error is fatal (the consumer is recreated).
+    """
+    where = f"{topic}[{report.partition}]" if report.partition is not None else "the topic"
+    if report.code in OUT_OF_RANGE_CODES:
+        raise RebuildRequired(
+            f"the stored offset of {where} is out of range ({report.text}): the topic was truncated,"
+            " recreated, or its retention passed the store"
+        )
+    if report.code in TOPIC_GONE_CODES:
+        raise TransientSourceError(f"{where} is gone ({report.text}); waiting for the topic")
+    if report.fatal:
+        raise TransientSourceError(f"fatal consumer error on {where}: {report.text}; recreating the consumer")
 
 
 # Error codes seen on fetch that mean the stored offsets are no longer valid.

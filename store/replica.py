@@ -14,10 +14,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from store import families, history
 from store.asof import AsOfReader
 from store.config import StoreConfig
 from store.corruption import CorruptionReport, drop_engine_references
-from store.engine import Engine, SnapshotReader, destroy
+from store.engine import Engine, SnapshotReader, destroy, prefix_upper_bound
 from store.exceptions import (
     HistoryExpiredError,
     HistoryNotKeptError,
@@ -28,9 +29,10 @@ from store.exceptions import (
     StoreWriteError,
 )
 from store.history import HistoryRecorder, floor_from
-from store.indexes import IndexSpec, index_changes
+from store.indexes import STATE_PREFIX, IndexSpec, index_changes, parse_states, state_entry
 from store.position import Position
 from store.protocol import MAX_SCAN_LIMIT, MemoryUsage, ScanPage
+from store.records import RecordBatch
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +62,7 @@ class Replica:
         self._cache: dict[bytes, bytes | None] = {}
         self._cache_capacity = config.tuning.read_cache_entries
         self.indexes = {spec.name: spec for spec in config.indexes}
-        states = self.engine.index_states()
+        states = self._index_states()
         self.ready_indexes = {
             name: spec for name, spec in self.indexes.items() if states.get(name) == (spec.field, "ready")
         }
@@ -83,7 +85,7 @@ class Replica:
             failure = str(exc)
         logger.warning('store "%s": %s', self.config.name, failure)
         destroy(path)
-        return Engine(path, self.config.tuning)
+        return Engine(path, self.config.tuning.rocksdb)
 
     def _open_checked(self, path: Path) -> Engine:
         """Open the copy at ``path``; ``StoreCorruptError`` if it is known or found corrupt."""
@@ -94,15 +96,15 @@ class Replica:
                 f"the copy at {path} was found corrupt before this start ({found}); it will be rebuilt"
                 " from the topic"
             )
-        engine = Engine(path, self.config.tuning)
+        engine = Engine(path, self.config.tuning.rocksdb)
         failure = None
         try:
             # What opening reads anyway: a failure here must discard the copy, not fail the store.
             engine.stored_position()
             engine.topic_identity()
-            engine.index_states()
-            engine.history_start()
-            engine.history_time_log()
+            parse_states(engine.prefixed(families.META, STATE_PREFIX))
+            history.stored_start(engine)
+            history.stored_time_log(engine)
         except StoreReadError as exc:
             failure = exc.engine_message
         # Closed only once the failed read (and the iterator its traceback holds) is gone.
@@ -195,15 +197,17 @@ class Replica:
 
     # -- writes (materializer thread) ---------------------------------------------------------
 
-    def apply(
-        self,
-        keys: list[bytes],
-        values: list[bytes | None],
-        offsets: dict[int, int],
-        metas: list[tuple[int, int, int]] | None = None,
-    ) -> None:
+    def topic_identity(self) -> tuple[str | None, str | None]:
+        """The topic name and topic id the stored data came from."""
+        return self.engine.topic_identity()
+
+    def set_topic_identity(self, topic: str, topic_id: str | None) -> None:
+        self.engine.set_topic_identity(topic, topic_id)
+
+    def apply(self, records: RecordBatch) -> None:
         """Write records, tombstones and the partitions' next offsets in one atomic batch."""
         engine = self.engine
+        keys, values = records.keys, records.values
         batch = engine.new_batch()
         for key, value in zip(keys, values, strict=True):
             if value is None:
@@ -213,12 +217,12 @@ class Replica:
         if self.ready_indexes and keys:
             self._maintain_indexes(batch, keys, values)
         if self.history is not None and self.history_start and keys:
-            assert metas is not None, "records of a store that keeps history need their metadata"
-            self.history.record(engine, batch, keys, values, metas)
-        engine.put_offsets(batch, offsets)
+            assert records.metas is not None, "records of a store that keeps history need their metadata"
+            self.history.record(engine, batch, keys, values, records.metas)
+        engine.put_offsets(batch, records.next_offsets)
         with self._changed:
             engine.write(batch)
-            self._advance(offsets)
+            self._advance(records.next_offsets)
             cache = self._cache
             if cache:
                 for key in keys:
@@ -228,18 +232,18 @@ class Replica:
         """Stop or resume automatic compactions while a bulk restore ingests files."""
         self.engine.defer_compactions(deferred)
 
-    def ingest(self, sst_path: Path | None, offsets: dict[int, int]) -> None:
+    def ingest(self, sst_path: Path | None, next_offsets: dict[int, int]) -> None:
         """Ingest a bootstrap chunk's SST file, then record the chunk's offsets."""
         engine = self.engine
         batch = engine.new_batch()
-        engine.put_offsets(batch, offsets)
+        engine.put_offsets(batch, next_offsets)
         for spec in self.ready_indexes.values():
             # Bulk chunks carry no index entries: the indexes are rebuilt once the bootstrap ends.
-            engine.put_index_state(batch, spec.name, spec.field, "building")
+            self._put_index_state(batch, spec.name, spec.field, "building")
         reset_history = bool(self.history_start)
         if reset_history:
             # Bulk chunks carry no versions: history restarts when the store is READY again.
-            engine.clear_history(batch)
+            history.clear(engine, batch)
         with self._changed:
             self.ready_indexes = {}
             if reset_history:
@@ -252,7 +256,7 @@ class Replica:
             if sst_path is not None:
                 engine.ingest([sst_path])
             engine.write(batch)
-            self._advance(offsets)
+            self._advance(next_offsets)
             self._cache.clear()
 
     def _advance(self, offsets: dict[int, int]) -> None:
@@ -271,16 +275,34 @@ class Replica:
     def _maintain_indexes(self, batch: Any, keys: list[bytes], values: list[bytes | None]) -> None:
         """Add to ``batch`` the index entry changes of these records, in record order."""
         engine = self.engine
+        index = engine.handle(families.INDEX)
         unique = list(dict.fromkeys(keys))
         current = dict(zip(unique, engine.get_latest(unique), strict=True))
         specs = list(self.ready_indexes.values())
         for key, value in zip(keys, values, strict=True):
             deletes, puts = index_changes(specs, key, current[key], value)
             for entry in deletes:
-                engine.delete_index_entry(batch, entry)
+                batch.delete(entry, index)
             for entry in puts:
-                engine.put_index_entry(batch, entry)
+                batch.put(entry, b"", index)
             current[key] = value
+
+    def _index_states(self) -> dict[str, tuple[str, str]]:
+        return parse_states(self.engine.prefixed(families.META, STATE_PREFIX))
+
+    def _put_index_state(self, batch: Any, name: str, field: str, state: str | None) -> None:
+        """Add an index's state to ``batch`` (``None``: the index no longer exists)."""
+        key, value = state_entry(name, field, state)
+        if value is None:
+            batch.delete(key, self.engine.handle(families.META))
+        else:
+            batch.put(key, value, self.engine.handle(families.META))
+
+    def _drop_index_entries(self, batch: Any, spec: IndexSpec) -> None:
+        """Add to ``batch``: remove every entry of the index."""
+        upper = prefix_upper_bound(spec.prefix)
+        assert upper is not None, "index prefixes never consist of 0xff bytes only"
+        batch.delete_range(spec.prefix, upper, self.engine.handle(families.INDEX))
 
     def build_indexes(self, stop: threading.Event) -> None:
         """Build every configured index that is not ready; drop indexes no longer configured.
@@ -289,12 +311,12 @@ class Replica:
         meanwhile; reads of the store go on (an index being built answers IndexNotReadyError).
         """
         engine = self.engine
-        states = engine.index_states()
+        states = self._index_states()
         batch = engine.new_batch()
         for name, (field, _state) in states.items():
             if name not in self.indexes:
-                engine.delete_index_range(batch, IndexSpec(name, field).prefix)
-                engine.put_index_state(batch, name, field, None)
+                self._drop_index_entries(batch, IndexSpec(name, field))
+                self._put_index_state(batch, name, field, None)
                 logger.info('store "%s": dropped index "%s" (no longer configured)', self.name, name)
         engine.write(batch)
         ready = {
@@ -319,8 +341,8 @@ class Replica:
             total,
         )
         batch = engine.new_batch()
-        engine.delete_index_range(batch, spec.prefix)
-        engine.put_index_state(batch, spec.name, spec.field, "building")
+        self._drop_index_entries(batch, spec)
+        self._put_index_state(batch, spec.name, spec.field, "building")
         engine.write(batch)
         self.index_progress[spec.name] = 0
         rows = 0
@@ -335,13 +357,14 @@ class Replica:
                     return  # left "building": the next start builds it again
                 page = reader.prefix_scan(b"", after=after, limit=MAX_SCAN_LIMIT)
                 batch = engine.new_batch()
+                index = engine.handle(families.INDEX)
                 for key, value in page.items:
                     indexed = spec.extract(value)
                     if indexed is not None:
-                        engine.put_index_entry(batch, spec.entry_key(indexed, key))
+                        batch.put(spec.entry_key(indexed, key), b"", index)
                 rows += len(page.items)
                 if page.next_after is None:
-                    engine.put_index_state(batch, spec.name, spec.field, "ready")
+                    self._put_index_state(batch, spec.name, spec.field, "ready")
                 with self._changed:
                     engine.write(batch)
                     if page.next_after is None:
@@ -349,7 +372,7 @@ class Replica:
                         self._changed.notify_all()
                 self.index_progress[spec.name] = rows
                 now = time.monotonic()
-                if now - last_log >= self.config.tuning.progress_log_interval_seconds:
+                if now - last_log >= self.config.tuning.restore.progress_log_interval_seconds:
                     last_log = now
                     logger.info('store "%s": index "%s" %d of ~%d rows', self.name, spec.name, rows, total)
                 if page.next_after is None:
@@ -376,15 +399,15 @@ class Replica:
     def _load_history_state(self) -> None:
         engine = self.engine
         if self.history is None:
-            if engine.history_start():
+            if history.stored_start(engine):
                 batch = engine.new_batch()
-                engine.clear_history(batch)
+                history.clear(engine, batch)
                 engine.write(batch)
                 logger.info(
                     'store "%s": history is no longer configured; dropped the stored versions', self.name
                 )
             return
-        self.history_start = engine.history_start()
+        self.history_start = history.stored_start(engine)
         self.history_floor = self._compute_floor() if self.history_start else None
 
     def begin_history(self, partitions: int) -> None:
@@ -400,7 +423,7 @@ class Replica:
             {p: self.position.get(p, 0) for p in range(max(partitions, 1))} | dict(self.position)
         )
         batch = engine.new_batch()
-        engine.put_history_start(batch, start)
+        history.put_start(engine, batch, start)
         with self._changed:
             engine.write(batch)
             self.history_start = start
@@ -410,7 +433,7 @@ class Replica:
     def _compute_floor(self) -> Position:
         assert self.history is not None
         return floor_from(
-            self.history_start, self.position, self.engine.history_time_log(), self.history.spec
+            self.history_start, self.position, history.stored_time_log(self.engine), self.history.spec
         )
 
     def maintain_history(self) -> None:

@@ -8,49 +8,58 @@ the files in the order each worker wrote them, recording each chunk's offsets wi
 The process started reads a pickled list of jobs (dicts, see ``store.bulkload``) from stdin,
 imports what the workers need once, and forks one worker per job: importing numpy and
 confluent-kafka in every worker cost as much CPU as restoring a few hundred thousand records. It is
-single-threaded when it forks (no consumer exists in it yet). Workers write their events to stdout
-as frames (a 4-byte big-endian length, then a pickle of ``(worker, kind, ...)``), each in one
-``write`` of at most ``PIPE_BUF`` bytes, so frames of different workers never interleave:
-
-- ``(worker, "chunk", sst_path | None, next_offsets, records, null_keys)``: a chunk is written
-  (``None``: every record of it had a null key);
-- ``(worker, "kafka_error", code, text, fatal, partition | None)``: a fetch error
-  (``partition``) or a client error (``None``) the parent decides about; end of partition is
-  handled here;
-- ``(worker, "done", next_offsets)``: every partition is caught up; the worker exits;
-- ``(worker, "failed", text)``: an error, or the worker exited without a word; it is gone.
+single-threaded when it forks (no consumer exists in it yet). Workers write their events
+(``store.records``: a chunk written, a Kafka error for the parent to decide about, caught up,
+failed) to stdout as frames, each in one atomic write, so frames of different workers never
+interleave.
 
 A plain child process rather than ``multiprocessing``: it never re-imports the embedding
-application's ``__main__``. Run as a script it imports nothing of ours, so it starts without the
-``store`` package and its dependencies. Workers stop when their parent goes away, which stops
-when the store's process does.
+application's ``__main__``. Run as a script it imports nothing of ours but the leaf module
+``store/records.py``, loaded from its file, so it starts without the ``store`` package and its
+dependencies. Workers stop when their parent goes away, which stops when the store's process does.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
+import importlib.util
 import os
 import pickle
-import select
 import signal
-import struct
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import rocksdict
-from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+
+def _load_leaf(name: str) -> ModuleType:
+    """This package's module ``name`` loaded from its file, without importing the package."""
+    spec = importlib.util.spec_from_file_location(
+        f"_statestore_{name}", Path(__file__).with_name(f"{name}.py")
+    )
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while being made
+    spec.loader.exec_module(module)
+    return module
+
+
+if TYPE_CHECKING or __package__:
+    from store import records
+else:  # run as a script
+    records = _load_leaf("records")
 
 # Longer keys are ordered by Python's sort: padding every key of a chunk to the longest would
 # cost more than it saves.
 _NUMPY_MAX_KEY_BYTES = 64
-# Writes to a pipe up to this size are atomic (POSIX guarantees at least 512; Linux has 4096).
-_ATOMIC_WRITE_BYTES = getattr(select, "PIPE_BUF", 512)
-_FRAME_HEADER = struct.Struct(">I")
 
 
 def _sst_options() -> rocksdict.Options:
@@ -108,14 +117,6 @@ def _numpy_last_per_key_order(keys: Sequence[bytes], longest: int) -> list[int]:
     return kept
 
 
-def sorted_last_per_key(
-    keys: Sequence[bytes], values: Sequence[bytes | None]
-) -> tuple[list[bytes], list[bytes | None]]:
-    """Keys in byte order, each once, with the value of its last occurrence (None: tombstone)."""
-    order = last_per_key_order(keys)
-    return [keys[i] for i in order], [values[i] for i in order]
-
-
 def write_sst(path: Path, keys: Sequence[bytes], values: Sequence[bytes | None]) -> Path | None:
     """Write one chunk to the SST file ``path``; ``None`` (and no file) if the chunk is empty."""
     order = last_per_key_order(keys)
@@ -144,107 +145,61 @@ class _Restore:
         self.events = events
         self.topic: str = job["topic"]
         self.starts: dict[int, int] = job["starts"]
-        # Next offset to read per partition; a partition is caught up once it reaches the high
-        # watermark of its last fetch response.
-        self.consumed: dict[int, int] = dict(job["next_offsets"])
-        self.caught_up: set[int] = set()
+        self.catch_up = records.CatchUp(
+            records.PartitionCatchUp(partition, next_offset)
+            for partition, next_offset in job["next_offsets"].items()
+        )
+        self.batch = records.RecordBatch()
         self.parent = os.getppid()
         self.chunks = 0
         config = dict(job["consumer_config"])
         config["error_cb"] = self._on_client_error
         self.consumer = Consumer(config)
 
-    def emit(self, kind: str, *fields: object) -> None:
-        emit(self.events, self.number, kind, *fields)
+    def emit(self, event: records.WorkerEvent) -> None:
+        records.write_frame(self.events, self.number, event)
 
     def _on_client_error(self, error: KafkaError) -> None:
-        self.emit("kafka_error", error.code(), error.str(), error.fatal(), None)
+        self.emit(records.KafkaErrorReport.of(error, None))
 
     def run(self) -> None:
-        job, consumer, topic = self.job, self.consumer, self.topic
+        consumer, topic, catch_up = self.consumer, self.topic, self.catch_up
         partitions = sorted(self.starts)
-        watermarks = [TopicPartition(topic, p) for p in partitions]
-        # Knowing each leader first makes the assignment's start-offset lookup go out at once
-        # (without one, librdkafka retries it only after 500 ms).
-        for tp in watermarks:
-            consumer.get_watermark_offsets(tp, timeout=10)
+        records.list_offsets(consumer, topic, partitions, timeout=10)  # looks the leaders up first
         consumer.assign([TopicPartition(topic, p, self.starts[p]) for p in partitions])
-        keys: list[bytes] = []
-        values: list[bytes | None] = []
-        offsets: dict[int, int] = {}
-        null_keys = 0
-        poll_max, poll_timeout = job["poll_max_records"], job["poll_timeout_seconds"]
-        chunk_records = job["chunk_records"]
-        while len(self.caught_up) < len(partitions):
+        poll_max, poll_timeout = self.job["poll_max_records"], self.job["poll_timeout_seconds"]
+        while not catch_up.done:
             if os.getppid() != self.parent:
                 return  # the parent is gone: nobody will ingest what this worker writes
-            messages = consumer.consume(poll_max, 0)
-            if not messages:
-                messages = consumer.consume(1, poll_timeout)
-            if any(map(Message.error, messages)):
-                for message in messages:
-                    error = message.error()
-                    if error is None:
-                        continue
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        self.caught_up.add(message.partition())  # type: ignore[arg-type]
-                    else:
-                        self.emit(
-                            "kafka_error", error.code(), error.str(), error.fatal(), message.partition()
-                        )
-                messages = [message for message in messages if message.error() is None]
-            if messages:
-                polled: list[bytes | None] = list(map(Message.key, messages))
-                polled_values = list(map(Message.value, messages))
-                backwards = list(map(Message.partition, reversed(messages)))
-                for partition in set(backwards):
-                    last = messages[len(messages) - 1 - backwards.index(partition)]
-                    offsets[partition] = self.consumed[partition] = last.offset() + 1  # type: ignore[index,operator]
-                if None in polled:
-                    kept = [i for i, key in enumerate(polled) if key is not None]
-                    null_keys += len(polled) - len(kept)
-                    polled = [polled[i] for i in kept]
-                    polled_values = [polled_values[i] for i in kept]
-                keys.extend(polled)  # type: ignore[arg-type]  # the null keys were dropped above
-                values.extend(polled_values)
-            unread = 0
-            for tp in watermarks:
-                high = consumer.get_watermark_offsets(tp, cached=True)[1]
-                if high >= 0:
-                    if self.consumed[tp.partition] >= high:
-                        self.caught_up.add(tp.partition)
-                    unread += max(0, high - self.consumed[tp.partition])
-            caught_up = len(self.caught_up) >= len(partitions)
-            if offsets and (
-                len(keys) >= chunk_records or caught_up or (len(keys) >= poll_max and 0 < unread <= len(keys))
-            ):
-                self._write_chunk(keys, values, offsets, null_keys)
-                keys, values, offsets, null_keys = [], [], {}, 0
-        self.emit("done", self.consumed)
+            for report in self.batch.add(records.poll(consumer, poll_max, poll_timeout)):
+                if report.end_of_partition:
+                    catch_up.ended([report.partition])  # type: ignore[list-item]  # a fetch event has one
+                else:
+                    self.emit(report)
+            catch_up.read(self.batch.next_offsets)
+            catch_up.saw_high_watermarks(records.cached_high_watermarks(consumer, topic, partitions))
+            if self._chunk_due(poll_max):
+                self._write_chunk()
+        self.emit(records.WorkerCaughtUp(catch_up.next_offsets()))
 
-    def _write_chunk(
-        self, keys: list[bytes], values: list[bytes | None], offsets: dict[int, int], null_keys: int
-    ) -> None:
+    def _chunk_due(self, poll_max: int) -> bool:
+        """Whether the chunk is full, or holds at least as many records as are left to read."""
+        batch, catch_up = self.batch, self.catch_up
+        if not batch.next_offsets:
+            return False
+        size = len(batch)
+        unread = catch_up.unread
+        return size >= self.job["chunk_records"] or catch_up.done or (size >= poll_max and 0 < unread <= size)
+
+    def _write_chunk(self) -> None:
+        batch, self.batch = self.batch, records.RecordBatch()
         path = Path(self.job["directory"]) / f"{self.job['file_prefix']}-{self.chunks:06d}.sst"
         self.chunks += 1
-        written = write_sst(path, keys, values)
-        self.emit("chunk", None if written is None else str(written), dict(offsets), len(keys), null_keys)
+        written = write_sst(path, batch.keys, batch.values)
+        self.emit(records.ChunkWritten(written, dict(batch.next_offsets), len(batch), batch.null_keys))
 
     def close(self) -> None:
         self.consumer.close()
-
-
-def emit(events: int, worker: int, kind: str, *fields: object) -> None:
-    """Write one event frame to the file descriptor ``events`` in a single atomic write."""
-    frame = pickle.dumps((worker, kind, *fields), protocol=pickle.HIGHEST_PROTOCOL)
-    if _FRAME_HEADER.size + len(frame) > _ATOMIC_WRITE_BYTES:
-        # Only error texts can be long; shortened, the frame fits.
-        frame = pickle.dumps((worker, kind, *(_shorten(f) for f in fields)), protocol=pickle.HIGHEST_PROTOCOL)
-    os.write(events, _FRAME_HEADER.pack(len(frame)) + frame)
-
-
-def _shorten(field: object) -> object:
-    return field[:200] + "..." if isinstance(field, str) and len(field) > 200 else field
 
 
 def run_worker(number: int, job: dict[str, Any], events: int) -> int:
@@ -259,7 +214,7 @@ def run_worker(number: int, job: dict[str, Any], events: int) -> int:
         return 1  # the parent stopped reading
     except Exception as exc:  # reported to the parent, which retries the session
         with contextlib.suppress(OSError):
-            emit(events, number, "failed", f"{type(exc).__name__}: {exc}")
+            records.write_frame(events, number, records.WorkerFailed(f"{type(exc).__name__}: {exc}"))
         return 1
     finally:
         if restore is not None:
@@ -318,7 +273,9 @@ def _fork_and_wait(jobs: list[dict[str, Any]], events: int, parent: int, workers
             if status != 0:
                 # A worker that reported its failure says so again here: the first word counts.
                 with contextlib.suppress(OSError):
-                    emit(events, number, "failed", f"the worker exited with status {status}")
+                    records.write_frame(
+                        events, number, records.WorkerFailed(f"the worker exited with status {status}")
+                    )
             continue
         if os.getppid() != parent:  # the store's process is gone: nobody ingests these files
             return

@@ -1,4 +1,4 @@
-"""The lifecycle of a store."""
+"""The lifecycle of a store: its states and the transitions between them."""
 
 from __future__ import annotations
 
@@ -6,10 +6,24 @@ import enum
 
 
 class StoreState(enum.Enum):
-    """Where a store is in its life.
+    """Where a store is in its life, and where it may go from each state::
 
-    ``CREATED`` → ``RESTORING`` → ``READY`` ⇄ (``REBUILDING`` → ``RESTORING``) → ``STOPPED``;
-    ``FAILED`` only for problems a retry cannot fix (e.g. the disk cannot be written).
+        CREATED     → RESTORING, REBUILDING, FAILED, STOPPED
+        RESTORING   → READY, REBUILDING, STOPPED
+        READY       → RESTORING, REBUILDING, STOPPED
+        REBUILDING  → READY, REBUILDING, STOPPED
+        FAILED      → STOPPED
+
+    ``READY`` goes back to ``RESTORING`` when the store reopens its copy after a write error (what
+    was applied since the last checkpoint is read again); a rebuild starts again when the topic is
+    recreated once more meanwhile. ``STOPPED`` is final.
+
+    ``FAILED`` is set by the store when :meth:`Store.start` raised: its directory is locked by
+    another process, or cannot be created or opened for a reason other than a full volume. A retry
+    cannot fix that: the store neither materializes nor serves, and ``status().last_error`` says
+    why; fix the cause and start a new ``Store``. (The service also shows ``FAILED`` for a store
+    whose start raised.) Problems a retry can fix (broker unreachable, topic missing, full volume)
+    never make a store ``FAILED``: it retries, with the problem in ``status().last_error``.
     """
 
     CREATED = "CREATED"
@@ -19,10 +33,21 @@ class StoreState(enum.Enum):
     STOPPED = "STOPPED"
     FAILED = "FAILED"
 
-    @property
-    def serving(self) -> bool:
-        """Whether reads of this store give answers (only a READY store has caught up)."""
-        return self is StoreState.READY
+    def can_become(self, state: StoreState) -> bool:
+        """Whether a store in this state may move to ``state``."""
+        return state in _NEXT[self]
+
+
+_NEXT: dict[StoreState, frozenset[StoreState]] = {
+    StoreState.CREATED: frozenset(
+        {StoreState.RESTORING, StoreState.REBUILDING, StoreState.FAILED, StoreState.STOPPED}
+    ),
+    StoreState.RESTORING: frozenset({StoreState.READY, StoreState.REBUILDING, StoreState.STOPPED}),
+    StoreState.READY: frozenset({StoreState.RESTORING, StoreState.REBUILDING, StoreState.STOPPED}),
+    StoreState.REBUILDING: frozenset({StoreState.READY, StoreState.REBUILDING, StoreState.STOPPED}),
+    StoreState.FAILED: frozenset({StoreState.STOPPED}),
+    StoreState.STOPPED: frozenset(),
+}
 
 
 class RestoreMode(enum.Enum):

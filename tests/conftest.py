@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from service.local_broker import LocalBroker
-from tests.support.kafka import create_topic, unique_topic
+from tests.support.kafka import close_producers, create_topic, unique_topic
 
 
 @pytest.fixture(scope="session")
@@ -17,6 +17,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
     log = tmp_path_factory.mktemp("broker") / "tansu.log"
     with LocalBroker(log_path=log) as running:
         yield running
+        close_producers(running.bootstrap_servers)
 
 
 @pytest.fixture

@@ -513,8 +513,8 @@ def test_limits_pass_through(rendered: dict[str, Rendered], load_pod_settings: A
 def test_engine_sizing_passes_through(rendered: dict[str, Rendered], load_pod_settings: Any) -> None:
     settings = load_pod_settings(rendered["three-replicas-monitored"])
     tunings = {config.name: config.tuning for config in store_configs(settings)}
-    assert tunings["positions"].block_cache_bytes == 2 * 2**30
-    assert tunings["products"].block_cache_bytes == 512 * 2**20
+    assert tunings["positions"].rocksdb.block_cache_bytes == 2 * 2**30
+    assert tunings["products"].rocksdb.block_cache_bytes == 512 * 2**20
     assert {t.read_cache_entries for t in tunings.values()} == {50_000}
     assert settings.engine.max_concurrent_bulk_restores == 2
 

@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from service.local_broker import LocalBroker, free_port
+from tests.support.kafka import close_producers
 from tests.support.stores import REPO
 
 
@@ -108,6 +109,7 @@ def own_broker(tmp_path: Path) -> Iterator[LocalBroker]:
     """A broker this test alone uses, so it may stop or restart it."""
     with LocalBroker(log_path=tmp_path / "tansu.log") as running:
         yield running
+        close_producers(running.bootstrap_servers)
 
 
 @pytest.fixture

@@ -11,76 +11,17 @@ from collections.abc import Callable
 
 import httpx
 import pytest
-from confluent_kafka import KafkaError, Message
 
 from service.local_broker import LocalBroker, free_port
 from store import Position
 from tests.faults.conftest import ServiceFactory, ServiceProcess
-from tests.support.kafka import Record, create_topic, latest_per_key, make_producer, topic_end
+from tests.support.kafka import create_topic
+from tests.support.writers import KeyedWriter
 
 pytestmark = pytest.mark.slow
 
 KEYS = 2_000
 KILLS = 3
-
-
-class Writer:
-    """Keyed updates and tombstones on a thread while resumed; remembers everything delivered."""
-
-    def __init__(self, servers: str, topic: str) -> None:
-        self.topic = topic
-        self._servers = servers
-        self.producer = make_producer(servers, **{"enable.idempotence": "true"})
-        self.records: list[Record] = []
-        self.ends: dict[int, int] = {}
-        self.errors: list[KafkaError] = []
-        self._rng = random.Random(5)
-        self._writing = threading.Event()
-        self._parked = threading.Event()
-        self._closed = False
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-        self._thread.start()
-
-    def _delivered(self, error: KafkaError | None, message: Message) -> None:
-        if error is not None:
-            self.errors.append(error)
-            return
-        partition, offset = message.partition(), message.offset()
-        assert partition is not None
-        assert offset is not None
-        self.ends[partition] = max(self.ends.get(partition, 0), offset + 1)
-
-    def _loop(self) -> None:
-        while not self._closed:
-            if not self._writing.is_set():
-                self.producer.flush(30)
-                self._parked.set()
-                self._writing.wait(0.05)
-                continue
-            for _ in range(10):
-                key = b"key-%04d" % self._rng.randrange(KEYS)
-                value = None if self._rng.randrange(8) == 0 else b"w%d" % len(self.records)
-                self.records.append((key, value))
-                self.producer.produce(self.topic, key=key, value=value, on_delivery=self._delivered)
-            self.producer.poll(0.02)
-
-    def resume(self) -> None:
-        self._parked.clear()
-        self._writing.set()
-
-    def pause(self) -> tuple[dict[bytes, bytes], Position]:
-        self._writing.clear()
-        assert self._parked.wait(60), "the writer did not stop"
-        assert not self.errors, self.errors[:3]
-        end = topic_end(self._servers, self.topic, at_least=self.ends)
-        # Every delivered record is in the topic (a retried batch may be there twice).
-        assert end.reaches(self.ends), (end, self.ends)
-        return latest_per_key(self.records), end
-
-    def close(self) -> None:
-        self._writing.clear()
-        self._closed = True
-        self._thread.join(timeout=60)
 
 
 class Readers:
@@ -137,7 +78,9 @@ def test_kill_9_under_load_repeatedly_then_every_key_is_exact(
 ) -> None:
     servers = own_broker.bootstrap_servers
     create_topic(servers, "kv", partitions=3)
-    writer = Writer(servers, "kv")
+    writer = KeyedWriter(
+        servers, "kv", seed=5, keys=KEYS, key_format=b"key-%04d", tombstone_every=8, burst=10, pace=0.02
+    )
     stores = [{"name": "kv", "topic": "kv", "value_format": "string"}]
     writer.resume()
     port = free_port()

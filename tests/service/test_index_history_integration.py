@@ -20,16 +20,16 @@ from confluent_kafka import KafkaError, Message
 from service.app import create_app
 from service.local_broker import LocalBroker
 from service.settings import Settings, store_configs
-from store import EngineTuning, Position, Store
+from store import Position, Store, StoreTuning
 from tests.service.test_integration import wait_ready
 from tests.support.kafka import make_producer
 from tests.support.server import serve_app
 
 ARROW = "application/vnd.apache.arrow.stream"
-TUNING = EngineTuning(
+TUNING = StoreTuning().replace(
     metadata_check_interval_seconds=0.5,
-    retry_backoff_initial_seconds=0.05,
-    retry_backoff_max_seconds=0.5,
+    backoff_initial_seconds=0.05,
+    backoff_max_seconds=0.5,
     history_prune_interval_seconds=0.1,
 )
 

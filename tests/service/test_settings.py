@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from pathlib import Path
 
@@ -11,7 +10,7 @@ import pytest
 from service.app import create_app
 from service.exceptions import ConfigError
 from service.settings import load_settings, store_configs
-from store import EngineTuning, HistorySpec, IndexSpec, Store
+from store import HistorySpec, IndexSpec, Store, StoreTuning
 
 YAML = """
 kafka:
@@ -137,28 +136,30 @@ def test_store_configs_for_the_engine(config_file: Path) -> None:
 
 def test_engine_settings_apply_to_every_store_and_a_store_overrides_them(config_file: Path) -> None:
     products, customers = (c.tuning for c in store_configs(load_settings(config_file)))
-    default = EngineTuning()
-    assert customers == dataclasses.replace(
-        default,
+    default = StoreTuning()
+    assert customers == default.replace(
         block_cache_bytes=128 * 2**20,
         write_buffer_bytes=16 * 2**20,
         read_cache_entries=0,
         verify_bytes_per_second=4 * 2**20,
     )
-    assert products == dataclasses.replace(
-        customers,
+    assert products == customers.replace(
         block_cache_bytes=2**30,
         checkpoint_interval_seconds=10,
         bulk_load_workers=6,
         verify_interval_seconds=0,
     )
-    assert type(products.block_cache_bytes) is int
+    assert products.rocksdb.block_cache_bytes == 2**30
+    assert products.maintenance.checkpoint_interval_seconds == 10
+    assert products.restore.bulk_load_workers == 6
+    assert products.maintenance.verify_interval_seconds == 0
+    assert type(products.rocksdb.block_cache_bytes) is int
 
 
 def test_without_an_engine_section_the_engine_defaults_hold(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("STATESTORE_STORES", '[{"name": "t1", "topic": "topic-1"}]')
     settings = load_settings()
-    assert [c.tuning for c in store_configs(settings)] == [EngineTuning()]
+    assert [c.tuning for c in store_configs(settings)] == [StoreTuning()]
     assert settings.engine.max_concurrent_bulk_restores == 1
 
 

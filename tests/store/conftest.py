@@ -7,11 +7,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
 
 from service.local_broker import LocalBroker
-from store import EngineTuning, HistorySpec, IndexSpec, RestoreSlots, Store, StoreConfig, StoreError
-from tests.support.kafka import make_producer
+from store import HistorySpec, IndexSpec, RestoreSlots, Store, StoreConfig, StoreError, StoreTuning
+from tests.support.kafka import TestProducer, close_producer, close_producers, make_producer
 from tests.support.stores import FAST
 
 
@@ -29,7 +28,7 @@ def make_store(broker: LocalBroker, state_dir: Path) -> Iterator[Callable[..., S
         topic: str,
         *,
         name: str = "s",
-        tuning: EngineTuning = FAST,
+        tuning: StoreTuning = FAST,
         bootstrap_servers: str | None = None,
         directory: Path | None = None,
         kafka: dict[str, str] | None = None,
@@ -60,11 +59,11 @@ def make_store(broker: LocalBroker, state_dir: Path) -> Iterator[Callable[..., S
 
 
 @pytest.fixture
-def producer(broker: LocalBroker) -> Iterator[Producer]:
+def producer(broker: LocalBroker) -> Iterator[TestProducer]:
     """An idempotent producer on the session broker (per-partition order survives retries)."""
     made = make_producer(broker.bootstrap_servers, **{"enable.idempotence": "true"})
     yield made
-    made.flush(10)
+    close_producer(made)
 
 
 @pytest.fixture
@@ -72,3 +71,4 @@ def own_broker(tmp_path: Path) -> Iterator[LocalBroker]:
     """A broker this test alone uses, so it may stop, restart or inspect it freely."""
     with LocalBroker(log_path=tmp_path / "tansu.log") as running:
         yield running
+        close_producers(running.bootstrap_servers)

@@ -1,7 +1,7 @@
 """A store in its own process, for the lock and crash tests: ``python -m tests.store.store_process CONFIG``.
 
 CONFIG is JSON: ``bootstrap_servers``, ``topic``, ``state_dir``, ``name`` and optional ``tuning``
-(``EngineTuning`` fields), ``indexes`` (``[name, field]`` pairs) and ``history`` (``HistorySpec``
+(``StoreTuning`` field names, flat), ``indexes`` (``[name, field]`` pairs) and ``history`` (``HistorySpec``
 fields). The process opens the store and writes one JSON status line to stdout
 every few milliseconds until it is killed or its stdin closes; then it stops the store cleanly.
 """
@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 
-from store import EngineTuning, HistorySpec, IndexSpec, Store, StoreConfig, StoreLockedError
+from store import HistorySpec, IndexSpec, Store, StoreConfig, StoreLockedError, StoreTuning
 
 
 def main(raw: str) -> int:
@@ -25,7 +25,7 @@ def main(raw: str) -> int:
             topic=settings["topic"],
             kafka={"bootstrap.servers": settings["bootstrap_servers"]},
             state_dir=settings["state_dir"],
-            tuning=EngineTuning(**settings.get("tuning", {})),
+            tuning=StoreTuning().replace(**settings.get("tuning", {})),
             indexes=tuple(IndexSpec(name, field) for name, field in settings.get("indexes", [])),
             history=HistorySpec(**history) if history is not None else None,
         )

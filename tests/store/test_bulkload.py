@@ -3,11 +3,10 @@ out by records left; worker processes that read their partitions into SST files.
 
 from __future__ import annotations
 
-import dataclasses
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -16,16 +15,25 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from service.local_broker import LocalBroker
-from store import EngineTuning
-from store.bulkload import BulkLoadError, BulkRestore, ChunkIngestable, WorkerCaughtUp, split_partitions
+from store import RocksDBOptions, StoreTuning
+from store.bulkload import BulkLoadError, BulkRestore, split_partitions
 from store.engine import Engine
 from store.kafka import consumer_config
-from store.restore_worker import last_per_key_order, sorted_last_per_key, write_sst
+from store.records import ChunkWritten, WorkerCaughtUp
+from store.restore_worker import last_per_key_order, write_sst
 from tests.support.kafka import latest_per_key, produce, topic_end
 
 # Short keys with many shared prefixes and trailing zero bytes: the cases zero padding gets wrong.
 short_keys = st.binary(max_size=10).map(lambda b: b.rstrip(b"\x01") or b)
 records = st.lists(st.tuples(short_keys, st.one_of(st.none(), st.binary(max_size=4))), max_size=80)
+
+
+def sorted_last_per_key(
+    keys: Sequence[bytes], values: Sequence[bytes | None]
+) -> tuple[list[bytes], list[bytes | None]]:
+    """Keys in byte order, each once, with the value of its last occurrence (None: tombstone)."""
+    order = last_per_key_order(keys)
+    return [keys[i] for i in order], [values[i] for i in order]
 
 
 def test_last_occurrence_wins_and_tombstones_are_kept_as_none() -> None:
@@ -108,9 +116,9 @@ def test_partitions_are_shared_out_by_records_left() -> None:
 
 
 def _restore(
-    tmp_path: Path, bootstrap: str, topic: str, partitions: int, tuning: EngineTuning
-) -> tuple[dict[bytes, bytes], list[ChunkIngestable], dict[int, int]]:
-    engine = Engine(tmp_path / "db", tuning)
+    tmp_path: Path, bootstrap: str, topic: str, partitions: int, tuning: StoreTuning
+) -> tuple[dict[bytes, bytes], list[ChunkWritten], dict[int, int]]:
+    engine = Engine(tmp_path / "db", tuning.rocksdb)
     restore = BulkRestore(
         tmp_path / "bulk",
         consumer_config("bulk-test", {"bootstrap.servers": bootstrap}),
@@ -118,16 +126,17 @@ def _restore(
         dict.fromkeys(range(partitions), OFFSET_BEGINNING),
         dict.fromkeys(range(partitions), 0),
         dict.fromkeys(range(partitions), 1000),
-        tuning,
+        tuning.restore,
+        tuning.consumer,
     )
-    chunks: list[ChunkIngestable] = []
+    chunks: list[ChunkWritten] = []
     ends: dict[int, int] = {}
     try:
         running = restore.workers
         while running:
             event = restore.next_event(timeout=30)
             assert event is not None, "no event from the restore workers in 30 s"
-            if isinstance(event, ChunkIngestable):
+            if isinstance(event, ChunkWritten):
                 if event.sst_path is not None:
                     engine.ingest([event.sst_path])
                 chunks.append(event)
@@ -148,9 +157,7 @@ def test_workers_read_every_partition_to_its_end_in_order(
     # Every key rewritten several times (always on its one partition), some deleted.
     records = [(b"k%04d" % (i % 700), None if i % 11 == 0 else b"v%d" % i) for i in range(6000)]
     produce(broker.bootstrap_servers, topic, records)
-    tuning = dataclasses.replace(
-        EngineTuning(), bulk_load_chunk_records=500, bulk_load_workers=2, poll_max_records=100
-    )
+    tuning = StoreTuning().replace(bulk_load_chunk_records=500, bulk_load_workers=2, poll_max_records=100)
     table, chunks, ends = _restore(tmp_path, broker.bootstrap_servers, topic, 3, tuning)
     assert table == latest_per_key(records)
     assert ends == dict(topic_end(broker.bootstrap_servers, topic))
@@ -164,11 +171,18 @@ def test_workers_read_every_partition_to_its_end_in_order(
 
 
 def test_a_worker_that_fails_is_reported_and_close_stops_every_worker(tmp_path: Path) -> None:
-    tuning = dataclasses.replace(EngineTuning(), bulk_load_workers=2)
+    tuning = StoreTuning().replace(bulk_load_workers=2)
     # A setting librdkafka refuses: the worker cannot create its consumer.
     config = consumer_config("bulk-test", {"bootstrap.servers": "127.0.0.1:1", "fetch.wait.max.ms": "soon"})
     restore = BulkRestore(
-        tmp_path / "bulk", config, "nowhere", {0: 0, 1: 0}, {0: 0, 1: 0}, {0: 9, 1: 9}, tuning
+        tmp_path / "bulk",
+        config,
+        "nowhere",
+        {0: 0, 1: 0},
+        {0: 0, 1: 0},
+        {0: 9, 1: 9},
+        tuning.restore,
+        tuning.consumer,
     )
     try:
         assert restore.workers == 2
@@ -180,7 +194,7 @@ def test_a_worker_that_fails_is_reported_and_close_stops_every_worker(tmp_path: 
 
 
 def test_compactions_wait_while_deferred_and_run_once_resumed(tmp_path: Path) -> None:
-    engine = Engine(tmp_path / "db", EngineTuning())
+    engine = Engine(tmp_path / "db", RocksDBOptions())
     try:
         engine.defer_compactions(True)
         # Overlapping files (every one spans the whole key range) land in level 0.
@@ -204,14 +218,15 @@ def test_compactions_wait_while_deferred_and_run_once_resumed(tmp_path: Path) ->
 
 
 _ORPHAN_PARENT = """
-import dataclasses, sys, time
+import sys, time
 from pathlib import Path
-from store import EngineTuning
+from store import ConsumerTuning, RestoreTuning
 from store.bulkload import BulkRestore
 from store.kafka import consumer_config
+from store.records import ChunkWritten, WorkerCaughtUp
 restore = BulkRestore(
     Path(sys.argv[1]), consumer_config("orphan", {"bootstrap.servers": "127.0.0.1:1"}), "t",
-    {0: -2, 1: -2}, {0: 0, 1: 0}, {0: 5, 1: 5}, dataclasses.replace(EngineTuning(), bulk_load_workers=2),
+    {0: -2, 1: -2}, {0: 0, 1: 0}, {0: 5, 1: 5}, RestoreTuning(bulk_load_workers=2), ConsumerTuning(),
 )
 print(restore._process.pid, flush=True)
 time.sleep(120)
@@ -256,10 +271,17 @@ def test_workers_stop_when_the_store_process_is_killed(tmp_path: Path) -> None:
 
 
 def test_close_stops_waiting_workers_and_leaves_no_process_behind(tmp_path: Path) -> None:
-    tuning = dataclasses.replace(EngineTuning(), bulk_load_workers=2)
+    tuning = StoreTuning().replace(bulk_load_workers=2)
     config = consumer_config("bulk-test", {"bootstrap.servers": "127.0.0.1:1"})
     restore = BulkRestore(
-        tmp_path / "bulk", config, "nowhere", {0: -2, 1: -2}, {0: 0, 1: 0}, {0: 9, 1: 9}, tuning
+        tmp_path / "bulk",
+        config,
+        "nowhere",
+        {0: -2, 1: -2},
+        {0: 0, 1: 0},
+        {0: 9, 1: 9},
+        tuning.restore,
+        tuning.consumer,
     )
     workers = _forked_workers(restore._process.pid, 2)
     restore.close()

@@ -21,7 +21,6 @@ from confluent_kafka import Producer
 
 from store import (
     MAX_SCAN_LIMIT,
-    EngineTuning,
     HistorySpec,
     IndexSpec,
     Position,
@@ -30,13 +29,14 @@ from store import (
     StoreReadError,
 )
 from store.corruption import is_absent, named_file, read_error
-from store.engine import Engine, SnapshotReader
+from store.engine import Engine, SnapshotReader, write_error
+from store.tuning import RocksDBOptions
 from tests.support.damage import compact, flip_first_block
 from tests.support.kafka import latest_per_key
 from tests.support.stores import FAST, assert_equals_model, produce_tracked
 
 # No background verification: these cases are about what reads find.
-TUNING = dataclasses.replace(FAST, verify_interval_seconds=0)
+TUNING = FAST.replace(verify_interval_seconds=0)
 KEYS = 2_000
 SMALLEST, LARGEST = b"key-00000", b"key-%05d" % (KEYS - 1)  # in the first and the last data block
 INDEXES = (IndexSpec("by_group", "group"),)
@@ -50,7 +50,7 @@ def value(i: int) -> bytes:
 def corrupt_table(tmp_path: Path) -> tuple[Engine, Path]:
     """An engine over a table of ``KEYS`` keys whose first data block has flipped bytes."""
     db = tmp_path / "db"
-    engine = Engine(db, EngineTuning())
+    engine = Engine(db, RocksDBOptions())
     batch = engine.new_batch()
     for i in range(KEYS):
         batch.put(b"key-%05d" % i, value(i))
@@ -58,7 +58,7 @@ def corrupt_table(tmp_path: Path) -> tuple[Engine, Path]:
     engine.flush()
     engine.close()
     flipped = flip_first_block(db, SMALLEST)
-    return Engine(db, EngineTuning()), flipped
+    return Engine(db, RocksDBOptions()), flipped
 
 
 def test_rocksdict_tells_absence_from_failure_only_by_the_message_the_store_relies_on(
@@ -239,3 +239,39 @@ def test_corrupt_metadata_found_at_open_discards_the_copy_and_restores_it_from_t
     assert case.store.status().records_applied_total == KEYS, "the store was not restored from the topic"
     assert "reading the metadata of the store" in caplog.text
     assert "will be rebuilt from the topic" in caplog.text
+
+
+def test_a_write_refused_for_corruption_rebuilds_the_store(
+    make_topic: Callable[..., str],
+    make_store: Callable[..., Store],
+    producer: Producer,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """RocksDB refuses every write once a flush or compaction met a corrupt file; here the first
+    write after READY is refused so (the refusal injected at the engine, the rest real)."""
+    caplog.set_level(logging.INFO, logger="store")
+    topic = make_topic(partitions=3)
+    records = [(b"key-%05d" % i, value(i)) for i in range(200)]
+    end = produce_tracked(producer, topic, records)
+    store = make_store(topic, tuning=TUNING)
+    assert store.wait_until_ready(60)
+    refusals = []
+    real_write = Engine.write
+
+    def refuse_once(engine: Engine, batch: Any) -> None:
+        if not refusals:
+            refusals.append(engine.path)
+            refusal = Exception(f"Corruption: block checksum mismatch in {engine.path}/000009.sst offset 5")
+            raise write_error(engine.path, refusal) from refusal
+        real_write(engine, batch)
+
+    monkeypatch.setattr(Engine, "write", refuse_once)
+    more = [(b"key-00001", value(7)), (b"key-99999", value(9))]
+    end = end.merged(produce_tracked(producer, topic, more))
+    wait_rebuilt(store)
+    assert store.wait_for_position(end, 60)
+    assert_equals_model(store, latest_per_key(records + more), end)
+    assert refusals, "no write was refused"
+    assert len(corruption_lines(caplog)) == 1, corruption_lines(caplog)
+    assert "the materializer found corruption" in corruption_lines(caplog)[0]

@@ -7,95 +7,28 @@ import dataclasses
 import functools
 import random
 import shutil
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, Message
 
 from service.local_broker import LocalBroker
-from store import EngineTuning, Position, Store
-from tests.support.kafka import Record, latest_per_key, make_producer, topic_end
+from store import Store, StoreTuning
+from tests.support.kafka import latest_per_key, make_producer
 from tests.support.stores import (
     StoreProcess,
     assert_equals_model,
     mixed_records,
     produce_tracked,
+    tuning_settings,
 )
+from tests.support.writers import KeyedWriter
 
 pytestmark = pytest.mark.slow
 
 BASE_RECORDS = 200_000
-
-
-class KeyedWriter:
-    """Keeps producing keyed updates and tombstones on a thread until paused; remembers them all."""
-
-    def __init__(self, bootstrap_servers: str, topic: str, seed: int) -> None:
-        self.topic = topic
-        self._bootstrap_servers = bootstrap_servers
-        self.producer = make_producer(bootstrap_servers, **{"enable.idempotence": "true"})
-        self.records: list[Record] = []
-        self.ends: dict[int, int] = {}
-        self.errors: list[KafkaError] = []
-        self._rng = random.Random(seed)
-        self._writing = threading.Event()
-        self._parked = threading.Event()
-        self._closed = False
-        self._thread = threading.Thread(target=self._loop, name="keyed-writer", daemon=True)
-        self._thread.start()
-
-    def _delivered(self, error: KafkaError | None, message: Message) -> None:
-        if error is not None:
-            self.errors.append(error)
-            return
-        partition, offset = message.partition(), message.offset()
-        assert partition is not None
-        assert offset is not None
-        self.ends[partition] = max(self.ends.get(partition, 0), offset + 1)
-
-    def _loop(self) -> None:
-        while not self._closed:
-            if not self._writing.is_set():
-                self.producer.flush(30)
-                self._parked.set()
-                self._writing.wait(0.05)
-                continue
-            for _ in range(50):
-                key = b"key-%05d" % self._rng.randrange(60_000)
-                value = None if self._rng.randrange(6) == 0 else b"w%d" % len(self.records)
-                self.records.append((key, value))
-                while True:
-                    try:
-                        self.producer.produce(self.topic, key=key, value=value, on_delivery=self._delivered)
-                        break
-                    except BufferError:
-                        self.producer.poll(0.01)
-            self.producer.poll(0)
-            time.sleep(0.005)
-
-    def resume(self) -> None:
-        self._parked.clear()
-        self._writing.set()
-
-    def pause(self, seed: list[Record], seed_end: Position) -> tuple[dict[bytes, bytes], Position]:
-        """Stop writing, wait until all is delivered; the model and end offsets of the whole topic."""
-        self._writing.clear()
-        assert self._parked.wait(60), "the writer did not stop"
-        assert not self.errors, self.errors[:3]
-        delivered = seed_end.merged(self.ends)
-        end = topic_end(self._bootstrap_servers, self.topic, at_least=delivered)
-        # Every delivered record is in the topic (a retried batch may be there twice).
-        assert end.reaches(delivered), (end, delivered)
-        return latest_per_key(seed + self.records), end
-
-    def close(self) -> None:
-        self._writing.clear()
-        self._closed = True
-        self._thread.join(timeout=60)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,14 +44,14 @@ class Kill:
 CHAINS = {
     # The bulk path: several SST chunks per bootstrap.
     "bulk": (
-        EngineTuning(
+        StoreTuning().replace(
             bulk_load_min_records=1_000,
             bulk_load_chunk_records=20_000,
             poll_max_records=2_000,
             checkpoint_interval_seconds=0.3,
             metadata_check_interval_seconds=1.0,
-            retry_backoff_initial_seconds=0.05,
-            retry_backoff_max_seconds=0.5,
+            backoff_initial_seconds=0.05,
+            backoff_max_seconds=0.5,
         ),
         [
             Kill(True, applied=20_000),
@@ -129,14 +62,14 @@ CHAINS = {
     ),
     # The WriteBatch path, with a small write buffer so memtables are flushed mid-bootstrap.
     "batch": (
-        EngineTuning(
+        StoreTuning().replace(
             bulk_load_min_records=0,
             write_buffer_bytes=512 * 1024,
             poll_max_records=1_000,
             checkpoint_interval_seconds=0.3,
             metadata_check_interval_seconds=1.0,
-            retry_backoff_initial_seconds=0.05,
-            retry_backoff_max_seconds=0.5,
+            backoff_initial_seconds=0.05,
+            backoff_max_seconds=0.5,
         ),
         [
             Kill(True, applied=10_000),
@@ -172,9 +105,9 @@ def test_kill_9_anywhere_then_restart_equals_the_model(
         "topic": topic,
         "state_dir": str(state_dir),
         "name": chain,
-        "tuning": dataclasses.asdict(tuning),
+        "tuning": tuning_settings(tuning),
     }
-    writer = KeyedWriter(broker.bootstrap_servers, topic, seed=len(chain))
+    writer = KeyedWriter(broker.bootstrap_servers, topic, seed=len(chain), keys=60_000)
     rng = random.Random(22)
     killed_during_bootstrap = 0
     try:
@@ -225,7 +158,7 @@ def test_a_kill_once_ready_restarts_from_the_checkpoint(
             "topic": topic,
             "state_dir": str(tmp_path),
             "name": chain,
-            "tuning": dataclasses.asdict(tuning),
+            "tuning": tuning_settings(tuning),
         }
     )
     try:

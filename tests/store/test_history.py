@@ -5,7 +5,6 @@ replicas fed at different speeds answer alike; a ``kill -9`` loses nothing at or
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import itertools
 import json
@@ -42,6 +41,7 @@ from tests.support.stores import (
     produce_logged,
     read_index,
     read_table,
+    tuning_settings,
     wait_until,
 )
 
@@ -50,7 +50,7 @@ KEEP_ALL = HistorySpec(retention_offsets=1_000_000)
 KEYS = [b"a", b"ab", b"b", b"b\x00", b"b\xff", b"c"]  # "a" prefixes "ab"; binary keys
 GROUPS = [b"x", b"y", b"z"]
 PARTITIONS = 3
-TUNING = dataclasses.replace(FAST, history_prune_interval_seconds=0.05)
+TUNING = FAST.replace(history_prune_interval_seconds=0.05)
 
 
 def partition_of(key: bytes) -> int:
@@ -137,22 +137,27 @@ def test_as_of_every_recorded_position_equals_the_model(
     delivered = produce_logged(producer, topic, batches[0], partitions=partition_of)
     end = full(end_of(delivered))
     store = make_store(topic, name=f"h{next(_names)}", tuning=TUNING, indexes=(BY_GROUP,), history=KEEP_ALL)
-    assert store.wait_until_ready(60), store.status()
-    floor = store.history_floor()
-    assert floor is not None
-    assert full(floor) == end
-    recorded = [end]
-    for batch in batches[1:]:
-        delivered += produce_logged(producer, topic, batch, partitions=partition_of)
-        end = full(end_of(delivered))
-        assert store.wait_for_position(end, 60), store.status()
-        recorded.append(end)
-        assert_as_of_exact(store, end, delivered)
-    # Positions no batch ended at: each partition somewhere between the floor and the end.
-    recorded += [between(floor, end, probe) for probe in probes]
-    assert full(store.history_floor() or {}) == full(floor)  # nothing expires under this retention
-    for as_of in recorded:
-        assert_as_of_exact(store, as_of, delivered)
+    # Hypothesis runs every example within one test: each example stops its own store, or they
+    # would all keep running (and logging) until the test ends.
+    try:
+        assert store.wait_until_ready(60), store.status()
+        floor = store.history_floor()
+        assert floor is not None
+        assert full(floor) == end
+        recorded = [end]
+        for batch in batches[1:]:
+            delivered += produce_logged(producer, topic, batch, partitions=partition_of)
+            end = full(end_of(delivered))
+            assert store.wait_for_position(end, 60), store.status()
+            recorded.append(end)
+            assert_as_of_exact(store, end, delivered)
+        # Positions no batch ended at: each partition somewhere between the floor and the end.
+        recorded += [between(floor, end, probe) for probe in probes]
+        assert full(store.history_floor() or {}) == full(floor)  # nothing expires under this retention
+        for as_of in recorded:
+            assert_as_of_exact(store, as_of, delivered)
+    finally:
+        store.stop()
 
 
 def random_batch(rng: random.Random, size: int) -> list[Record]:
@@ -261,9 +266,7 @@ def test_a_bulk_loaded_gap_restarts_history_at_the_next_ready_position(
     # Records bulk-loaded while down carry no versions: nothing before them is exact any more.
     delivered += produce_logged(producer, topic, random_batch(rng, 30), partitions=partition_of)
     after = full(end_of(delivered))
-    bulk = dataclasses.replace(
-        bulk_tuning(min_records=1, chunk_records=7), history_prune_interval_seconds=0.05
-    )
+    bulk = bulk_tuning(min_records=1, chunk_records=7).replace(history_prune_interval_seconds=0.05)
     restarted = make_store(topic, name="gap", tuning=bulk, indexes=(BY_GROUP,), history=KEEP_ALL)
     assert restarted.wait_until_ready(60), restarted.status()
     assert (restarted.config.path / "bulk").is_dir()  # the gap took the bulk path
@@ -286,7 +289,7 @@ def test_replicas_fed_at_different_speeds_answer_as_of_alike(
     delivered = produce_logged(producer, topic, random_batch(rng, 15), partitions=partition_of)
 
     def replica(directory: str, poll_max_records: int) -> Store:
-        tuning = dataclasses.replace(TUNING, poll_max_records=poll_max_records)
+        tuning = TUNING.replace(poll_max_records=poll_max_records)
         return make_store(
             topic,
             name="replica",
@@ -344,14 +347,14 @@ def test_as_of_answers_at_or_above_the_floor_survive_kill_9(
     producer = make_producer(broker.bootstrap_servers, **{"enable.idempotence": "true"})
     rng = random.Random(64)
     delivered = produce_logged(producer, topic, random_batch(rng, 40), partitions=partition_of)
-    tuning = dataclasses.replace(TUNING, checkpoint_interval_seconds=0.1)
+    tuning = TUNING.replace(checkpoint_interval_seconds=0.1)
     child = StoreProcess(
         {
             "bootstrap_servers": broker.bootstrap_servers,
             "topic": topic,
             "state_dir": str(tmp_path),
             "name": "crashing",
-            "tuning": dataclasses.asdict(tuning),
+            "tuning": tuning_settings(tuning),
             "indexes": [[BY_GROUP.name, BY_GROUP.field]],
             "history": {"retention_offsets": 1_000_000},
         }

@@ -4,7 +4,6 @@ field has an indexable value, and nothing else; indexes added to or dropped from
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import json
 import random
@@ -36,6 +35,7 @@ from tests.support.stores import (
     produce_tracked,
     read_index,
     read_table,
+    tuning_settings,
 )
 
 BY_TICKER = IndexSpec("by_ticker", "ticker")
@@ -270,7 +270,7 @@ class RowWriter:
 
 
 CRASH_PATHS = {
-    "batch": dataclasses.replace(FAST, poll_max_records=500, checkpoint_interval_seconds=0.3),
+    "batch": FAST.replace(poll_max_records=500, checkpoint_interval_seconds=0.3),
     "bulk": bulk_tuning(min_records=1_000, chunk_records=3_000, checkpoint_interval_seconds=0.3),
 }
 
@@ -293,7 +293,7 @@ def test_indexes_equal_the_model_after_kill_9_during_bootstrap_and_while_records
         "topic": topic,
         "state_dir": str(tmp_path),
         "name": path,
-        "tuning": dataclasses.asdict(tuning),
+        "tuning": tuning_settings(tuning),
         "indexes": [[spec.name, spec.field] for spec in SPECS],
     }
     writer = RowWriter(

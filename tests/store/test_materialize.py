@@ -3,7 +3,8 @@ per key, through the steady-state WriteBatch path and the bulk SST path, across 
 
 from __future__ import annotations
 
-import dataclasses
+import logging
+import re
 import time
 from collections.abc import Callable
 
@@ -11,7 +12,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from service.local_broker import LocalBroker
-from store import EngineTuning, Position, Store, StoreState
+from store import Position, Store, StoreState, StoreTuning
 from tests.support.kafka import Record, latest_per_key, make_producer
 from tests.support.stores import (
     FAST,
@@ -76,7 +77,7 @@ def test_bulk_path_with_many_chunks_and_tombstones_across_chunks(
     "tuning", [FAST, bulk_tuning(min_records=100, chunk_records=700)], ids=["batch", "bulk"]
 )
 def test_a_restart_resumes_from_the_stored_offsets(
-    make_topic: Callable[..., str], make_store: Callable[..., Store], producer: Producer, tuning: EngineTuning
+    make_topic: Callable[..., str], make_store: Callable[..., Store], producer: Producer, tuning: StoreTuning
 ) -> None:
     topic = make_topic(partitions=3)
     records = mixed_records(5_000, keys=1_000, seed=4)
@@ -139,7 +140,7 @@ def test_restore_progress_is_reported_while_restoring_and_cleared_when_ready(
     topic = make_topic(partitions=3)
     records = mixed_records(60_000, keys=20_000, seed=6)
     end = produce_tracked(producer, topic, records)
-    store = make_store(topic, tuning=dataclasses.replace(FAST, poll_max_records=50))
+    store = make_store(topic, tuning=FAST.replace(poll_max_records=50))
 
     restoring = []
     deadline = time.monotonic() + 120
@@ -185,7 +186,7 @@ def test_readiness_is_not_fooled_by_a_low_list_offsets_answer(
     broker: LocalBroker,
     make_topic: Callable[..., str],
     make_store: Callable[..., Store],
-    tuning: EngineTuning,
+    tuning: StoreTuning,
 ) -> None:
     topic = make_topic(partitions=3)
     # Few, large batches: the broker's ListOffsets "latest" answers the last batch's base offset + 1.
@@ -209,3 +210,32 @@ def test_readiness_is_not_fooled_by_a_low_list_offsets_answer(
     assert store.wait_until_ready(90), store.status()
     # READY means everything is there, at once.
     assert_equals_model(store, model, end)
+
+
+def test_the_restore_log_names_the_target_fetches_found_with_progress_and_time_left(
+    broker: LocalBroker,
+    make_topic: Callable[..., str],
+    make_store: Callable[..., Store],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    topic = make_topic(partitions=3)
+    # Large batches: the broker's ListOffsets answer is far too low, only fetches tell the end.
+    big_batches = make_producer(
+        broker.bootstrap_servers,
+        **{"linger.ms": 500, "batch.num.messages": 100_000, "batch.size": 16_000_000},
+    )
+    end = produce_tracked(big_batches, topic, mixed_records(20_000, keys=5_000, seed=8))
+    caplog.set_level(logging.INFO, logger="store.materializer")
+    tuning = FAST.replace(poll_max_records=500, progress_log_interval_seconds=0.0)
+    store = make_store(topic, tuning=tuning)
+    assert store.wait_until_ready(90), store.status()
+
+    messages = [record.getMessage() for record in caplog.records]
+    started = next(message for message in messages if "restoring topic" in message)
+    assert "towards at least" in started  # all the broker's ListOffsets answer can tell
+    lines = [message for message in messages if '" restoring: ' in message]
+    refined = [line for line in lines if f" to go to {end})" in line]
+    assert refined, lines[-3:]
+    assert re.search(r"restoring: \d+% \([\d,]+ records applied, [\d,]+ to go to ", refined[-1])
+    assert re.search(r"[\d,]+ records/s, (about \S+ left|time left unknown yet)$", refined[-1])
+    assert any("left" in line and "unknown" not in line for line in refined)

@@ -1,74 +1,97 @@
 """How the materializer reacts to the topic's metadata changing under it (pure decision logic).
 
 The local broker cannot add partitions to a topic (no CreatePartitions), so live growth is shown
-here against a recorded consumer; deletion and recreation are also shown end to end with the real
+here against recorded sources; deletion and recreation are also shown end to end with the real
 broker in ``test_recovery.py`` and ``tests/faults/test_broker_outage.py``.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
-import store.materializer as materializer_module
-from store import Position, StoreConfig
-from store.kafka import RebuildRequired, TopicInfo, TransientSourceError
-from store.materializer import Materializer
-from store.restore_slots import RestoreSlots
+import store.kafka as kafka_module
+from store import Position, StoreConfig, StoreState
+from store.apply_loop import ApplyLoop
+from store.kafka import RebuildRequired, TopicInfo, TopicWatch, TransientSourceError
+from store.progress import Progress, Reporter
+from store.records import CatchUp, PartitionCatchUp
+from store.source import ConsumerSource
+
+CONFIG = StoreConfig("s", "t", {"bootstrap.servers": "unused:9092"}, Path("unused"))
 
 
-class RecordingConsumer:
+def watch(monkeypatch: pytest.MonkeyPatch, now: TopicInfo | None, partitions: int = 2) -> TopicWatch:
+    monkeypatch.setattr(kafka_module, "describe_topic", lambda admin, name, timeout: now)
+    return TopicWatch(None, TopicInfo("t", "id-1", partitions))  # type: ignore[arg-type]
+
+
+class RecordingSource:
     def __init__(self) -> None:
-        self.added: list[TopicPartition] = []
+        self.added: list[int] = []
 
-    def incremental_assign(self, partitions: list[TopicPartition]) -> None:
+    def add_partitions(self, partitions: Iterable[int]) -> None:
         self.added += partitions
 
 
-def check(
-    monkeypatch: pytest.MonkeyPatch, now: TopicInfo | None, partitions: int = 2
-) -> tuple[int, Any, dict[int, int]]:
-    monkeypatch.setattr(materializer_module, "describe_topic", lambda admin, name, timeout: now)
-    materializer = Materializer(
-        StoreConfig("s", "t", {"bootstrap.servers": "unused:9092"}, Path("unused")),
-        None,
-        Position,  # type: ignore[arg-type]
-        RestoreSlots(1),
+def test_new_partitions_are_read_and_caught_up_from_their_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    grown = watch(monkeypatch, TopicInfo("t", "id-1", 4))
+    source = RecordingSource()
+    catch_up = CatchUp([PartitionCatchUp(0, target=100), PartitionCatchUp(1, target=100)])
+    copies = SimpleNamespace(state=StoreState.READY, writer=SimpleNamespace(position=Position({0: 100})))
+    reporter = Reporter("s", "t", Progress(), logging.LoggerAdapter(logging.getLogger("test")))
+    loop = ApplyLoop(
+        CONFIG,
+        copies,
+        source,
+        catch_up,
+        grown,
+        reporter,
+        threading.Event(),
+        lambda: False,
+        False,  # type: ignore[arg-type]
     )
-    consumer = RecordingConsumer()
-    targets = dict.fromkeys(range(partitions), 100)
-    before = TopicInfo("t", "id-1", partitions)
-    grown = materializer._check_metadata(consumer, None, before, partitions, targets)  # type: ignore[arg-type]
-    return grown, consumer, targets
+    loop._check_metadata(time.monotonic())
+    assert source.added == [2, 3]
+    assert catch_up.targets() == {0: 100, 1: 100, 2: 0, 3: 0}
+    assert grown.partitions == 4
+    # Until the new partitions are read to their ends, the store is not caught up.
+    catch_up.ended([0, 1])
+    assert not catch_up.done
 
 
-def test_new_partitions_are_assigned_from_their_start_and_join_the_targets(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    grown, consumer, targets = check(monkeypatch, TopicInfo("t", "id-1", 4))
-    assert grown == 4
-    assert [(tp.topic, tp.partition, tp.offset) for tp in consumer.added] == [
+def test_a_consumer_source_reads_added_partitions_from_their_first_offset() -> None:
+    assigned: list[TopicPartition] = []
+    source = ConsumerSource("s", "t", CONFIG.kafka, lambda report: None, 10, 0.1)
+    source.close()
+    source._consumer = SimpleNamespace(incremental_assign=assigned.extend)  # type: ignore[assignment]
+    source.add_partitions([2, 3])
+    assert [(tp.topic, tp.partition, tp.offset) for tp in assigned] == [
         ("t", 2, OFFSET_BEGINNING),
         ("t", 3, OFFSET_BEGINNING),
     ]
-    assert targets == {0: 100, 1: 100, 2: 0, 3: 0}
 
 
 def test_unchanged_metadata_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
-    grown, consumer, targets = check(monkeypatch, TopicInfo("t", "id-1", 2))
-    assert (grown, consumer.added, targets) == (2, [], {0: 100, 1: 100})
+    same = watch(monkeypatch, TopicInfo("t", "id-1", 2))
+    assert same.check() == []
+    assert same.partitions == 2
 
 
 def test_fewer_partitions_or_a_new_topic_id_rebuild(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(RebuildRequired, match="shrank from 2 to 1"):
-        check(monkeypatch, TopicInfo("t", "id-1", 1))
+        watch(monkeypatch, TopicInfo("t", "id-1", 1)).check()
     with pytest.raises(RebuildRequired, match="deleted and recreated"):
-        check(monkeypatch, TopicInfo("t", "id-2", 2))
+        watch(monkeypatch, TopicInfo("t", "id-2", 2)).check()
 
 
 def test_a_deleted_topic_is_waited_for(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(TransientSourceError, match="was deleted"):
-        check(monkeypatch, None)
+        watch(monkeypatch, None).check()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import time
 import uuid
+import weakref
 from collections.abc import Iterable, Mapping
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
@@ -46,8 +47,34 @@ def add_partitions(bootstrap_servers: str, topic: str, total: int) -> None:
         future.result(timeout=15)
 
 
-def make_producer(bootstrap_servers: str, **overrides: str | int) -> Producer:
-    """A producer for test data.
+class TestProducer(Producer):
+    """A producer of test data; remembered (weakly) so that it never outlives its broker."""
+
+    __test__ = False  # not a test class, whatever pytest's name patterns say
+    bootstrap_servers: str
+
+
+_open_producers: weakref.WeakSet[TestProducer] = weakref.WeakSet()
+
+
+def close_producers(bootstrap_servers: str) -> None:
+    """Close every producer still open on the broker at ``bootstrap_servers`` (before it stops):
+    one left open would log librdkafka's connection errors, raw, for the rest of the run."""
+    for producer in list(_open_producers):
+        if producer.bootstrap_servers == bootstrap_servers:
+            close_producer(producer)
+
+
+def close_producer(producer: TestProducer, timeout: float = 5.0) -> None:
+    """Deliver what it holds (up to ``timeout``), drop what it could not, and close it."""
+    _open_producers.discard(producer)
+    producer.flush(timeout)
+    producer.purge()
+    producer.close()
+
+
+def make_producer(bootstrap_servers: str, **overrides: str | int) -> TestProducer:
+    """A producer for test data, closed at the latest when its broker fixture stops.
 
     The local broker does not de-duplicate a retried batch (idempotence is not honoured), so a
     retry on a busy machine appends the batch twice. One request in flight keeps such a copy right
@@ -63,7 +90,10 @@ def make_producer(bootstrap_servers: str, **overrides: str | int) -> Producer:
         "max.in.flight.requests.per.connection": 1,
     }
     config.update(overrides)
-    return Producer(config)
+    producer = TestProducer(config)
+    producer.bootstrap_servers = bootstrap_servers
+    _open_producers.add(producer)
+    return producer
 
 
 def topic_end(

@@ -18,33 +18,41 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
-from store import MAX_SCAN_LIMIT, EngineTuning, Position, ReadOnlyKeyValueStore, ServableStore, StoreState
+from store import MAX_SCAN_LIMIT, Position, ReadOnlyKeyValueStore, ServableStore, StoreState, StoreTuning
 from tests.support.kafka import Record
 
 REPO = Path(__file__).resolve().parents[2]
 
 # Small, quick settings: steady-state WriteBatch path unless a test asks for bulk loading.
-FAST = EngineTuning(
+FAST = StoreTuning().replace(
     bulk_load_min_records=0,
     metadata_check_interval_seconds=0.5,
-    retry_backoff_initial_seconds=0.05,
-    retry_backoff_max_seconds=0.5,
+    backoff_initial_seconds=0.05,
+    backoff_max_seconds=0.5,
     progress_log_interval_seconds=0.5,
 )
 
 
-def bulk_tuning(min_records: int = 500, chunk_records: int = 2_000, **more: Any) -> EngineTuning:
+def bulk_tuning(min_records: int = 500, chunk_records: int = 2_000, **more: Any) -> StoreTuning:
     """Tuning that forces the SST bulk path on bootstrap, cutting it into many chunks."""
     fields: dict[str, Any] = {
         "bulk_load_min_records": min_records,
         "bulk_load_chunk_records": chunk_records,
         "poll_max_records": 500,
         "metadata_check_interval_seconds": 0.5,
-        "retry_backoff_initial_seconds": 0.05,
-        "retry_backoff_max_seconds": 0.5,
+        "backoff_initial_seconds": 0.05,
+        "backoff_max_seconds": 0.5,
         **more,
     }
-    return EngineTuning(**fields)
+    return StoreTuning().replace(**fields)
+
+
+def tuning_settings(tuning: StoreTuning) -> dict[str, Any]:
+    """``tuning`` as the flat settings a child store process takes (``StoreTuning().replace(**them)``)."""
+    flat: dict[str, Any] = {}
+    for name, value in dataclasses.asdict(tuning).items():
+        flat.update(value if isinstance(value, dict) else {name: value})
+    return flat
 
 
 def mixed_records(count: int, keys: int, seed: int, tombstone_every: int = 7) -> list[Record]:

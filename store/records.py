@@ -1,0 +1,362 @@
+"""Reading a changelog topic: record batches, each partition's catch-up, and restore workers' events.
+
+- :func:`poll` and :class:`RecordBatch`: records taken from a consumer (keys, values with ``None``
+  for a tombstone, the next offset of every partition read), ready to be written as one atomic
+  batch or one SST file, and the fetch events that came with them as :class:`KafkaErrorReport`.
+- :class:`Poll`: one poll's records, fetch events and high watermarks, as a record source gives
+  them to the materializer (``store.source``).
+- :class:`PartitionCatchUp` and :class:`CatchUp`: how far each partition is read against the high
+  watermarks that fetch responses report, and whether it is caught up.
+- The events a restore worker sends the store's process (:class:`ChunkWritten`,
+  :class:`KafkaErrorReport`, :class:`WorkerCaughtUp`, :class:`WorkerFailed`), as frames on a pipe
+  (:func:`write_frame`, :func:`read_frame`).
+
+A leaf module: it imports nothing else of this package. A restore worker, started as the script
+``store/restore_worker.py``, loads it from its file without importing the package and its
+dependencies (which keeps the worker's start cheap), so both sides share one definition of records,
+catch-up and events.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pickle
+import select
+import struct
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import IO, Any
+
+from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+
+Meta = tuple[int, int, int]  # (partition, offset, timestamp in ms) of one record
+
+
+def poll(consumer: Consumer, max_records: int, timeout: float) -> list[Message]:
+    """Whatever is queued (up to ``max_records``); if nothing is, wait up to ``timeout`` for one message.
+
+    A batch call waits until its batch is full or its timeout passes, which would add the timeout
+    to every partial batch (a restore's last one, each one of a trickle); waiting for one message
+    returns as soon as any arrives.
+    """
+    messages = consumer.consume(max_records, 0)
+    if not messages:
+        messages = consumer.consume(1, timeout)
+    return messages
+
+
+def list_offsets(
+    consumer: Consumer, topic: str, partitions: Iterable[int], timeout: float
+) -> dict[int, tuple[int, int]]:
+    """``(first offset, end offset)`` per partition, asked of the broker (ListOffsets).
+
+    The end offset is a lower bound: some brokers answer it too low. Asking also looks up each
+    partition's leader, so that an assignment's first fetch goes out at once (without a known
+    leader, librdkafka retries the start-offset lookup only after 500 ms). Raises
+    ``KafkaException`` when the broker does not answer.
+    """
+    return {
+        partition: consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout)
+        for partition in partitions
+    }
+
+
+def cached_high_watermarks(consumer: Consumer, topic: str, partitions: Iterable[int]) -> dict[int, int]:
+    """The high watermark per partition from the last fetch responses (no network round trip);
+    partitions without a fetch response yet are left out."""
+    highs: dict[int, int] = {}
+    for partition in partitions:
+        high = consumer.get_watermark_offsets(TopicPartition(topic, partition), cached=True)[1]
+        if high >= 0:
+            highs[partition] = high
+    return highs
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class KafkaErrorReport:
+    """An error the Kafka client reported: for ``partition`` (a fetch event, end of partition
+    included), or for the client as a whole (``partition`` is ``None``)."""
+
+    code: int
+    text: str
+    fatal: bool
+    partition: int | None
+
+    @classmethod
+    def of(cls, error: KafkaError, partition: int | None) -> KafkaErrorReport:
+        return cls(error.code(), error.str(), error.fatal(), partition)
+
+    @property
+    def end_of_partition(self) -> bool:
+        """The partition was read up to its high watermark (not an error)."""
+        return self.code == KafkaError._PARTITION_EOF
+
+
+@dataclasses.dataclass(slots=True)
+class RecordBatch:
+    """Records of one or more polls, in the order read; ``None`` values are tombstones.
+
+    ``next_offsets`` holds, per partition read, the offset after its last record. ``metas`` is
+    ``None`` unless asked for (a store keeping history needs each record's partition, offset and
+    timestamp). Records with a null key are dropped and counted in ``null_keys``.
+    """
+
+    keys: list[bytes] = dataclasses.field(default_factory=list)
+    values: list[bytes | None] = dataclasses.field(default_factory=list)
+    next_offsets: dict[int, int] = dataclasses.field(default_factory=dict)
+    metas: list[Meta] | None = None
+    null_keys: int = 0
+
+    @classmethod
+    def collecting(cls, with_metas: bool) -> RecordBatch:
+        return cls(metas=[] if with_metas else None)
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def add(self, messages: list[Message]) -> list[KafkaErrorReport]:
+        """Append one poll's records; return its fetch events (end of partition, errors).
+
+        This is the hottest loop of a restore: mapping an unbound method over the messages costs
+        one C call per message and field, with no bytecode run per message.
+        """
+        # Truth values only: a KafkaError compared with None raises.
+        if any(map(Message.error, messages)):
+            reports = [
+                KafkaErrorReport.of(message.error(), message.partition())  # type: ignore[arg-type]
+                for message in messages
+                if message.error() is not None
+            ]
+            records = [message for message in messages if message.error() is None]
+        else:
+            reports = []
+            records = messages
+        if records:
+            self._add_records(records)
+        return reports
+
+    def _add_records(self, records: list[Message]) -> None:
+        keys: list[bytes | None] = list(map(Message.key, records))
+        values = list(map(Message.value, records))
+        metas = (
+            [(message.partition(), message.offset(), message.timestamp()[1]) for message in records]
+            if self.metas is not None
+            else None
+        )
+        self._advance(records)
+        if None in keys:
+            kept = [i for i, key in enumerate(keys) if key is not None]
+            self.null_keys += len(keys) - len(kept)
+            keys = [keys[i] for i in kept]
+            values = [values[i] for i in kept]
+            metas = [metas[i] for i in kept] if metas is not None else None
+        self.keys.extend(keys)  # type: ignore[arg-type]  # the null keys were dropped above
+        self.values.extend(values)
+        if metas is not None and self.metas is not None:
+            self.metas.extend(metas)  # type: ignore[arg-type]  # a record always has its partition
+
+    def _advance(self, records: list[Message]) -> None:
+        # The last record of each partition carries its next offset. A poll mostly holds one or
+        # two partitions' runs, so a scan back until every partition is seen would often walk the
+        # whole poll in bytecode; searching a reversed list of partitions stays in C.
+        backwards = list(map(Message.partition, reversed(records)))
+        next_offsets = self.next_offsets
+        for partition in set(backwards):
+            if partition is None:  # a record always has one; the type allows None
+                continue
+            next_offset: int = records[len(records) - 1 - backwards.index(partition)].offset() + 1  # type: ignore[operator]
+            if next_offset > next_offsets.get(partition, -1):
+                next_offsets[partition] = next_offset
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Poll:
+    """What one poll of a record source brought: records, the fetch events that came with them
+    (end of partition, errors), and the high watermarks of the latest fetch responses."""
+
+    records: RecordBatch
+    events: list[KafkaErrorReport]
+    high_watermarks: dict[int, int]
+    messages: int  # records and events together: none means the broker had nothing to say
+
+    @classmethod
+    def of(cls, messages: list[Message], with_metas: bool, high_watermarks: dict[int, int]) -> Poll:
+        records = RecordBatch.collecting(with_metas)
+        events = records.add(messages)
+        return cls(records, events, high_watermarks, len(messages))
+
+
+class PartitionCatchUp:
+    """One partition's catch-up: how far it is read, the high watermark of its last fetch
+    response, and whether it is caught up.
+
+    It is caught up once its end of partition was reported, or once it is read up to a high
+    watermark (that event comes only with the answer to a further fetch, which the broker holds
+    for up to ``fetch.wait.max.ms`` since it has nothing to return). ``target`` is what a restore
+    must reach at least: the end offset sampled before reading, a lower bound since some brokers
+    answer ListOffsets too low, raised once to the first high watermark a fetch reports.
+    """
+
+    __slots__ = ("caught_up", "high_watermark", "next_offset", "partition", "refined", "target")
+
+    def __init__(self, partition: int, next_offset: int | None = None, target: int = 0) -> None:
+        self.partition = partition
+        self.next_offset = next_offset  # after the last record read (None: not known yet)
+        self.target = target
+        self.high_watermark: int | None = None
+        self.refined = False  # whether a fetch response has set the target
+        self.caught_up = False
+
+    def saw_high_watermark(self, high: int) -> bool:
+        """Take the high watermark of a fetch response; ``True`` if it raised the target."""
+        self.high_watermark = high
+        raised = False
+        if not self.refined:
+            self.refined = True
+            raised = high > self.target
+            self.target = max(self.target, high)
+        if self.next_offset is not None and self.next_offset >= high:
+            self.caught_up = True
+        return raised
+
+    @property
+    def unread(self) -> int:
+        """Records between the next offset and the last high watermark (0 while either is unknown)."""
+        if self.next_offset is None or self.high_watermark is None:
+            return 0
+        return max(0, self.high_watermark - self.next_offset)
+
+
+class CatchUp:
+    """Every partition's catch-up, driven by what each poll read and reported."""
+
+    def __init__(self, partitions: Iterable[PartitionCatchUp] = ()) -> None:
+        self.partitions = {catch_up.partition: catch_up for catch_up in partitions}
+
+    def add(self, catch_up: PartitionCatchUp) -> None:
+        self.partitions[catch_up.partition] = catch_up
+
+    def read(self, next_offsets: Mapping[int, int]) -> None:
+        """Records were read up to ``next_offsets``."""
+        partitions = self.partitions
+        for partition, next_offset in next_offsets.items():
+            if partition in partitions:
+                partitions[partition].next_offset = next_offset
+
+    def ended(self, partitions: Iterable[int]) -> None:
+        """These partitions reported their end (or a worker read them to it)."""
+        for partition in partitions:
+            if partition in self.partitions:
+                self.partitions[partition].caught_up = True
+
+    def saw_high_watermarks(self, highs: Mapping[int, int]) -> bool:
+        """Take the high watermarks of the last fetch responses; ``True`` if a target was raised."""
+        raised = False
+        for partition, high in highs.items():
+            catch_up = self.partitions.get(partition)
+            if catch_up is not None:
+                raised = catch_up.saw_high_watermark(high) or raised
+        return raised
+
+    @property
+    def done(self) -> bool:
+        """Every partition is caught up."""
+        return all(catch_up.caught_up for catch_up in self.partitions.values())
+
+    @property
+    def refined(self) -> bool:
+        """Every partition's target comes from a fetch response, not only from ListOffsets."""
+        return all(catch_up.refined for catch_up in self.partitions.values())
+
+    @property
+    def unread(self) -> int:
+        return sum(catch_up.unread for catch_up in self.partitions.values())
+
+    def next_offsets(self) -> dict[int, int]:
+        """The next offset per partition, where known."""
+        return {
+            partition: catch_up.next_offset
+            for partition, catch_up in self.partitions.items()
+            if catch_up.next_offset is not None
+        }
+
+    def targets(self) -> dict[int, int]:
+        return {partition: catch_up.target for partition, catch_up in self.partitions.items()}
+
+    def high_watermarks(self) -> dict[int, int]:
+        """The latest high watermark known per partition (partitions without one are left out)."""
+        return {
+            partition: catch_up.high_watermark
+            for partition, catch_up in self.partitions.items()
+            if catch_up.high_watermark is not None
+        }
+
+
+# -- restore workers' events ------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ChunkWritten:
+    """A worker wrote a chunk's SST file (``None``: no record of the chunk had a key)."""
+
+    sst_path: Path | None
+    next_offsets: dict[int, int]
+    records: int
+    null_keys: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class WorkerCaughtUp:
+    """A worker read all its partitions up to their high watermarks and exits."""
+
+    next_offsets: dict[int, int]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class WorkerFailed:
+    """A worker failed (or exited without a word); it is gone."""
+
+    text: str
+
+
+WorkerEvent = ChunkWritten | KafkaErrorReport | WorkerCaughtUp | WorkerFailed
+_EVENT_TYPES: dict[str, type[WorkerEvent]] = {
+    kind.__name__: kind for kind in (ChunkWritten, KafkaErrorReport, WorkerCaughtUp, WorkerFailed)
+}
+_FRAME_HEADER = struct.Struct(">I")  # a frame: its length, then a pickle of (worker, kind, fields)
+# Writes to a pipe up to this size are atomic (POSIX guarantees at least 512; Linux has 4096).
+_ATOMIC_WRITE_BYTES = getattr(select, "PIPE_BUF", 512)
+_LONGEST_TEXT = 200
+
+
+def write_frame(fd: int, worker: int, event: WorkerEvent) -> None:
+    """Write one event of ``worker`` to the file descriptor ``fd`` in a single atomic write, so
+    frames of workers sharing one pipe never interleave."""
+    fields = [getattr(event, field.name) for field in dataclasses.fields(event)]
+    frame = pickle.dumps((worker, type(event).__name__, fields), protocol=pickle.HIGHEST_PROTOCOL)
+    if _FRAME_HEADER.size + len(frame) > _ATOMIC_WRITE_BYTES:
+        # Only error texts can be long; shortened, the frame fits.
+        fields = [_shorten(value) for value in fields]
+        frame = pickle.dumps((worker, type(event).__name__, fields), protocol=pickle.HIGHEST_PROTOCOL)
+    os.write(fd, _FRAME_HEADER.pack(len(frame)) + frame)
+
+
+def read_frame(stream: IO[bytes]) -> tuple[int, WorkerEvent]:
+    """The next ``(worker, event)`` from ``stream``.
+
+    Raises ``EOFError`` at the end of the stream, ``ValueError`` for a frame that is not one.
+    """
+    header = stream.read(_FRAME_HEADER.size)
+    if len(header) < _FRAME_HEADER.size:
+        raise EOFError("the event stream ended")
+    (length,) = _FRAME_HEADER.unpack(header)
+    try:
+        worker, kind, fields = pickle.loads(stream.read(length))
+        return worker, _EVENT_TYPES[kind](*fields)
+    except (pickle.UnpicklingError, EOFError, KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"not an event frame: {exc!r}") from exc
+
+
+def _shorten(value: Any) -> Any:
+    return value[:_LONGEST_TEXT] + "..." if isinstance(value, str) and len(value) > _LONGEST_TEXT else value

@@ -1,0 +1,98 @@
+"""Where the materializer's poll-and-apply step takes its records from.
+
+The step (``store.apply_loop``) sees only a :class:`RecordSource`: polls of records with the fetch
+events and high watermarks that came with them (``store.records.Poll``). :class:`ConsumerSource`
+is a confluent-kafka consumer in the store's own process. A source in a child process (so that a
+crash of the Kafka client cannot take the reads with it) would send the same polls over a pipe,
+as the bulk restore workers send their events; the catch-up bookkeeping (``store.records.CatchUp``)
+does not depend on where polls come from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Protocol
+
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
+
+from store.kafka import TransientSourceError, new_consumer
+from store.records import KafkaErrorReport, Poll, cached_high_watermarks, list_offsets, poll
+
+
+class RecordSource(Protocol):
+    """Polls of one topic's records, from offsets the materializer chooses."""
+
+    def list_offsets(self, partitions: Iterable[int], timeout: float) -> dict[int, tuple[int, int]]:
+        """``(first offset, end offset)`` per partition, asked of the broker; the end offset is a
+        lower bound (some brokers answer it too low). ``TransientSourceError`` if unanswered."""
+        ...
+
+    def assign(self, starts: Mapping[int, int]) -> None:
+        """Read exactly these partitions, each from its offset (``OFFSET_BEGINNING``: its first)."""
+        ...
+
+    def add_partitions(self, partitions: Iterable[int]) -> None:
+        """Read these partitions too, from their first offset (the topic grew)."""
+        ...
+
+    def poll(self, with_metas: bool) -> Poll:
+        """Whatever is ready (waiting briefly when nothing is); ``with_metas``: with each record's
+        partition, offset and timestamp (``RecordBatch.metas``)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class ConsumerSource:
+    """A manually assigned confluent-kafka consumer in this process (no group, no commits).
+
+    ``on_client_error`` is called, on the polling thread, for errors the client reports for itself
+    (the broker unreachable, ...): they come with no poll.
+    """
+
+    def __init__(
+        self,
+        store_name: str,
+        topic: str,
+        kafka: Mapping[str, Any],
+        on_client_error: Callable[[KafkaErrorReport], None],
+        max_records: int,
+        timeout: float,
+    ) -> None:
+        self._topic = topic
+        self._max_records = max_records
+        self._timeout = timeout
+        self._partitions: list[int] = []
+
+        def client_error(error: KafkaError) -> None:
+            on_client_error(KafkaErrorReport.of(error, None))
+
+        self._consumer = new_consumer(store_name, kafka, client_error)
+
+    def list_offsets(self, partitions: Iterable[int], timeout: float) -> dict[int, tuple[int, int]]:
+        offsets: dict[int, tuple[int, int]] = {}
+        for partition in partitions:
+            try:
+                offsets.update(list_offsets(self._consumer, self._topic, [partition], timeout))
+            except KafkaException as exc:
+                raise TransientSourceError(
+                    f"cannot read the offsets of {self._topic}[{partition}]: {exc}"
+                ) from exc
+        return offsets
+
+    def assign(self, starts: Mapping[int, int]) -> None:
+        self._consumer.assign([TopicPartition(self._topic, p, offset) for p, offset in starts.items()])
+        self._partitions = sorted(starts)
+
+    def add_partitions(self, partitions: Iterable[int]) -> None:
+        added = [TopicPartition(self._topic, p, OFFSET_BEGINNING) for p in partitions]
+        self._consumer.incremental_assign(added)
+        self._partitions = sorted({*self._partitions, *(tp.partition for tp in added)})
+
+    def poll(self, with_metas: bool) -> Poll:
+        consumer = self._consumer
+        messages = poll(consumer, self._max_records, self._timeout)
+        return Poll.of(messages, with_metas, cached_high_watermarks(consumer, self._topic, self._partitions))
+
+    def close(self) -> None:
+        self._consumer.close()

@@ -1,0 +1,124 @@
+"""The seam between the materializer and its store: what the materializer writes through.
+
+As Kafka Streams splits a global table's thread from the state it maintains, the materializer
+(``store.materializer``) reads the topic and decides; it writes one copy of the table through a
+:class:`TableWriter`, and asks the store's copies (:class:`StoreCopies`, ``store.copies``) to
+change state, rebuild or reopen. Readers never see these calls: ``Store``'s public face is reads
+and lifecycle only.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Protocol
+
+from store.corruption import FINDERS, CorruptionReport
+from store.exceptions import StoreReadError
+from store.kafka import RebuildRequired
+from store.position import Position
+from store.records import RecordBatch
+from store.state import StoreState
+
+
+class TableWriter(Protocol):
+    """One copy of the table as the materializer writes it (``store.replica.Replica``).
+
+    Writes come from the materializer's thread only.
+    """
+
+    @property
+    def position(self) -> Position:
+        """The next offset per partition written so far (stored with the data)."""
+        ...
+
+    @property
+    def corruption(self) -> CorruptionReport | None:
+        """Set once a read or write of this copy failed (by any thread): it must be rebuilt."""
+        ...
+
+    @property
+    def keeps_history(self) -> bool:
+        """Whether records must come with ``(partition, offset, timestamp)`` (``RecordBatch.metas``)."""
+        ...
+
+    def topic_identity(self) -> tuple[str | None, str | None]:
+        """The topic name and topic id the stored data came from."""
+        ...
+
+    def set_topic_identity(self, topic: str, topic_id: str | None) -> None: ...
+
+    def apply(self, batch: RecordBatch) -> None:
+        """Write records, tombstones and the partitions' next offsets in one atomic batch."""
+        ...
+
+    def ingest(self, sst_path: Path | None, next_offsets: dict[int, int]) -> None:
+        """Ingest a bulk restore chunk's SST file, then record the chunk's offsets."""
+        ...
+
+    def defer_compactions(self, deferred: bool) -> None:
+        """Stop or resume automatic compactions while a bulk restore ingests files."""
+        ...
+
+    def checkpoint(self) -> None:
+        """Persist what has been applied so far (data and offsets together)."""
+        ...
+
+    def build_indexes(self, stop: threading.Event) -> None:
+        """Build every configured index not ready yet (until ``stop``); drop unconfigured ones."""
+        ...
+
+    def begin_history(self, partitions: int) -> None:
+        """Start keeping history at the current position, if configured and not yet started."""
+        ...
+
+    def maintain_history(self) -> None:
+        """Move the history floor as retention passes and drop versions below it."""
+        ...
+
+
+class StoreCopies(Protocol):
+    """The store's side of materializing: its state, and the copy the materializer writes."""
+
+    @property
+    def state(self) -> StoreState: ...
+
+    @property
+    def writer(self) -> TableWriter:
+        """The copy being written; ``StoreClosedError`` while none is open."""
+        ...
+
+    def open_writer(self) -> TableWriter:
+        """The copy being written, opened first if a full volume kept it closed.
+
+        Raises ``StoreWriteError`` if it still cannot be opened.
+        """
+        ...
+
+    def transition(self, state: StoreState) -> None:
+        """Move the store to ``state`` (checked: ``InvalidTransitionError`` if not allowed).
+
+        ``READY`` after a rebuild swaps the rebuilt copy in for readers.
+        """
+        ...
+
+    def rebuild(self, reason: str) -> None:
+        """Restore from the earliest offsets into a fresh copy (``REBUILDING``)."""
+        ...
+
+    def reopen(self) -> None:
+        """Reopen the written copy after a write error; ``StoreWriteError`` if it cannot be yet."""
+        ...
+
+    def report_corruption(self, error: StoreReadError) -> bool:
+        """A read or write of the written copy on the materializer's thread failed (corruption,
+        I/O error): mark the copy corrupt; ``True`` if it is (the store may be stopping)."""
+        ...
+
+
+def check_written_copy(writer: TableWriter) -> None:
+    """Raise ``RebuildRequired`` once the written copy was found corrupt, by whichever thread: the
+    materializer checks before each step, so no write is under way on the copy it replaces."""
+    report = writer.corruption
+    if report is not None:
+        raise RebuildRequired(f"corruption found by {FINDERS[report.found_by]}: {report.detail}")
