@@ -272,4 +272,5 @@ def place(name: str, keys: Sequence[bytes], partitions: int) -> list[int]:
     What a store is given to check its records (``functools.partial(place, name)``): a plain
     module-level function, so it pickles by reference into a store's restore worker processes.
     """
-    return partitioner(name).partitions(keys, partitions).to_pylist()
+    placed: list[int] = partitioner(name).partitions(keys, partitions).to_pylist()
+    return placed
