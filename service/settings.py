@@ -8,6 +8,7 @@ Kafka settings pass through to librdkafka; values whose key looks secret (``sasl
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -25,9 +26,9 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from clients.partitioners import PartitionerName
+from clients.partitioners import PartitionerName, place
 from service.exceptions import ConfigError
-from store import MAX_SCAN_LIMIT, HistorySpec, IndexSpec, StoreConfig, StoreTuning
+from store import MAX_SCAN_LIMIT, HistorySpec, IndexSpec, StoreConfig, StoreSharding, StoreTuning
 
 ENV_PREFIX = "STATESTORE_"
 
@@ -430,6 +431,12 @@ def store_configs(settings: Settings) -> list[StoreConfig]:
             indexes=tuple(index.spec() for index in s.indexes),
             history=s.history.spec() if s.history else None,
             tuning=s.engine.apply(settings.engine.apply(StoreTuning())),
+            sharding=StoreSharding(
+                shards=settings.sharding.shards,
+                shard=settings.sharding.shard,
+                partitioner=s.partitioner,
+                placer=functools.partial(place, s.partitioner),
+            ),
         )
         for s in settings.stores
     ]

@@ -50,6 +50,7 @@ from store.protocol import (
     StoreStatus,
 )
 from store.restore_slots import RestoreSlots
+from store.sharding import StoreSharding
 from store.state import RestoreMode, StoreState
 from store.store import Store
 from store.tuning import (
@@ -100,6 +101,7 @@ __all__ = [
     "StoreIOError",
     "StoreLockedError",
     "StoreReadError",
+    "StoreSharding",
     "StoreState",
     "StoreStatus",
     "StoreTuning",

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from store.kafka import check_fetch_error
 from store.position import Position
 from store.records import CatchUp, KafkaErrorReport
+from store.sharding import PlacementCheck
 from store.state import RestoreMode
 
 _RATE_WINDOW_SECONDS = 10.0
@@ -140,15 +141,22 @@ class Progress:
 class Reporter:
     """What the materializer's phases report, counted in ``progress`` and logged: fetch events
     and client errors (some end the session: ``store.kafka.check_fetch_error``), records skipped
-    for their null key, and how far a restore is."""
+    for their null key, how far a restore is, and (``placement``) records not on their key's
+    partition."""
 
     def __init__(
-        self, store: str, topic: str, progress: Progress, log: logging.LoggerAdapter[logging.Logger]
+        self,
+        store: str,
+        topic: str,
+        progress: Progress,
+        log: logging.LoggerAdapter[logging.Logger],
+        placement: PlacementCheck,
     ) -> None:
         self.store = store
         self.topic = topic
         self.progress = progress
         self.log = log
+        self.placement = placement
 
     def fetch_events(self, reports: Iterable[KafkaErrorReport], catch_up: CatchUp) -> None:
         """An end of partition counts towards the catch-up; an error the session cannot go on with
