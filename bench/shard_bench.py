@@ -2,8 +2,9 @@
 
 (a) partitioners: keys/s placing keys one by one in Python against Arrow arrays at once, for the
     three partitioners and three key shapes (in-process);
-(b) the partitioner check on the apply path: restore throughput of a store that checks every
-    record's partition against one that checks none (``sharding.check_records``), same topic;
+(b) the partitioner check on the apply path: record-by-record restore throughput of an embedded
+    store that checks its records' partitions (a sample of each poll) against one given no
+    partitioner (no check), same topic, alternating;
 (c) disk and memory per shard (``size_on_disk_bytes``, the process's resident memory) against the
     unsharded store. Target: each shard at most 1/N of the unsharded store plus 10%;
 (d) batch get keys/s of the client over N shards (URL template, batches split per shard and sent
@@ -19,9 +20,11 @@ Every service is ``statestore serve`` in its own process (``service.local_shards
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import random
+import shutil
 import statistics
 import sys
 import tempfile
@@ -37,7 +40,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from clients import StatestoreClient
-from clients.partitioners import PARTITIONERS
+from clients.partitioners import PARTITIONERS, place
 from service.local_broker import LocalBroker
 from service.local_shards import LocalShards
 
@@ -141,6 +144,33 @@ def _store_info(url: str, store: str) -> dict[str, Any]:
     return answer
 
 
+# -- (b) the check on the apply path ------------------------------------------------------------------
+
+
+def _restore_rate(bootstrap: str, topic: str, state_dir: Path, checked: bool) -> tuple[float, int]:
+    """Records/s of a record-by-record restore of ``topic`` by an embedded store, and records checked."""
+    from store import RestoreSlots, Store, StoreConfig, StoreSharding, StoreTuning  # noqa: PLC0415
+
+    placer = functools.partial(place, "murmur2") if checked else None
+    config = StoreConfig(
+        name="users",
+        topic=topic,
+        kafka={"bootstrap.servers": bootstrap, "fetch.queue.backoff.ms": "10"},
+        state_dir=state_dir,
+        tuning=StoreTuning().replace(bulk_load_min_records=0),
+        sharding=StoreSharding(partitioner="murmur2", placer=placer),
+    )
+    with Store(config, RestoreSlots(1)) as store:
+        started = time.perf_counter()
+        if not store.wait_until_ready(600):
+            raise RuntimeError(f"the store did not restore: {store.status()}")
+        seconds = time.perf_counter() - started
+        status = store.status()
+    shutil.rmtree(state_dir)
+    checks = status.sharding.records_checked if status.sharding else 0
+    return status.records_applied_total / seconds, checks
+
+
 # -- (d) batch gets --------------------------------------------------------------------------------
 
 
@@ -225,6 +255,19 @@ def main(argv: list[str] | None = None) -> int:
         topic = "bench-users"
         print(f"\nproducing {args.keys:,} records to {topic} ({PARTITIONS} partitions, murmur2)", flush=True)
         _produce(broker.bootstrap_servers, topic, args.keys)
+        restore_rates: dict[bool, list[float]] = {True: [], False: []}
+        checks = 0
+        for _ in range(args.rounds):
+            for checked in (False, True):
+                rate, count = _restore_rate(broker.bootstrap_servers, topic, base / "embedded", checked)
+                restore_rates[checked].append(rate)
+                checks = max(checks, count)
+        with_check, without = statistics.median(restore_rates[True]), statistics.median(restore_rates[False])
+        report.append(
+            f"(b) record-by-record restore of {args.keys:,} records: {with_check:,.0f} records/s checking"
+            f" ({checks:,} records checked) vs {without:,.0f} records/s without:"
+            f" {with_check / without:.0%} (medians of {args.rounds}, alternating)"
+        )
         store = {"name": "users", "topic": topic, "value_format": "json", "partitioner": "murmur2"}
         config = {"kafka": {"bootstrap_servers": broker.bootstrap_servers}, "stores": [store]}
         with (

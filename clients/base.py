@@ -78,6 +78,17 @@ class _IndexBatch:
     as_of: PositionLike | None
     shard: int | None = None
 
+    def on(self, sharding: Sharding, shard: int | None) -> _IndexBatch:
+        """This lookup sent to ``shard``, with its part of the positions."""
+        if shard is None:
+            return self
+        return dataclasses.replace(
+            self,
+            min_position=sharding.part(self.min_position, shard),
+            as_of=sharding.part(self.as_of, shard),
+            shard=shard,
+        )
+
 
 def pinned_at(read: ReadAt) -> tuple[PositionLike | None, PositionLike | None]:
     """``(min_position, as_of)`` of a read, refused before anything is sent when both are given."""
@@ -412,45 +423,24 @@ class BaseClient(ShardRouting, ABC, Generic[HttpT, TransportT, RowsT]):
         limit_per_value = read.get("limit_per_value", indexes.DEFAULT_LIMIT_PER_VALUE)
         deadline = self._deadline(read.get("deadline"))
         sharding = yield from self._routing_flow(store, deadline)
+        lookup = _IndexBatch(store, index, limit_per_value, min_position, as_of)
         if sharding.shards == 1:
             return (
-                yield from self._index_arrow_shard(
-                    store, index, values, limit_per_value, min_position, as_of, deadline, self._target(0)
-                )
+                yield from self._index_arrow_shard(lookup.on(sharding, self._target(0)), values, deadline)
             )
         # Every shard indexes its own rows: each is asked for every value, and the rows merged.
         tables = yield Together(
             tuple(
-                self._index_arrow_shard(
-                    store,
-                    index,
-                    values,
-                    limit_per_value,
-                    sharding.part(min_position, shard),
-                    sharding.part(as_of, shard),
-                    deadline,
-                    shard,
-                )
+                self._index_arrow_shard(lookup.on(sharding, shard), values, deadline)
                 for shard in range(sharding.shards)
             )
         )
         return indexes.merged_answers(tables, values)
 
-    def _index_arrow_shard(
-        self,
-        store: str,
-        index: str,
-        values: pa.Array,
-        limit_per_value: int,
-        min_position: PositionLike | None,
-        as_of: PositionLike | None,
-        deadline: Deadline,
-        shard: int | None,
-    ) -> Flow[pa.Table]:
+    def _index_arrow_shard(self, lookup: _IndexBatch, values: pa.Array, deadline: Deadline) -> Flow[pa.Table]:
         """The rows of ``values`` on one shard (or the one service), in batches, paged on per value."""
         parts: list[pa.Table] = []
-        for chunk in self._batches(values, deadline, f"index lookup on store {store!r}"):
-            lookup = _IndexBatch(store, index, limit_per_value, min_position, as_of, shard)
+        for chunk in self._batches(values, deadline, f"index lookup on store {lookup.store!r}"):
             parts.extend((yield from self._index_chunk_flow(lookup, chunk, deadline)))
         if not parts:
             return indexes.INDEX_ANSWER.empty_table().drop_columns(["next_after"])

@@ -45,9 +45,10 @@ def rows(prefix: str, count: int, seed: int) -> list[Record]:
     records: list[Record] = []
     for i in range(count):
         key = f"{prefix}-{i:04d}".encode()
-        records.append((key, json.dumps({"name": f"{prefix} {i}", "n": i}).encode()))
+        records.append((key, json.dumps({"name": f"{prefix} {i}", "n": i, "group": i % 9}).encode()))
         if i % 7 == 0:
-            records.append((key, json.dumps({"name": f"{prefix} {i} v2", "n": i * 10}).encode()))
+            value = {"name": f"{prefix} {i} v2", "n": i * 10, "group": (i + 1) % 9}
+            records.append((key, json.dumps(value).encode()))
         if i % 11 == 0:
             records.append((key, None))
     rng.shuffle(records)
@@ -80,7 +81,12 @@ class Deployment:
 
 
 STORES = [
-    {"name": "profiles", "partitioner": "murmur2", "history": HISTORY},
+    {
+        "name": "profiles",
+        "partitioner": "murmur2",
+        "history": HISTORY,
+        "indexes": [{"name": "by_group", "field": "group"}],
+    },
     {"name": "accounts", "partitioner": "crc32", "history": HISTORY},
     {"name": "accounts_as_murmur2", "partitioner": "murmur2"},
 ]
@@ -177,6 +183,19 @@ def test_scans_across_shards_are_complete_and_byte_ordered(
     expected = sorted((k, v) for k, v in model.items() if k.startswith(prefix))
     assert list(client.scan(store, prefix, page_size=5)) == expected
     assert list(client.scan(store, prefix.encode(), page_size=5)) == [(k.encode(), v) for k, v in expected]
+
+
+def test_index_lookups_across_shards_merge_every_shards_rows(
+    deployment: Deployment, client: StatestoreClient
+) -> None:
+    model = decoded(deployment.models["profiles"])
+    groups = {
+        group: sorted((k, v) for k, v in model.items() if v["group"] == group) for group in (0, 4, 8, 99)
+    }
+    assert client.index_get_many("profiles", "by_group", list(groups)) == groups
+    found = client.index_get_many("profiles", "by_group", [4], limit_per_value=7)
+    assert found == {4: groups[4]}
+    assert list(client.index_lookup("profiles", "by_group", 8, page_size=5)) == groups[8]
 
 
 def test_a_key_asked_of_the_wrong_shard_gets_421_naming_the_right_one(deployment: Deployment) -> None:
