@@ -27,7 +27,7 @@ from clients.position import Position, PositionLike
 from clients.retry import Deadline, RetryPolicy
 from clients.routing import ShardRouting
 from clients.sharding import Sharding, grouped_by_shard, in_request_order
-from clients.wire import Call, Key, StoreInfo, ValueFormat
+from clients.wire import Key
 
 HttpT = TypeVar("HttpT", bound=httpx.Client | httpx.AsyncClient)
 TransportT = TypeVar("TransportT", bound=httpx.BaseTransport | httpx.AsyncBaseTransport)
@@ -209,51 +209,6 @@ class BaseClient(ShardRouting, ABC, Generic[HttpT, TransportT, RowsT]):
         return self._rows(self._index_lookup_flow(store, index, value, page_size, binary_keys, read))
 
     # -- flows: every read, routed to its shards (see clients.routing) ----------------------------
-
-    def _stores_flow(self, deadline: float | None) -> Flow[list[StoreInfo]]:
-        budget = self._deadline(deadline)
-        listing = Call("GET", "/v1/stores")
-        answered, response = yield from self._any_shard_flow(listing, budget)
-        first = [
-            self._learn(StoreInfo.from_json(item)) for item in wire.json_body(response).get("stores", [])
-        ]
-        shards = max((info.sharding.shards for info in first), default=1)
-        if shards == 1 or not self.options.sharded:
-            return first
-        others = [shard for shard in range(shards) if shard != answered]
-        responses = yield Together(tuple(self._sent(listing.to(shard), budget) for shard in others))
-        by_name: dict[str, list[StoreInfo]] = {info.name: [info] for info in first}
-        for other in responses:
-            for item in wire.json_body(other).get("stores", []):
-                info = StoreInfo.from_json(item)
-                by_name.setdefault(info.name, []).append(info)
-        return [StoreInfo.merged(infos) for infos in by_name.values()]
-
-    def _store_flow(self, store: str, deadline: float | None) -> Flow[StoreInfo]:
-        """The store's status; across every shard of a sharded store (see ``StoreInfo.merged``)."""
-        budget = self._deadline(deadline)
-        answered, info = yield from self._any_store_info_flow(store, budget)
-        shards = info.sharding.shards
-        if shards == 1 or not self.options.sharded:
-            return info
-        others = [shard for shard in range(shards) if shard != answered]
-        infos = yield Together(tuple(self._store_info_flow(store, budget, shard) for shard in others))
-        infos.insert(answered, info)
-        return StoreInfo.merged(infos)
-
-    def _position_flow(
-        self, store: str, position: PositionLike | None, deadline: float | None = None
-    ) -> Flow[Position]:
-        """``position`` if given, else the store's position now (the table's, across its shards)."""
-        if position is not None:
-            return Position.of(position)
-        info = yield from self._store_flow(store, deadline)
-        return info.position
-
-    def _value_format_flow(self, store: str) -> Flow[ValueFormat]:
-        if store not in self._formats:
-            yield from self._any_store_info_flow(store, self._deadline(None))
-        return self._formats[store]
 
     def _get_flow(self, store: str, key: Key, raw: bool, read: ReadAt) -> Flow[Any]:
         if key in ("", b""):

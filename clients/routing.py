@@ -3,8 +3,8 @@ client learns and refreshes each store's sharding.
 
 :class:`ShardRouting` is the part of :class:`clients.base.BaseClient` that knows about shards: the
 sharding of each store, read from any shard and cached (read again after a 421 ``wrong-shard``, or
-when an answer names a partition the cached sharding does not know), and the flows that send calls
-within a deadline.
+when an answer names a partition the cached sharding does not know), the flows that send calls
+within a deadline, and a store's status across its shards (``StoreInfo.merged``).
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ import httpx
 
 from clients import flow, wire
 from clients.exceptions import DeadlineExceededError, ShardingError, StatestoreClientError, WrongShardError
-from clients.flow import Flow, Sleep
+from clients.flow import Flow, Sleep, Together
 from clients.options import ClientOptions
 from clients.paging import Send
+from clients.position import Position, PositionLike
 from clients.retry import NO_RETRY, Deadline, is_retryable
 from clients.sharding import Sharding
 from clients.wire import Call, StoreInfo, ValueFormat
@@ -150,3 +151,50 @@ class ShardRouting:
         position = wire.position_of(response)
         if position and not all(sharding.knows_partition(p) for p in position):
             self._shardings.pop(store, None)
+
+    # -- a store's status, across its shards ------------------------------------------------------
+
+    def _stores_flow(self, deadline: float | None) -> Flow[list[StoreInfo]]:
+        budget = self._deadline(deadline)
+        listing = Call("GET", "/v1/stores")
+        answered, response = yield from self._any_shard_flow(listing, budget)
+        first = [
+            self._learn(StoreInfo.from_json(item)) for item in wire.json_body(response).get("stores", [])
+        ]
+        shards = max((info.sharding.shards for info in first), default=1)
+        if shards == 1 or not self.options.sharded:
+            return first
+        others = [shard for shard in range(shards) if shard != answered]
+        responses = yield Together(tuple(self._sent(listing.to(shard), budget) for shard in others))
+        by_name: dict[str, list[StoreInfo]] = {info.name: [info] for info in first}
+        for other in responses:
+            for item in wire.json_body(other).get("stores", []):
+                info = StoreInfo.from_json(item)
+                by_name.setdefault(info.name, []).append(info)
+        return [StoreInfo.merged(infos) for infos in by_name.values()]
+
+    def _store_flow(self, store: str, deadline: float | None) -> Flow[StoreInfo]:
+        """The store's status; across every shard of a sharded store (see ``StoreInfo.merged``)."""
+        budget = self._deadline(deadline)
+        answered, info = yield from self._any_store_info_flow(store, budget)
+        shards = info.sharding.shards
+        if shards == 1 or not self.options.sharded:
+            return info
+        others = [shard for shard in range(shards) if shard != answered]
+        infos = yield Together(tuple(self._store_info_flow(store, budget, shard) for shard in others))
+        infos.insert(answered, info)
+        return StoreInfo.merged(infos)
+
+    def _position_flow(
+        self, store: str, position: PositionLike | None, deadline: float | None = None
+    ) -> Flow[Position]:
+        """``position`` if given, else the store's position now (the table's, across its shards)."""
+        if position is not None:
+            return Position.of(position)
+        info = yield from self._store_flow(store, deadline)
+        return info.position
+
+    def _value_format_flow(self, store: str) -> Flow[ValueFormat]:
+        if store not in self._formats:
+            yield from self._any_store_info_flow(store, self._deadline(None))
+        return self._formats[store]

@@ -27,7 +27,7 @@ from clients import StatestoreClient
 from clients.exceptions import StatestoreClientError, TransportError
 from clients.partitioners import PARTITIONERS
 from clients.position import Position
-from clients.spark import lookup_join, lookup_udf
+from clients.spark import lookup_join, lookup_udf, read_store
 from service.local_broker import LocalBroker
 from service.local_shards import LocalShards
 from tests.clients.conftest import wait_until_ready
@@ -280,6 +280,10 @@ def test_spark_lookups_route_every_key_from_the_executors(
         assert (got[key]["name"], got[key]["n"]) == (
             (expected["name"], expected["n"]) if expected else (None, None)
         )
+    whole = read_store(spark, store="accounts", url=deployment.url, value_schema=SCHEMA, partitions=3)
+    assert sorted((row["key"], row["name"], row["n"]) for row in whole.collect()) == sorted(
+        (key, value["name"], value["n"]) for key, value in model.items()
+    )
     udf = lookup_udf(store="accounts", url=deployment.url, value_schema=SCHEMA)
     names = facts.select("account", udf(F.col("account")).alias("v")).select("account", "v.name").collect()
     assert {row["account"]: row["name"] for row in names} == {
