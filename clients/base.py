@@ -11,24 +11,27 @@ from __future__ import annotations
 
 import dataclasses
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Generic, TypedDict, TypeVar, Unpack
 
 import httpx
 import pyarrow as pa
 
-from clients import flow, indexes, wire
+from clients import flow, indexes, merging, wire
 from clients.exceptions import AnswerTooLargeError, DeadlineExceededError, KeyNotFoundError
-from clients.flow import Attempt, Flow
+from clients.flow import Attempt, Flow, Together
 from clients.indexes import IndexValue
 from clients.options import DEFAULT_BATCH_SIZE, ClientOptions, Verify
-from clients.paging import Pager, Send
+from clients.paging import Pager
 from clients.position import Position, PositionLike
 from clients.retry import Deadline, RetryPolicy
-from clients.wire import Call, Key, StoreInfo, ValueFormat
+from clients.routing import ShardRouting
+from clients.sharding import Sharding, grouped_by_shard, in_request_order
+from clients.wire import Key
 
 HttpT = TypeVar("HttpT", bound=httpx.Client | httpx.AsyncClient)
 TransportT = TypeVar("TransportT", bound=httpx.BaseTransport | httpx.AsyncBaseTransport)
+T = TypeVar("T")
 RowsT = TypeVar("RowsT")
 """What a streaming read returns: an ``Iterator`` of :data:`Row`, or an ``AsyncIterator``."""
 Row = tuple[Key, Any]
@@ -66,13 +69,25 @@ class IndexRowsAt(IndexReadAt, total=False):
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class _IndexBatch:
-    """What every batch of one index lookup asks, but its values."""
+    """What every batch of one index lookup asks, but its values; ``shard`` is where it goes."""
 
     store: str
     index: str
     limit_per_value: int
     min_position: PositionLike | None
     as_of: PositionLike | None
+    shard: int | None = None
+
+    def on(self, sharding: Sharding, shard: int | None) -> _IndexBatch:
+        """This lookup sent to ``shard``, with its part of the positions."""
+        if shard is None:
+            return self
+        return dataclasses.replace(
+            self,
+            min_position=sharding.part(self.min_position, shard),
+            as_of=sharding.part(self.as_of, shard),
+            shard=shard,
+        )
 
 
 def pinned_at(read: ReadAt) -> tuple[PositionLike | None, PositionLike | None]:
@@ -86,8 +101,16 @@ def floor_of(min_position: PositionLike | None) -> Position | None:
     return Position.of(min_position) if min_position is not None else None
 
 
-class BaseClient(ABC, Generic[HttpT, TransportT, RowsT]):
-    """A client of one statestore service: configuration, one connection pool, reads as flows."""
+class BaseClient(ShardRouting, ABC, Generic[HttpT, TransportT, RowsT]):
+    """A client of one statestore service, or of every shard of a sharded one: configuration, one
+    connection pool, reads as flows.
+
+    With a URL template (``http://statestore-{shard}.statestore:8080``) the client reads each store's
+    sharding from any shard (once; again after a 421 ``wrong-shard``), sends every key to its shard,
+    splits batches per shard and sends the parts concurrently, merges the answers in request order
+    and listings in key order, and merges positions. A URL without ``{shard}`` is one shard: no
+    extra request, no threads.
+    """
 
     def __init__(
         self,
@@ -101,7 +124,8 @@ class BaseClient(ABC, Generic[HttpT, TransportT, RowsT]):
         batch_size: int | None = None,
         transport: TransportT | None = None,
     ) -> None:
-        """``url`` is the service's base URL, or the :class:`ClientOptions` of another client.
+        """``url`` is the service's base URL (a template holding ``{shard}`` for a sharded deployment),
+        or the :class:`ClientOptions` of another client.
 
         ``token`` is sent as a bearer token; ``verify`` is ``True`` (system CAs), ``False`` or a CA
         bundle; ``timeout`` bounds one attempt and ``deadline`` a whole call with its retries;
@@ -119,8 +143,8 @@ class BaseClient(ABC, Generic[HttpT, TransportT, RowsT]):
                 retry=retry or RetryPolicy(),
                 batch_size=batch_size or DEFAULT_BATCH_SIZE,
             )
+        super().__init__()
         self._http: HttpT = self._connect(transport)
-        self._formats: dict[str, ValueFormat] = {}
 
     @abstractmethod
     def _connect(self, transport: TransportT | None) -> HttpT:
@@ -137,7 +161,7 @@ class BaseClient(ABC, Generic[HttpT, TransportT, RowsT]):
         call = attempt.call
         return self._http.build_request(
             call.method,
-            call.path,
+            self.options.url_of(call.shard) + call.path,
             params=attempt.params,
             headers=call.headers,
             content=call.content,
@@ -184,57 +208,27 @@ class BaseClient(ABC, Generic[HttpT, TransportT, RowsT]):
         """
         return self._rows(self._index_lookup_flow(store, index, value, page_size, binary_keys, read))
 
-    # -- flows -------------------------------------------------------------------------------------
-
-    def _deadline(self, seconds: float | None) -> Deadline:
-        return Deadline(seconds or self.options.deadline)
-
-    def _sent(self, call: Call, deadline: Deadline) -> Flow[httpx.Response]:
-        return flow.sent(call, deadline, self.options)
-
-    def _sender(self, deadline: Deadline | float | None) -> Send:
-        """Sends calls within ``deadline``: one shared ``Deadline``, or these seconds for each call."""
-        if isinstance(deadline, Deadline):
-            return lambda call: self._sent(call, deadline)
-        return lambda call: self._sent(call, self._deadline(deadline))
-
-    def _stores_flow(self, deadline: float | None) -> Flow[list[StoreInfo]]:
-        response = yield from self._sent(Call("GET", "/v1/stores"), self._deadline(deadline))
-        infos = [StoreInfo.from_json(item) for item in wire.json_body(response).get("stores", [])]
-        self._formats.update((info.name, info.value_format) for info in infos)
-        return infos
-
-    def _store_flow(self, store: str, deadline: float | None) -> Flow[StoreInfo]:
-        response = yield from self._sent(Call("GET", wire.store_path(store)), self._deadline(deadline))
-        info = StoreInfo.from_json(wire.json_body(response))
-        self._formats[store] = info.value_format
-        return info
-
-    def _position_flow(
-        self, store: str, position: PositionLike | None, deadline: float | None = None
-    ) -> Flow[Position]:
-        """``position`` if given, else the store's position now."""
-        if position is not None:
-            return Position.of(position)
-        info = yield from self._store_flow(store, deadline)
-        return info.position
-
-    def _value_format_flow(self, store: str) -> Flow[ValueFormat]:
-        if store not in self._formats:
-            yield from self._store_flow(store, None)
-        return self._formats[store]
+    # -- flows: every read, routed to its shards (see clients.routing) ----------------------------
 
     def _get_flow(self, store: str, key: Key, raw: bool, read: ReadAt) -> Flow[Any]:
         if key in ("", b""):
             # The empty key has no path segment: the batch route asks for it.
             found = yield from self._get_many_flow(store, [key], raw, read)
             return found[0]
-        call = wire.get_call(store, key, read.get("min_position"), read.get("as_of"))
-        try:
-            response = yield from self._sent(call, self._deadline(read.get("deadline")))
-        except KeyNotFoundError:
-            return None
-        return wire.decode_get(response, raw)
+        min_position, as_of = pinned_at(read)
+        deadline = self._deadline(read.get("deadline"))
+
+        def read_key(sharding: Sharding) -> Flow[Any]:
+            shard = sharding.shard_of(wire.key_bytes(key))
+            call = wire.get_call(store, key, sharding.part(min_position, shard), sharding.part(as_of, shard))
+            try:
+                response = yield from self._sent(call.to(self._target(shard)), deadline)
+            except KeyNotFoundError:
+                return None
+            self._notice_growth(store, sharding, response)
+            return wire.decode_get(response, raw)
+
+        return (yield from self._routed(store, deadline, read_key))
 
     def _get_many_flow(self, store: str, keys: Sequence[Key], raw: bool, read: ReadAt) -> Flow[list[Any]]:
         unique, index = wire.dedupe([wire.key_bytes(k) for k in keys])
@@ -256,16 +250,84 @@ class BaseClient(ABC, Generic[HttpT, TransportT, RowsT]):
     def _get_arrow_flow(self, store: str, keys: pa.Array, read: ReadAt) -> Flow[pa.Array]:
         min_position, as_of = pinned_at(read)
         deadline = self._deadline(read.get("deadline"))
+
+        def read_keys(sharding: Sharding) -> Flow[pa.Array]:
+            if sharding.shards == 1:
+                return (
+                    yield from self._get_arrow_shard(store, keys, sharding, 0, min_position, as_of, deadline)
+                )
+            groups = grouped_by_shard(sharding.shards_of(keys), sharding.shards)
+            if not groups:
+                return pa.array([], type=pa.binary())
+            parts = yield Together(
+                tuple(
+                    self._get_arrow_shard(
+                        store,
+                        keys.take(rows),
+                        sharding,
+                        shard,
+                        sharding.part(min_position, shard),
+                        sharding.part(as_of, shard),
+                        deadline,
+                    )
+                    for shard, rows in groups
+                )
+            )
+            return in_request_order(parts, [rows for _, rows in groups])
+
+        return (yield from self._routed(store, deadline, read_keys))
+
+    def _get_arrow_shard(
+        self,
+        store: str,
+        keys: pa.Array,
+        sharding: Sharding,
+        shard: int,
+        min_position: PositionLike | None,
+        as_of: PositionLike | None,
+        deadline: Deadline,
+    ) -> Flow[pa.Array]:
+        """The values of keys that all live on ``shard``, in batches of ``batch_size``."""
         parts: list[pa.Array] = []
         for chunk in self._batches(keys, deadline, f"batch get on store {store!r}"):
-            response = yield from self._sent(wire.batch_get_call(store, chunk, min_position, as_of), deadline)
+            call = wire.batch_get_call(store, chunk, min_position, as_of).to(self._target(shard))
+            response = yield from self._sent(call, deadline)
+            self._notice_growth(store, sharding, response)
             parts.append(wire.decode_values(response.content, len(chunk)))
         return pa.concat_arrays(parts) if parts else pa.array([], type=pa.binary())
+
+    def _listing_flow(
+        self,
+        store: str,
+        read: ReadAt,
+        pager_of: Callable[[Sharding, int], Pager[Any]],
+        key: Callable[[Any], Any],
+        after: Any = None,
+    ) -> Flow[None]:
+        """Every item of a listing after cursor ``after`` (``pager_of(sharding, shard)`` pages one
+        shard), in key order."""
+        min_position, _ = pinned_at(read)
+        seconds = read.get("deadline")
+        sharding = yield from self._routing_flow(store, self._deadline(seconds))
+        if sharding.shards == 1:
+            send = self._sender(seconds, self._target(0))
+            yield from pager_of(sharding, 0).every_page(send, after, floor_of(min_position))
+            return
+        listings = [
+            merging.Listing(
+                pager_of(sharding, shard),
+                self._sender(seconds, shard),
+                floor_of(sharding.part(min_position, shard)),
+                after,
+            )
+            for shard in range(sharding.shards)
+        ]
+        yield from merging.merged(listings, key)
 
     def _scan_flow(
         self, store: str, prefix: Key, after: Key | None, page_size: int, read: ReadAt
     ) -> Flow[None]:
-        min_position, as_of = pinned_at(read)
+        _, as_of = pinned_at(read)
         value_format = yield from self._value_format_flow(store)
         binary = isinstance(prefix, bytes)
 
@@ -276,11 +338,16 @@ class BaseClient(ABC, Generic[HttpT, TransportT, RowsT]):
         def decode(page: Any) -> tuple[Iterator[Row], str | None]:
             return map(row, page.get("items", [])), page.get("next_after")
 
-        pager: Pager[str] = Pager(
-            lambda after, floor: wire.scan_call(store, prefix, after, page_size, floor, as_of), decode, as_of
-        )
+        def pager_of(sharding: Sharding, shard: int) -> Pager[str]:
+            exact = sharding.part(as_of, shard)
+            return Pager(
+                lambda after, floor: wire.scan_call(store, prefix, after, page_size, floor, exact),
+                decode,
+                exact,
+            )
+
         cursor = None if after is None else wire.scan_cursor(after, binary)
-        yield from pager.every_page(self._sender(read.get("deadline")), cursor, floor_of(min_position))
+        yield from self._listing_flow(store, read, pager_of, lambda item: item[0], cursor)
 
     def _index_pager(
         self, store: str, index: str, value: str, page_size: int, as_of: PositionLike | None
@@ -295,11 +362,14 @@ class BaseClient(ABC, Generic[HttpT, TransportT, RowsT]):
     def _index_lookup_flow(
         self, store: str, index: str, value: IndexValue, page_size: int, binary_keys: bool, read: ReadAt
     ) -> Flow[None]:
-        min_position, as_of = pinned_at(read)
-        pager = self._index_pager(store, index, indexes.index_text(value), page_size, as_of).with_items(
-            lambda item: (indexes.row_key(item[0], binary_keys), item[1])
-        )
-        yield from pager.every_page(self._sender(read.get("deadline")), None, floor_of(min_position))
+        _, as_of = pinned_at(read)
+        text = indexes.index_text(value)
+
+        def pager_of(sharding: Sharding, shard: int) -> Pager[bytes]:
+            pager = self._index_pager(store, index, text, page_size, sharding.part(as_of, shard))
+            return pager.with_items(lambda item: (indexes.row_key(item[0], binary_keys), item[1]))
+
+        yield from self._listing_flow(store, read, pager_of, lambda item: wire.key_bytes(item[0]))
 
     def _index_arrow_flow(
         self, store: str, index: str, values: pa.Array, read: IndexReadAt
@@ -307,9 +377,25 @@ class BaseClient(ABC, Generic[HttpT, TransportT, RowsT]):
         min_position, as_of = pinned_at(read)
         limit_per_value = read.get("limit_per_value", indexes.DEFAULT_LIMIT_PER_VALUE)
         deadline = self._deadline(read.get("deadline"))
+        sharding = yield from self._routing_flow(store, deadline)
+        lookup = _IndexBatch(store, index, limit_per_value, min_position, as_of)
+        if sharding.shards == 1:
+            return (
+                yield from self._index_arrow_shard(lookup.on(sharding, self._target(0)), values, deadline)
+            )
+        # Every shard indexes its own rows: each is asked for every value, and the rows merged.
+        tables = yield Together(
+            tuple(
+                self._index_arrow_shard(lookup.on(sharding, shard), values, deadline)
+                for shard in range(sharding.shards)
+            )
+        )
+        return indexes.merged_answers(tables, values)
+
+    def _index_arrow_shard(self, lookup: _IndexBatch, values: pa.Array, deadline: Deadline) -> Flow[pa.Table]:
+        """The rows of ``values`` on one shard (or the one service), in batches, paged on per value."""
         parts: list[pa.Table] = []
-        for chunk in self._batches(values, deadline, f"index lookup on store {store!r}"):
-            lookup = _IndexBatch(store, index, limit_per_value, min_position, as_of)
+        for chunk in self._batches(values, deadline, f"index lookup on store {lookup.store!r}"):
             parts.extend((yield from self._index_chunk_flow(lookup, chunk, deadline)))
         if not parts:
             return indexes.INDEX_ANSWER.empty_table().drop_columns(["next_after"])
@@ -328,7 +414,7 @@ class BaseClient(ABC, Generic[HttpT, TransportT, RowsT]):
             lookup.store, lookup.index, chunk, lookup.limit_per_value, lookup.min_position, lookup.as_of
         )
         try:
-            response = yield from self._sent(call, deadline)
+            response = yield from self._sent(call.to(lookup.shard), deadline)
         except AnswerTooLargeError:
             if len(chunk) < 2:
                 raise
@@ -342,7 +428,7 @@ class BaseClient(ABC, Generic[HttpT, TransportT, RowsT]):
         more: dict[str, list[tuple[bytes, Any]]] = {}
         for value, cursor in indexes.continued_values(table):
             pager = self._index_pager(lookup.store, lookup.index, value, lookup.limit_per_value, lookup.as_of)
-            rows = pager.every_page(self._sender(deadline), cursor, floor)
+            rows = pager.every_page(self._sender(deadline, lookup.shard), cursor, floor)
             more[value] = yield from flow.collected(rows)
         return [indexes.with_more_pages(table, more)]
 

@@ -5,6 +5,7 @@ The reads are flows of :class:`clients.base.BaseClient`; this module runs them w
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -34,10 +35,17 @@ class StatestoreClient(BaseClient[httpx.Client, httpx.BaseTransport, Iterator[Ro
     reads all demand the position read once when it was made.
     """
 
+    _pool: ThreadPoolExecutor | None = None  # the threads of concurrent requests, once first needed
+    _pool_lock = threading.Lock()  # shared by every client: held only to start or stop a pool
+
     def _connect(self, transport: httpx.BaseTransport | None) -> httpx.Client:
         return httpx.Client(transport=transport, **self.options.httpx_kwargs())
 
     def close(self) -> None:
+        with self._pool_lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
         self._http.close()
 
     def __enter__(self) -> StatestoreClient:
@@ -78,12 +86,25 @@ class StatestoreClient(BaseClient[httpx.Client, httpx.BaseTransport, Iterator[Ro
         raise TypeError(f"{step!r} is a step of a streaming read; run the flow with _rows")
 
     def _together(self, flows: Sequence[Flow[Any]]) -> list[Any] | Thrown:
-        """Runs ``flows`` on threads of their own (the calling thread alone for one flow)."""
-        if len(flows) == 1:
-            return gathered([self._settled(flows[0])])
-        workers = min(len(flows), self.options.max_connections)
-        with ThreadPoolExecutor(workers, thread_name_prefix="statestore-client") as pool:
-            return gathered(list(pool.map(self._settled, flows)))
+        """Runs ``flows`` on the client's threads (the calling thread alone for one flow).
+
+        The threads are started on the first call and kept (starting them took milliseconds per
+        call). A flow already on one of them runs its own ``Together`` in turn, in its thread: a
+        pool thread never waits for another, so calls from any number of threads cannot deadlock.
+        """
+        if len(flows) == 1 or getattr(_pool_thread, "active", False):
+            return gathered([self._settled(flow) for flow in flows])
+        return gathered(list(self._threads().map(self._settled, flows)))
+
+    def _threads(self) -> ThreadPoolExecutor:
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(
+                    self.options.max_connections,
+                    thread_name_prefix="statestore-client",
+                    initializer=_mark_pool_thread,
+                )
+            return self._pool
 
     def _settled(self, flow: Flow[Any]) -> Any:
         """The flow's result, or the ``Exception`` it ended with."""
@@ -164,6 +185,13 @@ class StatestoreClient(BaseClient[httpx.Client, httpx.BaseTransport, Iterator[Ro
     def pinned(self, store: str, position: PositionLike | None = None) -> PinnedStore:
         """A view of ``store`` whose reads all demand ``position`` (default: the store's position now)."""
         return PinnedStore(self, store, self._run(self._position_flow(store, position)))
+
+
+_pool_thread = threading.local()
+
+
+def _mark_pool_thread() -> None:
+    _pool_thread.active = True
 
 
 class StoreView(View[Iterator[Row]]):

@@ -8,6 +8,7 @@ Hierarchy::
     ├── UnexpectedResponseError                 an answer the HTTP API does not describe
     ├── ValueDecodeError (also ValueError)      a stored value does not decode per the store's value format
     ├── SchemaMismatchError (also ValueError)   a Spark value schema that cannot apply to the store
+    ├── ShardingError                           a sharded store the client cannot route to (URL, shards)
     ├── UnsupportedSparkError                   what the installed PySpark version or session kind cannot do
     └── ProblemError                            the service answered an RFC 9457 problem
         ├── UnknownStoreError                   404 unknown-store
@@ -31,6 +32,7 @@ Hierarchy::
         ├── UnauthorizedError                   401 unauthorized
         ├── ForbiddenError                      403 forbidden
         ├── HistoryExpiredError                 410 history-expired (``floor``: the oldest position answered)
+        ├── WrongShardError                     421 wrong-shard (the client re-reads the sharding once)
         ├── TooManyRequestsError                429 too-many-requests (retried)
         │   └── ClientTooManyRequestsError      429 client-too-many-requests (retried)
         ├── ServiceUnavailableError             503 (retried)
@@ -86,6 +88,10 @@ class ValueDecodeError(StatestoreClientError, ValueError):
 
 class SchemaMismatchError(StatestoreClientError, ValueError):
     """A value schema was given that cannot apply to the store (e.g. the store does not hold JSON)."""
+
+
+class ShardingError(StatestoreClientError):
+    """The store is sharded in a way this client cannot route to (e.g. its URL holds no ``{shard}``)."""
 
 
 class UnsupportedSparkError(StatestoreClientError):
@@ -230,6 +236,21 @@ class HistoryExpiredError(ProblemError):
             return None
 
 
+class WrongShardError(ProblemError):
+    """A key was sent to a shard that does not hold it (421): the client's sharding is out of date.
+
+    The client re-reads the store's sharding and sends the request again once; ``shard`` is the
+    shard the service says holds the first misrouted key, when it says.
+    """
+
+    slug = "wrong-shard"
+
+    @property
+    def shard(self) -> int | None:
+        value = self.problem.get("shard")
+        return value if isinstance(value, int) else None
+
+
 class TooManyRequestsError(ProblemError):
     """The service's concurrency limit was reached; the client retries these until its deadline."""
 
@@ -309,6 +330,7 @@ _BY_STATUS: dict[int, type[ProblemError]] = {
     415: UnsupportedMediaTypeError,
     422: BadRequestError,
     410: HistoryExpiredError,
+    421: WrongShardError,
     429: TooManyRequestsError,
     503: ServiceUnavailableError,
 }

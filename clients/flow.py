@@ -142,15 +142,23 @@ def sent(call: Call, deadline: Deadline, options: ClientOptions) -> Flow[httpx.R
         remaining = deadline.remaining()
         params = wire.with_wait_budget(call.params, remaining)
         outcome = yield Attempt(call, params, max(0.001, min(options.timeout, remaining)))
-        error = outcome_error(call, options.url, outcome)
+        error = outcome_error(call, options.url_of(call.shard), outcome)
         if error is None:
             response: httpx.Response = outcome
             return response
         delay = next_delay(options.retry, attempt, error, deadline)
         if delay is None:
-            raise give_up(call, error, attempt, deadline, options.retry)
+            raise on_shard(give_up(call, error, attempt, deadline, options.retry), call, options)
         log.info("retrying %s %s in %.3f s after: %s", call.method, call.path, delay, error)
         yield Sleep(delay)
+
+
+def on_shard(error: BaseException, call: Call, options: ClientOptions) -> BaseException:
+    """``error``, its message naming the shard and URL that answered when the call went to a shard."""
+    if call.shard is not None and options.sharded:
+        where = f"shard {call.shard} ({options.url_of(call.shard)})"
+        error.args = (f"{where}: {error}", *error.args[1:])
+    return error
 
 
 def outcome_error(

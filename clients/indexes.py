@@ -204,3 +204,25 @@ def grouped_rows(
         if key is not None:
             rows[value].append((row_key(key, binary_keys), decode_value(row, "json")))
     return {value: rows[text] for value, text in zip(values, texts, strict=True)}
+
+
+def merged_answers(tables: Sequence[pa.Table], values: pa.Array) -> pa.Table:
+    """The answers of every shard to the same ``values``, as one answer: each value's rows from all
+    shards together, in request order and row-key order; one null row for a value no shard matched."""
+    combined = pa.concat_tables(tables)
+    matched = combined.filter(pc.is_valid(combined.column("key")))
+    asked = values.cast(pa.string())
+    unmatched = asked.filter(pc.invert(pc.is_in(asked, value_set=matched.column("value").combine_chunks())))
+    nulls = pa.table(
+        {
+            "value": unmatched,
+            "key": pa.nulls(len(unmatched), pa.binary()),
+            "row": pa.nulls(len(unmatched), pa.binary()),
+        }
+    )
+    answer = pa.concat_tables([matched, nulls])
+    ordinal = pc.index_in(answer.column("value"), value_set=asked)
+    ordered = answer.append_column("ordinal", ordinal).sort_by(
+        [("ordinal", "ascending"), ("key", "ascending")]
+    )
+    return ordered.drop_columns(["ordinal"]).combine_chunks()

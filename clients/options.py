@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 
 from clients.retry import RetryPolicy
+from clients.sharding import is_template, shard_url
 from clients.version import USER_AGENT
 
 log = logging.getLogger("clients")
@@ -25,6 +26,8 @@ Verify = bool | str | os.PathLike[str] | ssl.SSLContext
 class ClientOptions:
     """Everything that configures a client; picklable, so Spark tasks rebuild the same client.
 
+    ``url`` is the service's base URL, or a template holding ``{shard}`` for a sharded deployment
+    (``http://statestore-{shard}.statestore:8080``: shard ``0`` is ``statestore-0``, ...).
     ``token`` is sent as ``Authorization: Bearer <token>`` and never appears in ``repr`` or logs.
     ``verify`` is ``True`` (system CAs), ``False``, a CA bundle path, or an ``ssl.SSLContext``.
     ``timeout`` bounds one HTTP attempt; ``deadline`` bounds a whole call including its retries.
@@ -48,13 +51,22 @@ class ClientOptions:
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {self.batch_size}")
 
+    @property
+    def sharded(self) -> bool:
+        """Whether ``url`` is a template naming each shard (it holds ``{shard}``)."""
+        return is_template(self.url)
+
+    def url_of(self, shard: int | None) -> str:
+        """The base URL of ``shard`` (``None``: the URL as given, for a service that is one shard)."""
+        return shard_url(self.url, shard)
+
     def httpx_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``httpx.Client`` / ``httpx.AsyncClient``."""
         headers = {"User-Agent": USER_AGENT, **dict(self.headers)}
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
+        # Requests carry absolute URLs (a template has no single base URL).
         return {
-            "base_url": self.url.rstrip("/"),
             "headers": headers,
             # Plain HTTP has nothing to verify; skipping it spares loading the CA bundle per client.
             "verify": ssl_verify(self.verify) if self.url.startswith("https://") else False,

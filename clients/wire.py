@@ -24,6 +24,7 @@ from clients.exceptions import (
 )
 from clients.position import Position, PositionLike
 from clients.retry import parse_retry_after
+from clients.sharding import Sharding
 
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
 POSITION_HEADER = "Statestore-Position"
@@ -43,6 +44,7 @@ class StoreInfo:
     position: Position
     total_lag: int
     raw: Mapping[str, Any]
+    sharding: Sharding = dataclasses.field(default_factory=Sharding)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> StoreInfo:
@@ -58,22 +60,49 @@ class StoreInfo:
                 position=Position.parse(str(data.get("position") or "")),
                 total_lag=int(data.get("total_lag") or 0),
                 raw=dict(data),
+                sharding=Sharding.from_info(data),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise UnexpectedResponseError(
                 f"the service sent a StoreInfo the client cannot read: {exc}"
             ) from exc
 
+    @classmethod
+    def merged(cls, infos: Sequence[StoreInfo]) -> StoreInfo:
+        """One store across its shards: the table's position (every shard's), the lag summed, and the
+        state READY only when every shard is; ``raw["shards"]`` holds each shard's own document."""
+        first = infos[0]
+        if len(infos) == 1:
+            return first
+        state = next((info.state for info in infos if info.state != "READY"), "READY")
+        position = Position()
+        for info in infos:
+            position = position.merged(info.position)
+        total_lag = sum(info.total_lag for info in infos)
+        raw = {
+            **first.raw,
+            "state": state,
+            "position": str(position),
+            "total_lag": total_lag,
+            "shards": [dict(info.raw) for info in infos],
+        }
+        return dataclasses.replace(first, state=state, position=position, total_lag=total_lag, raw=raw)
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Call:
-    """One HTTP request, ready to send."""
+    """One HTTP request, ready to send: to ``shard`` of a sharded deployment (``None``: the URL as given)."""
 
     method: str
     path: str
     params: Mapping[str, str] = dataclasses.field(default_factory=dict)
     headers: Mapping[str, str] = dataclasses.field(default_factory=dict)
     content: bytes | None = None
+    shard: int | None = None
+
+    def to(self, shard: int | None) -> Call:
+        """This request, sent to ``shard``."""
+        return self if shard == self.shard else dataclasses.replace(self, shard=shard)
 
 
 def position_text(position: PositionLike) -> str:

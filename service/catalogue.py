@@ -60,6 +60,7 @@ KEY_NOT_FOUND = _problem("key-not-found", 404, "Key not found")
 UNKNOWN_INDEX = _problem("unknown-index", 404, "Unknown index")
 HISTORY_NOT_KEPT = _problem("history-not-kept", 400, "History not kept")
 HISTORY_EXPIRED = _problem("history-expired", 410, "History expired")
+WRONG_SHARD = _problem("wrong-shard", 421, "Wrong shard")
 # Bad input.
 BAD_KEY_ENCODING = _problem("bad-key-encoding", 400, "Bad key encoding")
 INVALID_POSITION = _problem("invalid-position", 400, "Invalid position")

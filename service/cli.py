@@ -99,6 +99,13 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--state-dir", type=Path, default=None, metavar="DIR", help="where the demo keeps its stores"
     )
+    demo.add_argument(
+        "--shards",
+        type=int,
+        default=1,
+        metavar="N",
+        help="serve the stores as N shards, one `statestore serve` process each (default 1: unsharded)",
+    )
 
     commands.add_parser("version", help="print the version", description="Print the statestore version.")
     return parser

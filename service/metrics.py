@@ -126,6 +126,16 @@ class StoreCollector(Collector):
         null_keys = CounterMetricFamily(
             "statestore_null_key_records", "Records skipped because their key was null", labels=["store"]
         )
+        checked = CounterMetricFamily(
+            "statestore_partition_checked_records",
+            "Records whose partition was compared with the one their key hashes to (stores[].partitioner)",
+            labels=["store"],
+        )
+        misplaced = CounterMetricFamily(
+            "statestore_misplaced_records",
+            "Records on another partition than their key hashes to: a client routing by key misses them",
+            labels=["store"],
+        )
         lag = GaugeMetricFamily(
             "statestore_lag_records", "End offset minus next offset", labels=["store", "partition"]
         )
@@ -157,6 +167,9 @@ class StoreCollector(Collector):
                 continue
             applied.add_metric([served.name], status.records_applied_total)
             null_keys.add_metric([served.name], status.null_key_records)
+            if status.sharding is not None:
+                checked.add_metric([served.name], status.sharding.records_checked)
+                misplaced.add_metric([served.name], status.sharding.misplaced_records)
             corruptions.add_metric([served.name], status.corruptions_found)
             verifications.add_metric([served.name], status.verification_passes)
             for partition, records in status.lag.items():
@@ -167,7 +180,7 @@ class StoreCollector(Collector):
                 value = read(status)
                 if value is not None:
                     gauge.add_metric([served.name], value)
-        yield from (applied, null_keys, corruptions, verifications, lag, position, state)
+        yield from (applied, null_keys, checked, misplaced, corruptions, verifications, lag, position, state)
         yield from (gauge for gauge, _ in gauges)
 
 

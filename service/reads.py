@@ -24,6 +24,7 @@ from service.guard import remaining_seconds, request_timeout
 from service.problems import store_corrupt, store_not_ready
 from service.registry import ServedStore, StoreRegistry
 from service.settings import Settings
+from service.sharding import shard_part
 from service.waits import PositionWaits
 from store import (
     InvalidPositionError,
@@ -74,6 +75,7 @@ class Reader:
     def __init__(self, registry: StoreRegistry, settings: Settings) -> None:
         self._registry = registry
         self._limits = settings.limits
+        self._sharding = settings.sharding
         self._waits = {served.name: PositionWaits(served.store) for served in registry.all()}
 
     def close(self) -> None:
@@ -123,8 +125,9 @@ class Reader:
         returned. ``in_thread`` runs the read on a worker thread (reads that may take long).
         """
         query = request.query_params
-        minimum = position_param(query, "min_position")
-        as_of = position_param(query, "as_of")
+        # Of a sharded store, entries naming other shards' partitions are not this shard's to read.
+        minimum = shard_part(position_param(query, "min_position"), self._sharding)
+        as_of = shard_part(position_param(query, "as_of"), self._sharding)
         if minimum is not None and as_of is not None:
             raise invalid_parameter(
                 "as_of", "as_of and min_position exclude each other: an as_of read waits for its own position"

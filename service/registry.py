@@ -24,12 +24,14 @@ class ServedStore:
     media_type: str
     store: ServableStore
     history: HistorySettings | None = None  # the configured retention, when the store keeps history
+    partitioner: str = "murmur2"  # how the topic's producers placed keys (clients.partitioners)
 
 
 class StoreRegistry:
     """The served stores by name, and the errors met while starting them."""
 
     def __init__(self, settings: Settings, stores: Mapping[str, ServableStore]) -> None:
+        self.sharding = settings.sharding
         self._served: dict[str, ServedStore] = {}
         for name, store in stores.items():
             configured = settings.store(name)
@@ -41,6 +43,7 @@ class StoreRegistry:
                 media_type=VALUE_MEDIA_TYPES[value_format],
                 store=store,
                 history=configured.history if configured else None,
+                partitioner=configured.partitioner if configured else "murmur2",
             )
         self._start_errors: dict[str, str] = {}
         self._lock = threading.Lock()

@@ -39,6 +39,7 @@ from service.index_routes import add_index_routes
 from service.reads import Reader, find_store, int_param
 from service.registry import ServedStore, StoreRegistry
 from service.settings import LimitSettings, Settings
+from service.sharding import KeyCheck, sharding_info
 from service.values import BadValues, JsonAnswer, not_json_detail
 from store import ReadOnlyKeyValueStore, ScanPage
 
@@ -56,6 +57,7 @@ def store_info(registry: StoreRegistry, served: ServedStore) -> dict[str, Any]:
         "value_format": served.value_format,
         "state": state.value,
     }
+    info["sharding"] = sharding_info(registry, served, status)
     if status is None:
         info.update(position="", end_offsets="", lag={}, total_lag=0, restore=None)
         info["last_error"] = registry.start_error(served.name)
@@ -127,6 +129,7 @@ def add_store_routes(
     on each request. The key lookup comes first because it is the most frequent request.
     """
     limits = settings.limits
+    check_keys = KeyCheck(registry)
 
     async def get_key(request: Request) -> Response:
         served = find_store(registry, auth, request)
@@ -138,6 +141,7 @@ def add_store_routes(
         raw_segment = parts[5] if len(parts) == 6 else quote(request.path_params["key"]).encode()
         key = decode_path_key(raw_segment, encoding)
         check_key_length("the key", key, limits.max_key_bytes)
+        check_keys(served, [key])
         value, position = await reader.read(served, request, lambda view: view.get(key))
         if value is None:
             raise KEY_NOT_FOUND(
@@ -209,12 +213,14 @@ def add_store_routes(
             check_batch(
                 len(keys), max(map(len, keys), default=0), limits.max_batch_keys, limits.max_key_bytes
             )
+            check_keys(served, keys)
             values, position = await reader.read(served, request, lambda view: view.get_many(keys))
             answer = JsonAnswer(served.name, served.value_format, encoding, bad_values)
             document = {"values": answer.values(keys, values), "position": str(position)}
             return Response(answer.document(document), media_type=JSON, headers={POSITION: str(position)})
         # Decoding a large Arrow body takes a while: off the event loop.
         key_column = await anyio.to_thread.run_sync(_arrow_keys, body, limits)
+        check_keys(served, key_column)
         keys = key_column.to_pylist()
         values, position = await reader.read(served, request, lambda view: view.get_many(keys))
         table = pa.table({"key": key_column, "value": pa.array(values, type=pa.binary())})

@@ -8,6 +8,7 @@ Kafka settings pass through to librdkafka; values whose key looks secret (``sasl
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -25,8 +26,9 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from clients.partitioners import PartitionerName, place
 from service.exceptions import ConfigError
-from store import MAX_SCAN_LIMIT, HistorySpec, IndexSpec, StoreConfig, StoreTuning
+from store import MAX_SCAN_LIMIT, HistorySpec, IndexSpec, StoreConfig, StoreSharding, StoreTuning
 
 ENV_PREFIX = "STATESTORE_"
 
@@ -143,6 +145,27 @@ class ServiceEngineSettings(EngineSettings):
     max_concurrent_bulk_restores: int = Field(default=1, ge=1, le=16)
 
 
+class ShardingSettings(BaseModel):
+    """Which partitions this process serves: partition ``p`` belongs to shard ``p % shards``.
+
+    One shard (the default) serves every partition; the chart tells each pod its shard.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    shards: int = Field(default=1, ge=1, le=1000)
+    shard: int = Field(default=0, ge=0)
+
+    @model_validator(mode="after")
+    def _shard_exists(self) -> ShardingSettings:
+        if self.shard >= self.shards:
+            raise ValueError(
+                f"sharding.shard is {self.shard} but there are {self.shards} shard(s), numbered 0 to"
+                f" {self.shards - 1}: set sharding.shard (STATESTORE_SHARDING__SHARD) to one of them"
+            )
+        return self
+
+
 class StoreSettings(BaseModel):
     """One store: a compacted topic served under ``name``."""
 
@@ -151,6 +174,9 @@ class StoreSettings(BaseModel):
     name: str
     topic: str = Field(min_length=1)
     value_format: ValueFormat = "bytes"
+    # How the topic's producers chose a record's partition from its key (clients.partitioners):
+    # a sharded store routes keys by it and counts records it would not find.
+    partitioner: PartitionerName = "murmur2"
     indexes: list[IndexSettings] = Field(default_factory=list)
     history: HistorySettings | None = None
     # Overrides of the top-level ``engine`` section for this store alone.
@@ -302,6 +328,7 @@ class Settings(BaseSettings):
     auth: AuthSettings = Field(default_factory=AuthSettings)
     # Engine knobs for every store; a store's own ``engine`` section overrides them.
     engine: ServiceEngineSettings = Field(default_factory=ServiceEngineSettings)
+    sharding: ShardingSettings = Field(default_factory=ShardingSettings)
     logging: LoggingSettings = Field(default_factory=LoggingSettings)
 
     @classmethod
@@ -407,6 +434,12 @@ def store_configs(settings: Settings) -> list[StoreConfig]:
             indexes=tuple(index.spec() for index in s.indexes),
             history=s.history.spec() if s.history else None,
             tuning=s.engine.apply(settings.engine.apply(StoreTuning())),
+            sharding=StoreSharding(
+                shards=settings.sharding.shards,
+                shard=settings.sharding.shard,
+                partitioner=s.partitioner,
+                placer=functools.partial(place, s.partitioner),
+            ),
         )
         for s in settings.stores
     ]

@@ -46,9 +46,11 @@ from store.protocol import (
     RestoreProgress,
     ScanPage,
     ServableStore,
+    ShardingStatus,
     StoreStatus,
 )
 from store.restore_slots import RestoreSlots
+from store.sharding import StoreSharding
 from store.state import RestoreMode, StoreState
 from store.store import Store
 from store.tuning import (
@@ -88,6 +90,7 @@ __all__ = [
     "ScanLimitError",
     "ScanPage",
     "ServableStore",
+    "ShardingStatus",
     "Store",
     "StoreClosedError",
     "StoreConfig",
@@ -98,6 +101,7 @@ __all__ = [
     "StoreIOError",
     "StoreLockedError",
     "StoreReadError",
+    "StoreSharding",
     "StoreState",
     "StoreStatus",
     "StoreTuning",

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from store.config import StoreConfig
 from store.gc_pacing import fewer_collections
-from store.kafka import TopicWatch
+from store.kafka import RebuildRequired, TopicWatch
 from store.progress import Every, Progress, Reporter
 from store.records import CatchUp, PartitionCatchUp
 from store.source import RecordSource
@@ -80,7 +80,8 @@ class ApplyLoop:
         polled_at = time.monotonic()
         writer = self._copies.writer
         check_written_copy(writer)
-        poll = self._source.poll(writer.keeps_history)
+        placement = self._reporter.placement
+        poll = self._source.poll(writer.keeps_history, placement.active)
         records = poll.records
         self._reporter.fetch_events(poll.events, catch_up)
         catch_up.read(records.next_offsets)
@@ -90,6 +91,7 @@ class ApplyLoop:
         if records.next_offsets:
             writer.apply(records)
             progress.count(len(records))
+            placement.batch(records)
         if poll.messages:
             # Records (or an end of partition) arrived and were taken: earlier errors are over.
             progress.note_healthy(polled_at)
@@ -124,7 +126,16 @@ class ApplyLoop:
         """Pick up new partitions; ends the session when the topic was deleted or recreated."""
         before = self._watch.partitions
         added = self._watch.check()
+        sharding = self._config.sharding
+        if added and sharding.sharded:
+            # Keys hash over the new count: most move to other partitions, some to other shards.
+            raise RebuildRequired(
+                f'topic "{self._config.topic}" grew from {before} to {self._watch.partitions} partitions,'
+                f" so keys hash to other partitions; shard {sharding.shard} of {sharding.shards} reads"
+                f" its partitions {sharding.own(self._watch.partitions)} again"
+            )
         if added:
+            self._reporter.placement.topic_partitions = self._watch.partitions
             self._source.add_partitions(added)
             for partition in added:
                 self._catch_up.add(PartitionCatchUp(partition))

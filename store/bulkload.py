@@ -43,6 +43,7 @@ from store.records import (
     CatchUp,
     ChunkWritten,
     KafkaErrorReport,
+    Placer,
     WorkerCaughtUp,
     WorkerFailed,
     WorkerLog,
@@ -100,7 +101,10 @@ class BulkRestore:
         remaining: Mapping[int, int],
         restore: RestoreTuning,
         consumer: ConsumerTuning,
+        placement: tuple[Placer, int] | None = None,
     ) -> None:
+        """``placement``: the producers' partitioner and the topic's partition count, for workers
+        to check a sample of each chunk's records against (``None``: no check)."""
         self._directory = directory
         self._events: queue.Queue[RestoreEvent | BulkLoadError] = queue.Queue()
         shares = split_partitions(remaining, restore.bulk_load_workers)
@@ -119,6 +123,7 @@ class BulkRestore:
                 "poll_max_records": consumer.poll_max_records,
                 "poll_timeout_seconds": consumer.poll_timeout_seconds,
                 "gc_threshold": restore.gc_threshold,
+                "placement": placement,
                 "directory": str(directory),
                 # Unique per store process: a worker orphaned by a crashed store may still be
                 # finishing a file.
@@ -224,6 +229,8 @@ class BulkPhase:
             sum(max(0, n) for n in remaining.values()),
             tuning.restore.bulk_load_workers,
         )
+        check = self._reporter.placement
+        placer, count = config.sharding.placer, check.topic_partitions
         with fewer_collections(tuning.restore.gc_threshold):
             restore = BulkRestore(
                 config.path / "bulk",
@@ -234,6 +241,7 @@ class BulkPhase:
                 remaining,
                 tuning.restore,
                 tuning.consumer,
+                (placer, count) if placer is not None and count is not None else None,
             )
             try:
                 progress.restore_mode = RestoreMode.BULK
@@ -269,6 +277,7 @@ class BulkPhase:
             progress.last_contact = received_at
             progress.note_healthy(received_at)
             self._reporter.null_keys(event.null_keys)
+            self._reporter.placement.take(event.placement)
         elif isinstance(event, WorkerLog):
             self._reporter.kafka_log.line(event.level, event.facility, event.text)
         elif isinstance(event, KafkaErrorReport):

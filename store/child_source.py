@@ -99,14 +99,15 @@ class ChildConsumerSource:
     def add_partitions(self, partitions: Iterable[int]) -> None:
         self._call(("add_partitions", list(partitions)), self._poll_timeout)
 
-    def poll(self, with_metas: bool) -> Poll:
+    def poll(self, with_metas: bool, with_partitions: bool = False) -> Poll:
         if self._held is not None:
             taken, self._held = self._held, None
         else:
             if not self._asked_ahead:
-                self._ask_poll(with_metas)
+                self._ask_poll(with_metas, with_partitions)
             taken = self._take_poll()
-        self._ask_poll(with_metas)  # the child reads the next one while this one is applied
+        # The child reads the next one while this one is applied.
+        self._ask_poll(with_metas, with_partitions)
         return taken
 
     def close(self) -> None:
@@ -114,8 +115,8 @@ class ChildConsumerSource:
 
     # -- the pipe -------------------------------------------------------------------------------
 
-    def _ask_poll(self, with_metas: bool) -> None:
-        self._send(("poll", with_metas or self._always_metas))
+    def _ask_poll(self, with_metas: bool, with_partitions: bool) -> None:
+        self._send(("poll", with_metas or self._always_metas, with_partitions))
         self._asked_ahead = True
 
     def _take_poll(self) -> Poll:

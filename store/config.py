@@ -9,6 +9,7 @@ from types import MappingProxyType
 
 from store.history import HistorySpec
 from store.indexes import IndexSpec
+from store.sharding import StoreSharding
 from store.tuning import StoreTuning
 
 
@@ -28,6 +29,9 @@ class StoreConfig:
     tuning: StoreTuning = dataclasses.field(default_factory=StoreTuning)
     indexes: tuple[IndexSpec, ...] = ()
     history: HistorySpec | None = None
+    # The shard of the topic this store materializes (default: every partition), and the
+    # producers' partitioner its records are checked against.
+    sharding: StoreSharding = dataclasses.field(default_factory=StoreSharding)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kafka", MappingProxyType(dict(self.kafka)))

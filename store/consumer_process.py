@@ -19,7 +19,7 @@ request                            answer
 ``("list_offsets", parts, t)``     ``("offsets", {partition: (first, end)})``
 ``("assign", {p: offset})``        ``("done",)``
 ``("add_partitions", [p])``        ``("done",)``
-``("poll", with_metas)``           ``("polled", poll fields)`` (``store.records.Poll.fields``)
+``("poll", metas, partitions)``     ``("polled", poll fields)`` (``store.records.Poll.fields``)
 any                                ``("failed", text)`` when the Kafka client raised
 =================================  ===============================================================
 
@@ -90,7 +90,7 @@ class _Client:
         if kind == "poll":
             messages = records.poll(self.consumer, self.max_records, self.timeout)
             highs = records.cached_high_watermarks(self.consumer, self.topic, self.partitions)
-            return ("polled", records.Poll.of(messages, values[0], highs).fields())
+            return ("polled", records.Poll.of(messages, values[0], highs, values[1]).fields())
         if kind == "describe":
             described = records.describe(self.admin, self.topic, values[0])
             self.admin.poll(0)  # serves the admin client's log lines

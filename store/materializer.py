@@ -51,6 +51,7 @@ from store.position import Position
 from store.progress import Backoff, Progress, Reporter
 from store.records import CatchUp, PartitionCatchUp
 from store.restore_slots import RestoreSlots
+from store.sharding import PlacementCheck
 from store.source import ConsumerSource, RecordSource
 from store.state import RestoreMode, StoreState
 from store.write_errors import WriteErrors
@@ -77,7 +78,8 @@ class Materializer:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"materializer-{config.name}", daemon=True)
         self._log = logging.LoggerAdapter(logger, {"store": config.name})
-        self._reporter = Reporter(config.name, config.topic, self.progress, self._log)
+        self.placement = PlacementCheck(config.name, config.sharding, self._log)
+        self._reporter = Reporter(config.name, config.topic, self.progress, self._log, self.placement)
         # The same broker or topic problem is logged once a minute, not at every retry.
         self._warnings = OncePerInterval(self._log)
         self._write_errors = WriteErrors(config, copies, self.progress, self._log, self._stop)
@@ -120,6 +122,7 @@ class Materializer:
                     signal.reason,
                 )
                 self.progress.note_error(signal.reason)
+                self.placement.reset()
                 self._copies.rebuild(signal.reason)
             except StoreReadError as exc:
                 # Before write errors: a write refused for corruption is both. The copy is marked
@@ -222,6 +225,13 @@ class Materializer:
                     f'topic "{info.name}" has {info.partitions} partitions but the store has offsets for'
                     f" {max(stored) + 1}"
                 )
+            sharding = self._config.sharding
+            foreign = sorted(p for p in stored if not sharding.holds(p))
+            if foreign:
+                raise RebuildRequired(
+                    f"the store holds partitions {foreign}, which are not shard {sharding.shard}'s of"
+                    f" {sharding.shards} (it was built with another sharding)"
+                )
         if (stored_topic, stored_id) != (info.name, info.topic_id):
             writer.set_topic_identity(info.name, info.topic_id)
         return stored
@@ -233,7 +243,8 @@ class Materializer:
         each partition's first offset; checks that no stored offset fell below a first offset."""
         catch_up = CatchUp()
         first_offsets: dict[int, int] = {}
-        offsets = source.list_offsets(range(info.partitions), _METADATA_TIMEOUT_SECONDS)
+        self.placement.topic_partitions = info.partitions
+        offsets = source.list_offsets(self._config.sharding.own(info.partitions), _METADATA_TIMEOUT_SECONDS)
         for partition, (low, high) in offsets.items():
             if partition in stored and stored[partition] < low:
                 raise RebuildRequired(
@@ -251,14 +262,28 @@ class Materializer:
         if state is StoreState.READY:
             return
         self.progress.begin_restore(targets)
+        sharding = self._config.sharding
         self._log.info(
-            'store "%s" restoring topic "%s" (%d partitions) from %s towards at least %s',
+            'store "%s" restoring topic "%s" (%d partitions%s) from %s towards at least %s',
             self._config.name,
             self._config.topic,
             info.partitions,
+            f"; shard {sharding.shard} of {sharding.shards} reads {sharding.own(info.partitions)}"
+            if sharding.sharded
+            else "",
             stored or "the earliest offsets",
             Position(targets),
         )
+        if not targets:
+            self._log.warning(
+                'store "%s": shard %d of %d holds none of the %d partitions of topic "%s"; use fewer'
+                " shards than partitions",
+                self._config.name,
+                sharding.shard,
+                sharding.shards,
+                info.partitions,
+                self._config.topic,
+            )
         if state is StoreState.CREATED:
             self._copies.transition(StoreState.RESTORING)
 
@@ -278,7 +303,8 @@ class Materializer:
                     return
                 after_bulk = True
             position = self._copies.writer.position
-            source.assign({p: position.get(p, OFFSET_BEGINNING) for p in range(watch.partitions)})
+            own = self._config.sharding.own(watch.partitions)
+            source.assign({p: position.get(p, OFFSET_BEGINNING) for p in own})
             backoff.reset()
             loop = ApplyLoop(
                 self._config,

@@ -21,7 +21,14 @@ from store.exceptions import (
 from store.indexes import IndexSpec
 from store.listeners import ListenedCondition
 from store.position import Position
-from store.protocol import MAX_SCAN_LIMIT, IndexStatus, ReadOnlyKeyValueStore, ScanPage, StoreStatus
+from store.protocol import (
+    MAX_SCAN_LIMIT,
+    IndexStatus,
+    ReadOnlyKeyValueStore,
+    ScanPage,
+    ShardingStatus,
+    StoreStatus,
+)
 from store.state import StoreState
 
 
@@ -78,7 +85,11 @@ class _FrozenView:
 
 
 class InMemoryStore:
-    """A dict-backed ``ServableStore``; every view is a copy-on-write snapshot."""
+    """A dict-backed ``ServableStore``; every view is a copy-on-write snapshot.
+
+    ``sharding`` is what its status reports about shards (a test sets it); the store itself holds
+    whatever is applied to it.
+    """
 
     def __init__(
         self,
@@ -87,8 +98,10 @@ class InMemoryStore:
         state: StoreState = StoreState.READY,
         indexes: Sequence[IndexSpec] = (),
         keeps_history: bool = False,
+        sharding: ShardingStatus | None = None,
     ) -> None:
         self._name = name
+        self.sharding = sharding
         self._indexes = {spec.name: spec for spec in indexes}
         self._topic = topic or name
         self._state = state
@@ -188,6 +201,7 @@ class InMemoryStore:
                     name: IndexStatus(field=spec.field, state="ready", rows_indexed=None)
                     for name, spec in self._indexes.items()
                 },
+                sharding=self.sharding,
             )
 
     def position(self) -> Position:

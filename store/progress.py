@@ -12,6 +12,7 @@ from store.kafka import check_fetch_error
 from store.kafka_log import KafkaLog
 from store.position import Position
 from store.records import CatchUp, KafkaErrorReport
+from store.sharding import PlacementCheck
 from store.state import RestoreMode
 
 _RATE_WINDOW_SECONDS = 10.0
@@ -146,16 +147,22 @@ class Reporter:
     """What the materializer's phases report, counted in ``progress`` and logged: fetch events
     and client errors (some end the session: ``store.kafka.check_fetch_error``), the Kafka
     clients' own log lines (``kafka_log``, once per distinct problem), records skipped for their
-    null key, and how far a restore is."""
+    null key, how far a restore is, and (``placement``) records not on their key's partition."""
 
     def __init__(
-        self, store: str, topic: str, progress: Progress, log: logging.LoggerAdapter[logging.Logger]
+        self,
+        store: str,
+        topic: str,
+        progress: Progress,
+        log: logging.LoggerAdapter[logging.Logger],
+        placement: PlacementCheck,
     ) -> None:
         self.store = store
         self.topic = topic
         self.progress = progress
         self.log = log
         self.kafka_log = KafkaLog(store, log)
+        self.placement = placement
 
     def fetch_events(self, reports: Iterable[KafkaErrorReport], catch_up: CatchUp) -> None:
         """An end of partition counts towards the catch-up; an error the session cannot go on with

@@ -122,6 +122,32 @@ class IndexStatus:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class ShardingStatus:
+    """Which of its topic's partitions a store materializes, and whether its records sit where their
+    keys hash to: a sharded store's clients find a key on the shard of the partition it hashes to.
+
+    The store holds the partitions ``p`` with ``p % shards == shard`` (one shard: every partition).
+    ``records_checked`` counts the records whose partition was compared with the one their key hashes
+    to under ``partitioner``; ``misplaced_records`` those that differ.
+    """
+
+    shards: int
+    shard: int
+    partitioner: str
+    topic_partitions: int | None  # the topic's partition count; None until its metadata was read
+    records_checked: int = 0
+    misplaced_records: int = 0
+
+    def holds(self, partition: int) -> bool:
+        return partition % self.shards == self.shard
+
+    @property
+    def partitions(self) -> tuple[int, ...]:
+        """The topic's partitions this store materializes (none while the count is unknown)."""
+        return tuple(p for p in range(self.topic_partitions or 0) if self.holds(p))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class StoreStatus:
     """Everything an operator or the service wants to know about one store, at one moment."""
 
@@ -144,6 +170,7 @@ class StoreStatus:
     corruption: CorruptionReport | None = None  # why the served copy answers no read, until replaced
     corruptions_found: int = 0  # copies found corrupt since this process opened the store
     verification_passes: int = 0  # background verification passes completed without finding any
+    sharding: ShardingStatus | None = None  # None: the store does not say (it holds every partition)
 
     @property
     def total_lag(self) -> int:

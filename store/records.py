@@ -26,13 +26,19 @@ import os
 import pickle
 import select
 import struct
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicCollection, TopicPartition
 
 Meta = tuple[int, int, int]  # (partition, offset, timestamp in ms) of one record
+Placer = Callable[[Sequence[bytes], int], Sequence[int]]
+"""The producers' rule: the partition of each key among ``n`` partitions (``clients.partitioners``)."""
+
+PLACEMENT_SAMPLE = 1024
+"""Records of one batch whose partition is checked at most: a wrong partitioner misplaces most
+records, so a sample finds it at once, and the check stays a small share of applying the batch."""
 
 
 def poll(consumer: Consumer, max_records: int, timeout: float) -> list[Message]:
@@ -119,7 +125,8 @@ class RecordBatch:
 
     ``next_offsets`` holds, per partition read, the offset after its last record. ``metas`` is
     ``None`` unless asked for (a store keeping history needs each record's partition, offset and
-    timestamp). Records with a null key are dropped and counted in ``null_keys``.
+    timestamp), and so is ``partitions`` (each record's partition, to check it against its key).
+    Records with a null key are dropped and counted in ``null_keys``.
     """
 
     keys: list[bytes] = dataclasses.field(default_factory=list)
@@ -127,10 +134,11 @@ class RecordBatch:
     next_offsets: dict[int, int] = dataclasses.field(default_factory=dict)
     metas: list[Meta] | None = None
     null_keys: int = 0
+    partitions: list[int] | None = None
 
     @classmethod
-    def collecting(cls, with_metas: bool) -> RecordBatch:
-        return cls(metas=[] if with_metas else None)
+    def collecting(cls, with_metas: bool, with_partitions: bool = False) -> RecordBatch:
+        return cls(metas=[] if with_metas else None, partitions=[] if with_partitions else None)
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -164,6 +172,7 @@ class RecordBatch:
             if self.metas is not None
             else None
         )
+        partitions = list(map(Message.partition, records)) if self.partitions is not None else None
         self._advance(records)
         if None in keys:
             kept = [i for i, key in enumerate(keys) if key is not None]
@@ -171,10 +180,35 @@ class RecordBatch:
             keys = [keys[i] for i in kept]
             values = [values[i] for i in kept]
             metas = [metas[i] for i in kept] if metas is not None else None
+            partitions = [partitions[i] for i in kept] if partitions is not None else None
         self.keys.extend(keys)  # type: ignore[arg-type]  # the null keys were dropped above
         self.values.extend(values)
         if metas is not None and self.metas is not None:
             self.metas.extend(metas)  # type: ignore[arg-type]  # a record always has its partition
+        if partitions is not None and self.partitions is not None:
+            self.partitions.extend(partitions)  # type: ignore[arg-type]  # a record always has one
+
+    def placement(self, placer: Placer, topic_partitions: int, sample: int = PLACEMENT_SAMPLE) -> Placement:
+        """How many of (a sample of) the batch's records sit on the partition their key hashes to.
+
+        Needs ``partitions`` (a batch collected with them); at most ``sample`` records, evenly
+        spread over the batch, are checked.
+        """
+        partitions = self.partitions
+        if not partitions:
+            return Placement(0, 0, None)
+        step = max(1, -(-len(partitions) // sample))
+        keys, actual = self.keys[::step], partitions[::step]
+        expected = placer(keys, topic_partitions)
+        misplaced = [i for i, (want, got) in enumerate(zip(expected, actual, strict=True)) if want != got]
+        example = None
+        if misplaced:
+            first = misplaced[0]
+            example = (
+                f"key {keys[first][:32]!r} is on partition {actual[first]} but hashes to"
+                f" {expected[first]} of {topic_partitions}"
+            )
+        return Placement(len(keys), len(misplaced), example)
 
     def _advance(self, records: list[Message]) -> None:
         # The last record of each partition carries its next offset. A poll mostly holds one or
@@ -191,6 +225,15 @@ class RecordBatch:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class Placement:
+    """Records whose partition was checked against their key's, those misplaced, and the first one."""
+
+    checked: int
+    misplaced: int
+    example: str | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class Poll:
     """What one poll of a record source brought: records, the fetch events that came with them
     (end of partition, errors), and the high watermarks of the latest fetch responses."""
@@ -201,8 +244,14 @@ class Poll:
     messages: int  # records and events together: none means the broker had nothing to say
 
     @classmethod
-    def of(cls, messages: list[Message], with_metas: bool, high_watermarks: dict[int, int]) -> Poll:
-        records = RecordBatch.collecting(with_metas)
+    def of(
+        cls,
+        messages: list[Message],
+        with_metas: bool,
+        high_watermarks: dict[int, int],
+        with_partitions: bool = False,
+    ) -> Poll:
+        records = RecordBatch.collecting(with_metas, with_partitions)
         events = records.add(messages)
         return cls(records, events, high_watermarks, len(messages))
 
@@ -218,12 +267,13 @@ class Poll:
             [(event.code, event.text, event.fatal, event.partition) for event in self.events],
             self.high_watermarks,
             self.messages,
+            records.partitions,
         ]
 
     @classmethod
     def from_fields(cls, fields: Sequence[Any]) -> Poll:
-        keys, values, next_offsets, metas, null_keys, events, highs, messages = fields
-        records = RecordBatch(keys, values, next_offsets, metas, null_keys)
+        keys, values, next_offsets, metas, null_keys, events, highs, messages, partitions = fields
+        records = RecordBatch(keys, values, next_offsets, metas, null_keys, partitions)
         return cls(records, [KafkaErrorReport(*event) for event in events], highs, messages)
 
 
@@ -338,12 +388,21 @@ class CatchUp:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class ChunkWritten:
-    """A worker wrote a chunk's SST file (``None``: no record of the chunk had a key)."""
+    """A worker wrote a chunk's SST file (``None``: no record of the chunk had a key), and how many
+    of its records it checked against their key's partition, and found misplaced (plain fields:
+    frames carry only values both sides can read)."""
 
     sst_path: Path | None
     next_offsets: dict[int, int]
     records: int
     null_keys: int
+    checked: int = 0
+    misplaced: int = 0
+    misplaced_example: str | None = None
+
+    @property
+    def placement(self) -> Placement:
+        return Placement(self.checked, self.misplaced, self.misplaced_example)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -152,7 +152,8 @@ class _Restore:
             records.PartitionCatchUp(partition, next_offset)
             for partition, next_offset in job["next_offsets"].items()
         )
-        self.batch = records.RecordBatch()
+        self.placement = job.get("placement")  # (the producers' partitioner, the partition count)
+        self.batch = self._new_batch()
         self.parent = os.getppid()
         self.chunks = 0
         config = dict(job["consumer_config"])
@@ -199,12 +200,19 @@ class _Restore:
         unread = catch_up.unread
         return size >= self.job["chunk_records"] or catch_up.done or (size >= poll_max and 0 < unread <= size)
 
+    def _new_batch(self) -> records.RecordBatch:
+        return records.RecordBatch.collecting(False, with_partitions=self.placement is not None)
+
     def _write_chunk(self) -> None:
-        batch, self.batch = self.batch, records.RecordBatch()
+        batch, self.batch = self.batch, self._new_batch()
         path = Path(self.job["directory"]) / f"{self.job['file_prefix']}-{self.chunks:06d}.sst"
         self.chunks += 1
+        placement = batch.placement(*self.placement) if self.placement is not None else None
         written = write_sst(path, batch.keys, batch.values)
-        self.emit(records.ChunkWritten(written, dict(batch.next_offsets), len(batch), batch.null_keys))
+        checked = (placement.checked, placement.misplaced, placement.example) if placement else (0, 0, None)
+        self.emit(
+            records.ChunkWritten(written, dict(batch.next_offsets), len(batch), batch.null_keys, *checked)
+        )
 
     def close(self) -> None:
         self.consumer.close()

@@ -44,9 +44,10 @@ class RecordSource(Protocol):
         """Read these partitions too, from their first offset (the topic grew)."""
         ...
 
-    def poll(self, with_metas: bool) -> Poll:
+    def poll(self, with_metas: bool, with_partitions: bool = False) -> Poll:
         """Whatever is ready (waiting briefly when nothing is); ``with_metas``: with each record's
-        partition, offset and timestamp (``RecordBatch.metas``)."""
+        partition, offset and timestamp (``RecordBatch.metas``); ``with_partitions``: with each
+        record's partition (``RecordBatch.partitions``)."""
         ...
 
     def close(self) -> None: ...
@@ -107,10 +108,11 @@ class ConsumerSource:
         self._consumer.incremental_assign(added)
         self._partitions = sorted({*self._partitions, *(tp.partition for tp in added)})
 
-    def poll(self, with_metas: bool) -> Poll:
+    def poll(self, with_metas: bool, with_partitions: bool = False) -> Poll:
         consumer = self._consumer
         messages = poll(consumer, self._max_records, self._timeout)
-        return Poll.of(messages, with_metas, cached_high_watermarks(consumer, self._topic, self._partitions))
+        highs = cached_high_watermarks(consumer, self._topic, self._partitions)
+        return Poll.of(messages, with_metas, highs, with_partitions)
 
     def close(self) -> None:
         self._consumer.close()

@@ -230,6 +230,7 @@ class Store:
             corruption=serving.corruption if serving is not None else None,
             corruptions_found=copies.corruptions_found,
             verification_passes=self._verifier.passes if self._verifier is not None else 0,
+            sharding=materializer.placement.status() if materializer is not None else None,
         )
 
 

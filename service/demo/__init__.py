@@ -8,7 +8,8 @@
 6. shut everything down, also on Ctrl-C (exit status 130) or SIGTERM (143).
 
 ``--step seed`` only does 2 against ``--bootstrap-servers``; ``--step join`` only does 4 and 5
-against ``--service-url`` (5 only when a broker is given too).
+against ``--service-url`` (5 only when a broker is given too). ``--shards N`` serves the stores as N
+shards, one ``statestore serve`` process each, and joins through the URL template naming them.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pathlib import Path
 
 from service.demo.console import Console, seconds
 from service.demo.errors import DemoError
+from service.local_shards import MAX_LOCAL_SHARDS
 
 __all__ = ["DemoError", "run"]
 
@@ -38,6 +40,14 @@ _CHATTY_LOGGERS = ("store", "service", "clients", "uvicorn", "py4j", "httpx")
 def _check_arguments(args: argparse.Namespace) -> None:
     if args.purchases < 1:
         raise DemoError(f"--purchases must be at least 1, got {args.purchases}")
+    shards = getattr(args, "shards", 1)
+    if not 1 <= shards <= MAX_LOCAL_SHARDS:
+        raise DemoError(f"--shards must be between 1 and {MAX_LOCAL_SHARDS} on one machine, got {shards}")
+    if shards > 1 and (args.service_url or args.step != "all"):
+        raise DemoError(
+            "--shards starts the demo's own shard processes: drop --service-url and --step (a running "
+            "sharded service is joined with --step join --service-url 'http://HOST-{shard}:PORT')"
+        )
     if args.step == "seed" and not args.bootstrap_servers:
         raise DemoError(
             "--step seed needs --bootstrap-servers HOST:PORT: the embedded broker keeps data in memory "
@@ -132,7 +142,11 @@ def _run_all(
         else:
             console.stage(f"using the Kafka broker at {bootstrap_servers}")
         steps.seed(console, bootstrap_servers, args.purchases)
-        if url is None:
+        if url is None and getattr(args, "shards", 1) > 1:
+            url = stack.enter_context(
+                steps.own_shards(console, bootstrap_servers, args.state_dir, args.shards)
+            )
+        elif url is None:
             url = stack.enter_context(steps.own_service(console, bootstrap_servers, args.state_dir))
             steps.await_service(console, url, own=True)
         else:

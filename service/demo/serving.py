@@ -32,6 +32,15 @@ def demo_settings(bootstrap_servers: str, state_dir: Path, port: int) -> Setting
     )
 
 
+def demo_config(bootstrap_servers: str) -> dict[str, Any]:
+    """The demo's stores as ``statestore.yaml`` holds them (for shard processes of their own)."""
+    return {
+        "kafka": {"bootstrap_servers": bootstrap_servers},
+        "stores": [{"name": name, "topic": name, "value_format": "json"} for name in STORES],
+        "auth": {"mode": "open"},
+    }
+
+
 @contextlib.contextmanager
 def running_service(bootstrap_servers: str, state_dir: Path) -> Iterator[str]:
     """Serve the demo stores on a free loopback port until the block ends; yields the base URL."""

@@ -22,7 +22,7 @@ from service.demo.dataset import (
 )
 from service.demo.errors import DemoError
 from service.demo.join import JoinSummary, lookup_product_purchases, print_summary, purchases_frame, run_join
-from service.demo.serving import running_service, wait_until_ready
+from service.demo.serving import demo_config, running_service, wait_until_ready
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -119,6 +119,57 @@ def own_service(console: Console, bootstrap_servers: str, state_dir: Path | None
         console.detail(f"service listening on {url} (no auth: reachable from this machine only)")
         stack.callback(console.detail, "stopping the service")
         yield url
+
+
+@contextlib.contextmanager
+def own_shards(
+    console: Console, bootstrap_servers: str, state_dir: Path | None, shards: int
+) -> Iterator[str]:
+    """Serve the demo stores as ``shards`` shards, one ``statestore serve`` process each; yields the
+    URL template naming them, once every shard is ready."""
+    from service.local_shards import LocalShards, LocalShardsError  # noqa: PLC0415
+
+    with contextlib.ExitStack() as stack:
+        if state_dir is None:
+            state_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="statestore-demo-")))
+        else:
+            state_dir.mkdir(parents=True, exist_ok=True)
+        console.stage(
+            f"starting {shards} shard processes (state in {state_dir}/shard-N) and restoring their"
+            " partitions ..."
+        )
+        group = LocalShards(
+            demo_config(bootstrap_servers), shards, state_dir, state_dir / "logs", log_level="WARNING"
+        )
+        try:
+            with _sigint_blocked():
+                group.start()
+        except LocalShardsError as exc:
+            group.stop()
+            raise DemoError(str(exc)) from exc
+        stack.callback(group.stop)
+        stack.callback(console.detail, "stopping the shard processes")
+        for shard in range(shards):
+            console.detail(f"shard {shard}: {group.url_of(shard)} (log {group.log_path(shard)})")
+            wait_until_ready(console, group.url_of(shard))
+        console.detail(f"clients reach every shard through the URL template {group.url}")
+        show_shards(console, group.url)
+        yield group.url
+
+
+def show_shards(console: Console, url: str) -> None:
+    """Each store's partitions per shard, and the table's position: the union of the shards'."""
+    from clients import StatestoreClient  # noqa: PLC0415
+
+    with StatestoreClient(url) as client:
+        for name in (PRODUCTS_TOPIC, CUSTOMERS_TOPIC):
+            info = client.store(name)
+            parts = "; ".join(
+                f"shard {shard['sharding']['shard']}: partitions {shard['sharding']['partitions']}"
+                f" at {shard['position'] or '(empty)'}"
+                for shard in info.raw.get("shards", [info.raw])
+            )
+            console.detail(f"{name}: position {info.position or '(empty)'} ({parts})")
 
 
 def await_service(console: Console, url: str, *, own: bool) -> None:

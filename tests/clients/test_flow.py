@@ -11,6 +11,7 @@ import asyncio
 import json
 import re
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import httpx
@@ -426,3 +427,27 @@ def test_a_streaming_flow_cannot_be_run_to_a_single_result() -> None:
 
     with StatestoreClient(URL) as client, pytest.raises(TypeError, match="streaming read"):
         client._run(emitting())
+
+
+def test_nested_fan_outs_from_many_threads_share_the_client_threads_without_deadlock() -> None:
+    def leaf(value: int) -> Flow[int]:
+        yield Sleep(0.01)
+        return value
+
+    def branch(base: int) -> Flow[int]:
+        found = yield Together((leaf(base), leaf(base + 1)))
+        return sum(found)
+
+    def root() -> Flow[int]:
+        found = yield Together(tuple(branch(10 * i) for i in range(4)))
+        return sum(found)
+
+    client = StatestoreClient(ClientOptions(URL, max_connections=2))
+    try:
+        with ThreadPoolExecutor(4) as callers:
+            results = list(callers.map(lambda _: client._run(root()), range(4)))
+        assert results == [sum(10 * i + 10 * i + 1 for i in range(4))] * 4
+        assert client._pool is not None
+    finally:
+        client.close()
+    assert client._pool is None

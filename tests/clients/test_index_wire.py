@@ -122,3 +122,25 @@ def test_paged_on_rows_join_their_value_and_groups_decode_per_value() -> None:
     with pytest.raises(ValueDecodeError, match="binary_keys=True"):
         indexes.row_key(b"\xff", binary_keys=False)
     assert indexes.row_key(b"\xff", binary_keys=True) == b"\xff"
+
+
+def test_shards_answers_merge_per_value_in_request_order_and_row_key_order() -> None:
+    def answer(rows: list[tuple[str, bytes | None]]) -> pa.Table:
+        return pa.table(
+            {
+                "value": [v for v, _ in rows],
+                "key": pa.array([k for _, k in rows], pa.binary()),
+                "row": pa.array([None if k is None else b"{}" for _, k in rows], pa.binary()),
+            }
+        )
+
+    first = answer([("B", b"b3"), ("B", b"b9"), ("A", None), ("C", None)])
+    second = answer([("B", b"b1"), ("A", b"a5"), ("C", None)])
+    merged = indexes.merged_answers([first, second], pa.array(["B", "A", "C"]))
+    assert list(zip(merged.column("value").to_pylist(), merged.column("key").to_pylist(), strict=True)) == [
+        ("B", b"b1"),
+        ("B", b"b3"),
+        ("B", b"b9"),
+        ("A", b"a5"),
+        ("C", None),
+    ]

@@ -86,9 +86,16 @@ def expected_match_counts(purchases: int) -> tuple[int, int]:
     )
 
 
-def test_the_whole_demo_enriches_purchases_and_sees_a_price_update(tmp_path: Path) -> None:
+INVOICES_SEEN: dict[int, str] = {}
+"""The invoices (sample table, match rates, revenue, positions) each whole demo printed, by shards."""
+
+
+@pytest.mark.parametrize("shards", [1, 3])
+def test_the_whole_demo_enriches_purchases_and_sees_a_price_update(tmp_path: Path, shards: int) -> None:
     state_dir = tmp_path / "state"
-    done = run_demo("--purchases", str(DEMO_PURCHASES), "--state-dir", str(state_dir))
+    done = run_demo(
+        "--purchases", str(DEMO_PURCHASES), "--state-dir", str(state_dir), "--shards", str(shards)
+    )
     output = done.stdout
     assert done.returncode == 0, f"stdout:\n{output}\nstderr:\n{done.stderr}"
     assert "Traceback" not in done.stderr
@@ -120,11 +127,32 @@ def test_the_whole_demo_enriches_purchases_and_sees_a_price_update(tmp_path: Pat
     assert re.search(rf"\s{re.escape(new_price)}\s", after)
 
     assert "stopping Spark" in output
-    assert "stopping the service" in output
     assert "stopping the embedded broker" in output
-    # The service kept its stores in the given state dir.
-    assert (state_dir / "products").is_dir()
-    assert (state_dir / "customers").is_dir()
+    invoices = output.split("sample of the invoices:", 1)[1].split("[5/6]", 1)[0]
+    INVOICES_SEEN[shards] = invoices
+    if shards == 1:
+        assert "stopping the service" in output
+        # The service kept its stores in the given state dir.
+        assert (state_dir / "products").is_dir()
+        assert (state_dir / "customers").is_dir()
+        return
+    # Every shard holds its partition; the table's position is theirs together, and the invoices
+    # are the unsharded run's, row for row.
+    assert "stopping the shard processes" in output
+    assert (state_dir / "shard-2" / "products").is_dir()
+    for store in ("products", "customers"):
+        line = re.search(rf"{store}: position (\S+) \((shard 0.*)\)", output)
+        assert line, output
+        parts = re.findall(r"shard (\d): partitions \[(\d)\] at (\d+:\d+)", line.group(2))
+        assert [(shard, partition) for shard, partition, _ in parts] == [("0", "0"), ("1", "1"), ("2", "2")]
+        assert line.group(1) == ",".join(at for _, _, at in parts)
+        assert f"pinned position {store}: {line.group(1)}" in output
+    if 1 in INVOICES_SEEN:
+        assert invoices.split("rows enriched")[0] == INVOICES_SEEN[1].split("rows enriched")[0]
+        # Positions may differ between the two runs' brokers (a retried batch is appended twice).
+        assert re.findall(r"match rate .*|revenue: .*", invoices) == re.findall(
+            r"match rate .*|revenue: .*", INVOICES_SEEN[1]
+        )
 
 
 def test_seed_step_loads_the_dataset_into_an_existing_broker(broker: LocalBroker) -> None:
@@ -232,6 +260,8 @@ def test_missing_java_is_reported_with_how_to_install_it(tmp_path: Path) -> None
         (["--step", "join"], "--step join needs --service-url"),
         (["--service-url", "http://127.0.0.1:1"], "--service-url also needs --bootstrap-servers"),
         (["--purchases", "0"], "--purchases must be at least 1"),
+        (["--shards", "11"], "--shards must be between 1 and 10"),
+        (["--shards", "2", "--step", "join", "--service-url", "http://x"], "--shards starts the demo's own"),
     ],
 )
 def test_inconsistent_arguments_are_usage_errors(

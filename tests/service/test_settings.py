@@ -198,6 +198,9 @@ def test_the_stores_of_a_service_share_one_bulk_restore_limit(config_file: Path)
         ("block_cache_bytes: 128MiB", "block_cache_bytes: lots", "block_cache_bytes"),
         ("block_cache_bytes: 128MiB", "block_cache_bytes: 1KiB", "block_cache_bytes"),
         ("read_cache_entries: 0", "read_cache_entries: -1", "read_cache_entries"),
+        ("limits:", "sharding: {shards: 3, shard: 3}\nlimits:", "numbered 0 to 2"),
+        ("limits:", "sharding: {shards: 0}\nlimits:", "sharding.shards"),
+        ("    topic: customers", "    topic: customers\n    partitioner: djb2", "partitioner"),
         (
             "max_concurrent_bulk_restores: 2",
             "max_concurrent_bulk_restores: 0",
@@ -215,6 +218,20 @@ def test_invalid_settings_are_named(config_file: Path, replace: str, by: str, me
     config_file.write_text(YAML.replace(replace, by))
     with pytest.raises(ConfigError, match=message):
         load_settings(config_file)
+
+
+def test_sharding_comes_from_the_environment_and_partitioners_per_store(
+    config_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config_file.write_text(
+        YAML.replace("    topic: customers", "    topic: customers\n    partitioner: crc32")
+    )
+    assert load_settings(config_file).sharding.shards == 1
+    monkeypatch.setenv("STATESTORE_SHARDING__SHARDS", "3")
+    monkeypatch.setenv("STATESTORE_SHARDING__SHARD", "2")
+    settings = load_settings(config_file)
+    assert (settings.sharding.shards, settings.sharding.shard) == (3, 2)
+    assert [s.partitioner for s in settings.stores] == ["murmur2", "crc32"]
 
 
 def test_missing_and_unparsable_files(tmp_path: Path) -> None:

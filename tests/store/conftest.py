@@ -9,7 +9,16 @@ from pathlib import Path
 import pytest
 
 from service.local_broker import LocalBroker
-from store import HistorySpec, IndexSpec, RestoreSlots, Store, StoreConfig, StoreError, StoreTuning
+from store import (
+    HistorySpec,
+    IndexSpec,
+    RestoreSlots,
+    Store,
+    StoreConfig,
+    StoreError,
+    StoreSharding,
+    StoreTuning,
+)
 from tests.support.kafka import TestProducer, close_producer, close_producers, make_producer
 from tests.support.stores import FAST
 
@@ -36,6 +45,7 @@ def make_store(broker: LocalBroker, state_dir: Path) -> Iterator[Callable[..., S
         indexes: tuple[IndexSpec, ...] = (),
         history: HistorySpec | None = None,
         restore_slots: RestoreSlots | None = None,
+        sharding: StoreSharding | None = None,
     ) -> Store:
         config = StoreConfig(
             name=name,
@@ -45,6 +55,7 @@ def make_store(broker: LocalBroker, state_dir: Path) -> Iterator[Callable[..., S
             tuning=tuning,
             indexes=indexes,
             history=history,
+            sharding=sharding or StoreSharding(),
         )
         store = Store(config, restore_slots or slots)
         stores.append(store)

@@ -7,6 +7,7 @@ broker in ``test_recovery.py`` and ``tests/faults/test_broker_outage.py``.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -23,6 +24,7 @@ from store.kafka import RebuildRequired, TopicInfo, TopicWatch, TransientSourceE
 from store.kafka_log import KafkaLog
 from store.progress import Progress, Reporter
 from store.records import CatchUp, PartitionCatchUp
+from store.sharding import PlacementCheck, StoreSharding
 from store.source import ConsumerSource
 
 CONFIG = StoreConfig("s", "t", {"bootstrap.servers": "unused:9092"}, Path("unused"))
@@ -40,23 +42,30 @@ class RecordingSource:
         self.added += partitions
 
 
-def test_new_partitions_are_read_and_caught_up_from_their_start() -> None:
-    grown = watch(TopicInfo("t", "id-1", 4))
-    source = RecordingSource()
-    catch_up = CatchUp([PartitionCatchUp(0, target=100), PartitionCatchUp(1, target=100)])
+def apply_loop(
+    config: StoreConfig, grown: TopicWatch, source: RecordingSource, catch_up: CatchUp
+) -> ApplyLoop:
     copies = SimpleNamespace(state=StoreState.READY, writer=SimpleNamespace(position=Position({0: 100})))
-    reporter = Reporter("s", "t", Progress(), logging.LoggerAdapter(logging.getLogger("test")))
-    loop = ApplyLoop(
-        CONFIG,
-        copies,
-        source,
+    log = logging.LoggerAdapter(logging.getLogger("test"))
+    reporter = Reporter("s", "t", Progress(), log, PlacementCheck("s", config.sharding, log))
+    return ApplyLoop(
+        config,
+        copies,  # type: ignore[arg-type]
+        source,  # type: ignore[arg-type]
         catch_up,
         grown,
         reporter,
         threading.Event(),
         lambda: False,
-        False,  # type: ignore[arg-type]
+        False,
     )
+
+
+def test_new_partitions_are_read_and_caught_up_from_their_start() -> None:
+    grown = watch(TopicInfo("t", "id-1", 4))
+    source = RecordingSource()
+    catch_up = CatchUp([PartitionCatchUp(0, target=100), PartitionCatchUp(1, target=100)])
+    loop = apply_loop(CONFIG, grown, source, catch_up)
     loop._check_metadata(time.monotonic())
     assert source.added == [2, 3]
     assert catch_up.targets() == {0: 100, 1: 100, 2: 0, 3: 0}
@@ -64,6 +73,16 @@ def test_new_partitions_are_read_and_caught_up_from_their_start() -> None:
     # Until the new partitions are read to their ends, the store is not caught up.
     catch_up.ended([0, 1])
     assert not catch_up.done
+
+
+def test_a_sharded_store_reads_its_partitions_again_when_the_topic_grows() -> None:
+    grown = watch(TopicInfo("t", "id-1", 8), partitions=6)
+    source = RecordingSource()
+    sharded = dataclasses.replace(CONFIG, sharding=StoreSharding(shards=3, shard=1))
+    loop = apply_loop(sharded, grown, source, CatchUp([PartitionCatchUp(1), PartitionCatchUp(4)]))
+    with pytest.raises(RebuildRequired, match=r"grew from 6 to 8 partitions.*shard 1 of 3.*\[1, 4, 7\]"):
+        loop._check_metadata(time.monotonic())
+    assert source.added == []
 
 
 def test_a_consumer_source_reads_added_partitions_from_their_first_offset() -> None:

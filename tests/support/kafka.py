@@ -183,3 +183,34 @@ def model_from_partitioned(records_by_partition: Mapping[int, list[Record]]) -> 
     for records in records_by_partition.values():
         model.update(latest_per_key(records))
     return model
+
+
+def produce_keyed(bootstrap_servers: str, topic: str, records: Iterable[Record], partitioner: str) -> None:
+    """Produce ``records`` with librdkafka's ``partitioner`` placing every key (e.g. ``murmur2_random``,
+    which places keys as Java clients do); flush."""
+    produce(
+        bootstrap_servers, topic, records, producer=make_producer(bootstrap_servers, partitioner=partitioner)
+    )
+
+
+def landed_partitions(bootstrap_servers: str, topic: str) -> dict[bytes, set[int]]:
+    """For every key of ``topic``, read back from the broker, the partitions its records are on."""
+    end = topic_end(bootstrap_servers, topic)
+    consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": "tests-landed"})
+    try:
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in end])
+        seen = dict.fromkeys(end, 0)
+        found: dict[bytes, set[int]] = {}
+        deadline = time.monotonic() + 30
+        while any(seen[p] < end[p] for p in end):
+            assert time.monotonic() < deadline, f"could not read {topic} back: at {seen}, end {dict(end)}"
+            for message in consumer.consume(10_000, 0.2):
+                if message.error() is not None:
+                    continue
+                partition, key = message.partition() or 0, message.key()
+                seen[partition] = (message.offset() or 0) + 1
+                if key is not None:
+                    found.setdefault(key, set()).add(partition)
+        return found
+    finally:
+        consumer.close()

@@ -22,6 +22,7 @@ from store import (
     Position,
     RestoreMode,
     RestoreProgress,
+    ShardingStatus,
     StoreState,
     StoreStatus,
 )
@@ -97,6 +98,7 @@ def scene_stores() -> dict[str, ShownStore]:
         seconds_since_last_contact=0.4,
         records_applied_total=1_975,
         memory=memory(2_100_000, 310_000, 1_200),
+        sharding=ShardingStatus(1, 0, "murmur2", 3, records_checked=1_975),
     )
     products.apply([(0, 0, b"p-0001", b'{"name":"Pen","price":1.5}')])
     customers = ShownStore(

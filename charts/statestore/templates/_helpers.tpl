@@ -22,6 +22,62 @@
 {{- printf "%s-headless" (include "statestore.fullname" . | trunc 54 | trimSuffix "-") }}
 {{- end }}
 
+{{/*
+Sharding. The shard templates are rendered once per shard with the shard's number set as .shard on
+the root context. With shards: 1 every name and label is what an unsharded release has.
+*/}}
+{{- define "statestore.sharded" -}}
+{{- if gt (int .Values.shards) 1 }}true{{ end }}
+{{- end }}
+
+{{/* The StatefulSet, client Service and PDB of the current shard: <fullname>-<shard> when sharded. */}}
+{{- define "statestore.shardName" -}}
+{{- if include "statestore.sharded" . }}
+{{- printf "%s-%d" (include "statestore.fullname" . | trunc 48 | trimSuffix "-") (int .shard) }}
+{{- else }}
+{{- include "statestore.fullname" . }}
+{{- end }}
+{{- end }}
+
+{{/* The headless Service of the current shard. */}}
+{{- define "statestore.shardHeadlessName" -}}
+{{- if include "statestore.sharded" . }}
+{{- printf "%s-headless" (include "statestore.shardName" .) }}
+{{- else }}
+{{- include "statestore.headlessName" . }}
+{{- end }}
+{{- end }}
+
+{{/* Labels selecting the pods of the current shard (every pod when unsharded). */}}
+{{- define "statestore.shardSelectorLabels" -}}
+{{ include "statestore.selectorLabels" . }}
+{{- if include "statestore.sharded" . }}
+statestore.io/shard: {{ .shard | quote }}
+{{- end }}
+{{- end }}
+
+{{/* Labels of the current shard's objects. */}}
+{{- define "statestore.shardLabels" -}}
+{{ include "statestore.labels" . }}
+{{- if include "statestore.sharded" . }}
+statestore.io/shard: {{ .shard | quote }}
+{{- end }}
+{{- end }}
+
+{{/* Pods of each shard: replicasPerShard, else replicaCount. */}}
+{{- define "statestore.replicas" -}}
+{{- if kindIs "invalid" .Values.replicasPerShard }}{{ .Values.replicaCount }}{{ else }}{{ .Values.replicasPerShard }}{{ end }}
+{{- end }}
+
+{{/* The base URL clients use: one Service, or a template naming each shard's Service by {shard}. */}}
+{{- define "statestore.clientUrl" -}}
+{{- $name := include "statestore.fullname" . }}
+{{- if include "statestore.sharded" . }}
+{{- $name = printf "%s-{shard}" ($name | trunc 48 | trimSuffix "-") }}
+{{- end }}
+{{- printf "%s://%s.%s.svc:%v" (include "statestore.scheme" . | lower) $name .Release.Namespace .Values.service.port }}
+{{- end }}
+
 {{- define "statestore.chart" -}}
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{- end }}
@@ -187,6 +243,13 @@ The container's environment: Kafka credentials and token hashes from Secrets (th
 ConfigMap's file), then extraEnv.
 */}}
 {{- define "statestore.env" -}}
+{{- if include "statestore.sharded" . }}
+# This pod's shard: it materializes the partitions p with p % shards == shard.
+- name: STATESTORE_SHARDING__SHARDS
+  value: {{ .Values.shards | quote }}
+- name: STATESTORE_SHARDING__SHARD
+  value: {{ .shard | quote }}
+{{- end }}
 {{- with .Values.kafka.credentials.existingSecret }}
 {{- $secret := . }}
 {{- range $setting, $key := $.Values.kafka.credentials.keys }}
