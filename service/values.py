@@ -32,23 +32,52 @@ def not_json_detail(store: str) -> str:
     )
 
 
+# Values found to be JSON, remembered by identity (see ``BadValues``): at most this many, holding
+# at most this many bytes, none larger than the last.
+_CHECKED_ENTRIES = 65_536
+_CHECKED_BYTES = 64 * 1024 * 1024
+_CHECKED_VALUE_BYTES = 64 * 1024
+
+
 class BadValues:
     """Finds the values of JSON stores that are not JSON: each counted by ``on_bad(store)``, the first
-    of each store logged."""
+    of each store logged.
+
+    A hot key's value comes from the store's read cache as the same ``bytes`` object at every read,
+    so values found to be JSON are remembered by identity and not parsed again: parsing costs
+    ~1.3 µs a value, a quarter of a JSON batch answer. The memo holds each value it remembers, so
+    its ``id`` cannot be reused by another object meanwhile; it is bounded in entries and bytes
+    and emptied when full.
+    """
 
     def __init__(self, on_bad: Callable[[str], None] | None = None) -> None:
         self._on_bad = on_bad
         self._logged: set[str] = set()
         self._lock = threading.Lock()
+        self._checked: dict[int, bytes] = {}
+        self._checked_bytes = 0
 
     def is_json(self, store: str, key: bytes, value: bytes) -> bool:
         """Whether ``value`` is one JSON document; reports it when not."""
+        if self._checked.get(id(value)) is value:
+            return True
         try:
             orjson.loads(value)
         except orjson.JSONDecodeError:
             self._report(store, key)
             return False
+        self._remember(value)
         return True
+
+    def _remember(self, value: bytes) -> None:
+        if len(value) > _CHECKED_VALUE_BYTES:
+            return
+        checked = self._checked
+        if len(checked) >= _CHECKED_ENTRIES or self._checked_bytes + len(value) > _CHECKED_BYTES:
+            checked.clear()
+            self._checked_bytes = 0
+        checked[id(value)] = value
+        self._checked_bytes += len(value)
 
     def _report(self, store: str, key: bytes) -> None:
         if self._on_bad is not None:

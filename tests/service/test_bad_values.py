@@ -11,6 +11,8 @@ from collections.abc import Callable
 import pyarrow as pa
 import pytest
 
+import service.values as values_module
+from service.values import BadValues
 from store import InMemoryStore
 from tests.service.conftest import Service, assert_problem
 
@@ -109,3 +111,36 @@ def test_bad_values_are_counted_per_store_and_logged_once(
     counted = re.search(r'^statestore_invalid_values_total\{store="products"\} (\S+)$', metrics, re.M)
     assert counted is not None
     assert float(counted.group(1)) == 6  # three gets, and the scan's three bad values
+
+
+def test_a_value_found_json_is_not_parsed_again_while_a_bad_one_always_is(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    parsed: list[bytes] = []
+    real_loads = values_module.orjson.loads
+
+    def counting_loads(value: bytes) -> object:
+        parsed.append(value)
+        return real_loads(value)
+
+    monkeypatch.setattr(values_module.orjson, "loads", counting_loads)
+    checker = BadValues()
+    good, bad_value = b'{"name":"Pen"}', BAD
+    assert all(checker.is_json("products", b"p1", good) for _ in range(3))
+    assert not any(checker.is_json("products", b"p2", bad_value) for _ in range(3))
+    # The same bytes in another object are parsed: only identity is remembered.
+    assert checker.is_json("products", b"p1", bytes(bytearray(good)))
+    assert parsed == [good, bad_value, bad_value, bad_value, good]
+
+
+def test_the_memo_of_checked_values_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(values_module, "_CHECKED_ENTRIES", 10)
+    monkeypatch.setattr(values_module, "_CHECKED_BYTES", 100)
+    checker = BadValues()
+    for i in range(1000):
+        assert checker.is_json("products", b"k", b"[%d]" % i)
+        assert len(checker._checked) <= 10
+        assert sum(map(len, checker._checked.values())) <= 100
+    large = b'"' + b"x" * (values_module._CHECKED_VALUE_BYTES + 1) + b'"'
+    assert checker.is_json("products", b"k", large)
+    assert large not in checker._checked.values()
