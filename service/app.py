@@ -19,6 +19,7 @@ from service.access_log import AccessLogMiddleware
 from service.api_docs import add_api_docs
 from service.auth import Auth
 from service.guard import RequestGuard
+from service.memory_limit import memory_limit
 from service.metrics import CONTENT_TYPE, Metrics, MetricsMiddleware
 from service.problems import install_problem_handlers
 from service.reads import Reader
@@ -27,7 +28,7 @@ from service.routes import add_store_routes
 from service.settings import Settings, store_configs
 from service.status_page import add_status_page
 from service.values import BadValues
-from store import RestoreSlots, ServableStore, Store
+from store import RestoreSlots, ServableStore, Store, StoreConfig
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +64,9 @@ def create_app(settings: Settings, stores: Mapping[str, ServableStore] | None = 
     owned: dict[str, Store] = {}
     if stores is None:
         slots = RestoreSlots(settings.engine.max_concurrent_bulk_restores)
-        owned = {config.name: Store(config, slots) for config in store_configs(settings)}
+        configs = store_configs(settings)
+        _log_shared_block_cache(configs)
+        owned = {config.name: Store(config, slots) for config in configs}
         stores = owned
     registry = StoreRegistry(settings, stores)
     metrics = Metrics(registry)
@@ -148,3 +151,17 @@ def create_app(settings: Settings, stores: Mapping[str, ServableStore] | None = 
 
     metrics.templates.update({route.endpoint: route.path for route in app.routes if isinstance(route, Route)})
     return app
+
+
+def _log_shared_block_cache(configs: list[StoreConfig]) -> None:
+    sharing = [config for config in configs if config.tuning.rocksdb.share_block_cache]
+    if sharing:
+        limit = memory_limit()
+        logger.info(
+            "stores %s share one block cache of %d MiB (engine.block_cache_bytes: auto, half of the"
+            " memory limit of %d MiB from %s); set a size instead to give each store its own",
+            ", ".join(config.name for config in sharing),
+            sharing[0].tuning.rocksdb.block_cache_bytes // 2**20,
+            limit.bytes // 2**20,
+            limit.source,
+        )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
@@ -28,6 +28,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from clients.partitioners import PartitionerName, place
 from service.exceptions import ConfigError
+from service.memory_limit import auto_block_cache_bytes, memory_limit
 from store import MAX_SCAN_LIMIT, HistorySpec, IndexSpec, StoreConfig, StoreSharding, StoreTuning
 
 ENV_PREFIX = "STATESTORE_"
@@ -109,8 +110,9 @@ class EngineSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    # RocksDB's cache of uncompressed data blocks, per store.
-    block_cache_bytes: ByteSize | None = Field(default=None, ge=1024 * 1024)
+    # RocksDB's cache of uncompressed data blocks, per store; or ``auto``: one cache shared by every
+    # store set to ``auto``, half of the memory limit (the container's, else the machine's).
+    block_cache_bytes: Annotated[ByteSize, Field(ge=1024 * 1024)] | Literal["auto"] | None = None
     # One memtable's size; a full one is flushed to an SST file.
     write_buffer_bytes: ByteSize | None = Field(default=None, ge=1024 * 1024)
     # Entries (key and value) of the hot-key cache in front of RocksDB; 0 turns it off.
@@ -134,6 +136,11 @@ class EngineSettings(BaseModel):
         dumped = self.model_dump(include=set(EngineSettings.model_fields))
         changes = {name: value for name, value in dumped.items() if value is not None}
         changes = {name: int(v) if isinstance(v, ByteSize) else v for name, v in changes.items()}
+        if "block_cache_bytes" in changes:
+            auto = changes["block_cache_bytes"] == "auto"
+            if auto:
+                changes["block_cache_bytes"] = auto_block_cache_bytes(memory_limit())
+            changes["share_block_cache"] = auto
         return tuning.replace(**changes)
 
 

@@ -16,6 +16,7 @@ import logging
 import os
 import shutil
 import struct
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -149,6 +150,22 @@ def write_buffer_for(path: Path, configured: int) -> int:
     return min(configured, max(_MIN_WRITE_BUFFER_BYTES, stats.f_blocks * stats.f_frsize // 4))
 
 
+_shared_caches: dict[int, rocksdict.Cache] = {}
+_shared_caches_lock = threading.Lock()
+
+
+def block_cache(tuning: RocksDBOptions) -> rocksdict.Cache:
+    """The block cache of a database tuned by ``tuning``: its own, or the process's shared cache of
+    that capacity (``RocksDBOptions.share_block_cache``), created by the first database to ask."""
+    if not tuning.share_block_cache:
+        return rocksdict.Cache(tuning.block_cache_bytes)
+    with _shared_caches_lock:
+        cache = _shared_caches.get(tuning.block_cache_bytes)
+        if cache is None:
+            cache = _shared_caches[tuning.block_cache_bytes] = rocksdict.Cache(tuning.block_cache_bytes)
+        return cache
+
+
 def _options(tuning: RocksDBOptions, write_buffer_bytes: int) -> rocksdict.Options:
     options = rocksdict.Options(raw_mode=True)
     options.create_if_missing(True)
@@ -159,7 +176,7 @@ def _options(tuning: RocksDBOptions, write_buffer_bytes: int) -> rocksdict.Optio
     options.set_level_zero_file_num_compaction_trigger(LEVEL0_COMPACTION_TRIGGER)
     options.set_level_zero_slowdown_writes_trigger(LEVEL0_SLOWDOWN_WRITES_TRIGGER)
     options.set_level_zero_stop_writes_trigger(LEVEL0_STOP_WRITES_TRIGGER)
-    options.set_block_based_table_factory(table_options(rocksdict.Cache(tuning.block_cache_bytes)))
+    options.set_block_based_table_factory(table_options(block_cache(tuning)))
     options.set_compression_type(rocksdict.DBCompressionType.lz4())
     # RocksDB's own info log: every open renames the last one to LOG.old.*; a store reopened after
     # write errors on a full volume must not fill what is left of it with them.

@@ -23,6 +23,9 @@ class RocksDBOptions:
 
     block_cache_bytes: int = 256 * 1024 * 1024  # cache of uncompressed data blocks
     write_buffer_bytes: int = 64 * 1024 * 1024  # one memtable; a full one is flushed to an SST file
+    # One block cache of ``block_cache_bytes`` for every store of the process that shares it (and
+    # their copies), instead of one per database: the stores read most get most of it.
+    share_block_cache: bool = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -519,6 +519,14 @@ def test_engine_sizing_passes_through(rendered: dict[str, Rendered], load_pod_se
     assert settings.engine.max_concurrent_bulk_restores == 2
 
 
+def test_an_auto_block_cache_is_shared_by_the_stores(load_pod_settings: Any) -> None:
+    chart = render({"stores": TWO_STORES, "engine": {"block_cache_bytes": "auto"}})
+    tunings = [config.tuning.rocksdb for config in store_configs(load_pod_settings(chart))]
+    assert len(tunings) == 2
+    assert all(tuning.share_block_cache for tuning in tunings)
+    assert len({tuning.block_cache_bytes for tuning in tunings}) == 1
+
+
 def test_a_config_the_service_refuses_is_refused(tmp_path: Path) -> None:
     # The loader the tests rely on really validates: an unknown store setting fails.
     chart = render({"stores": [{"name": "products", "topic": "products", "value_format": "json"}]})

@@ -9,6 +9,7 @@ import pytest
 
 from service.app import create_app
 from service.exceptions import ConfigError
+from service.memory_limit import memory_limit
 from service.settings import load_settings, store_configs
 from store import HistorySpec, IndexSpec, Store, StoreTuning
 
@@ -244,3 +245,13 @@ def test_missing_and_unparsable_files(tmp_path: Path) -> None:
     bad.write_text("- a list")
     with pytest.raises(ConfigError, match="mapping"):
         load_settings(bad)
+
+
+def test_an_auto_block_cache_is_shared_and_half_the_memory_limit(config_file: Path) -> None:
+    config_file.write_text(YAML.replace("block_cache_bytes: 128MiB", "block_cache_bytes: auto"))
+    products, customers = (c.tuning.rocksdb for c in store_configs(load_settings(config_file)))
+    assert customers.share_block_cache
+    assert customers.block_cache_bytes == memory_limit().bytes // 2
+    # A store given a size keeps a cache of its own.
+    assert not products.share_block_cache
+    assert products.block_cache_bytes == 2**30
