@@ -69,6 +69,22 @@ class BadValues:
         self._remember(value)
         return True
 
+    def not_json(self, store: str, keys: Sequence[bytes], values: Sequence[bytes | None]) -> list[int]:
+        """The indexes of ``values`` (of ``keys``) that are not one JSON document, each reported; the
+        loop of :meth:`is_json` over a whole batch (``None`` is absent, not bad)."""
+        checked, loads, bad = self._checked, orjson.loads, []
+        for index, value in enumerate(values):
+            if value is None or checked.get(id(value)) is value:
+                continue
+            try:
+                loads(value)
+            except orjson.JSONDecodeError:
+                self._report(store, keys[index])
+                bad.append(index)
+                continue
+            self._remember(value)
+        return bad
+
     def _remember(self, value: bytes) -> None:
         if len(value) > _CHECKED_VALUE_BYTES:
             return
@@ -139,13 +155,11 @@ class JsonAnswer:
         """Batch values in request order: ``None`` for absent keys and (with an error entry) bad values."""
         if self._format != "json":
             return [json_value(value, self._format) for value in values]
-        answered: list[Any] = []
-        for index, (key, value) in enumerate(zip(keys, values, strict=True)):
-            if value is not None and not self._bad.is_json(self._store, key, value):
-                self._error(key, index=index)
-                answered.append(None)
-            else:
-                answered.append(json_value(value, self._format))
+        fragment = orjson.Fragment
+        answered: list[Any] = [None if value is None else fragment(value) for value in values]
+        for index in self._bad.not_json(self._store, keys, values):
+            self._error(keys[index], index=index)
+            answered[index] = None
         return answered
 
     def document(self, body: dict[str, Any]) -> bytes:

@@ -116,6 +116,7 @@ def _run_all(
     console: Console, args: argparse.Namespace, stack: contextlib.ExitStack, spark_stack: contextlib.ExitStack
 ) -> None:
     from service.demo import steps  # noqa: PLC0415
+    from service.demo.serving import import_service  # noqa: PLC0415
     from service.demo.spark import BackgroundSpark, check_spark_prerequisites  # noqa: PLC0415
 
     if args.step in ("all", "join"):
@@ -129,6 +130,8 @@ def _run_all(
     if args.step == "join":
         # Before Spark starts: a service without the demo's data fails in a second, not after a JVM.
         steps.await_service(console, args.service_url, own=False)
+    if args.step == "all" and not args.service_url:
+        import_service()
     # Spark takes seconds to start: start it now, on a thread, while the data loads and restores.
     # It has its own exit stack, closed first: Spark stops before the service and the broker.
     spark = spark_stack.enter_context(BackgroundSpark())

@@ -41,6 +41,20 @@ def demo_config(bootstrap_servers: str) -> dict[str, Any]:
     }
 
 
+def import_service() -> None:
+    """Import what serving and reading the demo's stores needs, now.
+
+    Called before anything else runs beside the main thread: a Ctrl-C that lands while the main
+    thread is importing (Python raises it wherever that thread is) can leave a module's import
+    lock held, and the service's and Spark's threads would wait on it for good.
+    """
+    import uvicorn  # noqa: F401, PLC0415
+
+    import clients  # noqa: F401, PLC0415
+    import service.app  # noqa: PLC0415
+    import service.connections  # noqa: F401, PLC0415
+
+
 @contextlib.contextmanager
 def running_service(bootstrap_servers: str, state_dir: Path) -> Iterator[str]:
     """Serve the demo stores on a free loopback port until the block ends; yields the base URL."""
