@@ -59,19 +59,11 @@ class BadValues:
 
     def is_json(self, store: str, key: bytes, value: bytes) -> bool:
         """Whether ``value`` is one JSON document; reports it when not."""
-        if self._checked.get(id(value)) is value:
-            return True
-        try:
-            orjson.loads(value)
-        except orjson.JSONDecodeError:
-            self._report(store, key)
-            return False
-        self._remember(value)
-        return True
+        return not self.not_json(store, (key,), (value,))
 
     def not_json(self, store: str, keys: Sequence[bytes], values: Sequence[bytes | None]) -> list[int]:
-        """The indexes of ``values`` (of ``keys``) that are not one JSON document, each reported; the
-        loop of :meth:`is_json` over a whole batch (``None`` is absent, not bad)."""
+        """The indexes of ``values`` (of ``keys``) that are not one JSON document, each reported
+        (``None`` is absent, not bad)."""
         checked, loads, bad = self._checked, orjson.loads, []
         for index, value in enumerate(values):
             if value is None or checked.get(id(value)) is value:
