@@ -139,7 +139,13 @@ class EngineSettings(BaseModel):
         if "block_cache_bytes" in changes:
             auto = changes["block_cache_bytes"] == "auto"
             if auto:
-                changes["block_cache_bytes"] = auto_block_cache_bytes(memory_limit())
+                try:
+                    limit = memory_limit()
+                except OSError as exc:
+                    raise ConfigError(
+                        f"engine.block_cache_bytes is auto, but {exc}; give it a size instead (e.g. 1GiB)"
+                    ) from exc
+                changes["block_cache_bytes"] = auto_block_cache_bytes(limit)
             changes["share_block_cache"] = auto
         return tuning.replace(**changes)
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+import service.settings as settings_module
 from service.app import create_app
 from service.exceptions import ConfigError
 from service.memory_limit import memory_limit
@@ -255,3 +256,15 @@ def test_an_auto_block_cache_is_shared_and_half_the_memory_limit(config_file: Pa
     # A store given a size keeps a cache of its own.
     assert not products.share_block_cache
     assert products.block_cache_bytes == 2**30
+
+
+def test_an_auto_block_cache_without_a_memory_limit_to_read_says_what_to_do(
+    config_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def unreadable() -> None:
+        raise OSError("cannot read a memory limit from /sys/fs/cgroup or /proc/meminfo")
+
+    monkeypatch.setattr(settings_module, "memory_limit", unreadable)
+    config_file.write_text(YAML.replace("block_cache_bytes: 128MiB", "block_cache_bytes: auto"))
+    with pytest.raises(ConfigError, match=r"block_cache_bytes is auto, but cannot read .*give it a size"):
+        store_configs(load_settings(config_file))
