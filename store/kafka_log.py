@@ -82,14 +82,16 @@ class OncePerInterval:
         return True
 
 
-def _problem(text: str) -> tuple[str, str, str, int | None]:
+def _problem(text: str, brokers: str | None = None) -> tuple[str, str, str, int | None]:
     """``(key, what it is, what to do, level)`` of one report (``level`` ``None``: as reported);
-    reports of the same problem share a key."""
+    reports of the same problem share a key. ``brokers``: the configured bootstrap servers, named
+    when the report names no broker (``1/1 brokers are down``)."""
     text = _THREAD.sub("", text)
     address = _ADDRESS.search(text)
     text = _HANDLE.sub("", text).strip()
     lowered = text.lower()
-    where = f" at {address.group(1)}" if address else ""
+    named = address.group(1) if address else brokers
+    where = f" at {named}" if named else ""
     if any(marker in lowered for marker in _SECURITY):
         return (
             "security",
@@ -122,8 +124,10 @@ class KafkaLog:
         log: logging.LoggerAdapter[logging.Logger],
         interval: float = INTERVAL_SECONDS,
         clock: Callable[[], float] = time.monotonic,
+        brokers: str | None = None,
     ) -> None:
         self._store = store
+        self._brokers = brokers
         self._once = OncePerInterval(log, interval, clock)
 
     def line(self, level: int, facility: str, text: str) -> None:
@@ -139,5 +143,5 @@ class KafkaLog:
         self.line(level, facility, text)
 
     def _report(self, reported: int, text: str) -> None:
-        key, what, advice, level = _problem(text)
+        key, what, advice, level = _problem(text, self._brokers)
         self._once.log(level or reported, key, f'store "{self._store}": {what}; {advice}')

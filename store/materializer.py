@@ -79,7 +79,15 @@ class Materializer:
         self._thread = threading.Thread(target=self._run, name=f"materializer-{config.name}", daemon=True)
         self._log = logging.LoggerAdapter(logger, {"store": config.name})
         self.placement = PlacementCheck(config.name, config.sharding, self._log)
-        self._reporter = Reporter(config.name, config.topic, self.progress, self._log, self.placement)
+        brokers = config.kafka.get("bootstrap.servers")
+        self._reporter = Reporter(
+            config.name,
+            config.topic,
+            self.progress,
+            self._log,
+            self.placement,
+            brokers=str(brokers) if brokers is not None else None,
+        )
         # The same broker or topic problem is logged once a minute, not at every retry.
         self._warnings = OncePerInterval(self._log)
         self._write_errors = WriteErrors(config, copies, self.progress, self._log, self._stop)

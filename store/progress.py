@@ -156,12 +156,13 @@ class Reporter:
         progress: Progress,
         log: logging.LoggerAdapter[logging.Logger],
         placement: PlacementCheck,
+        brokers: str | None = None,
     ) -> None:
         self.store = store
         self.topic = topic
         self.progress = progress
         self.log = log
-        self.kafka_log = KafkaLog(store, log)
+        self.kafka_log = KafkaLog(store, log, brokers=brokers)
         self.placement = placement
 
     def fetch_events(self, reports: Iterable[KafkaErrorReport], catch_up: CatchUp) -> None:

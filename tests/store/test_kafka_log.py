@@ -68,6 +68,15 @@ def test_a_broker_down_is_one_line_a_minute_whoever_reports_it(
     assert "79 more time(s) in the last 61s" in lines(caplog)[1][1]
 
 
+def test_a_report_naming_no_broker_names_the_configured_ones(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="test.kafka")
+    adapter = logging.LoggerAdapter(logging.getLogger("test.kafka"))
+    log = KafkaLog("prices", adapter, brokers="kafka-0:9092,kafka-1:9092")
+    log.client_error(KafkaErrorReport(KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down", False, None))
+    [(_level, line)] = lines(caplog)
+    assert line.startswith('store "prices": cannot reach the Kafka broker at kafka-0:9092,kafka-1:9092 (')
+
+
 def test_distinct_problems_each_get_their_line(
     kafka_log: tuple[KafkaLog, Clock], caplog: pytest.LogCaptureFixture
 ) -> None:
