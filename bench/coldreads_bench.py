@@ -17,8 +17,9 @@ the block cache as far as it goes. Variants:
   chunk files without / with the table's bloom filters;
 - the rest are ``now`` rewritten (a forced full compaction) in another format, to see what each
   would give: ``hash-index`` (data blocks with a hash index), ``no-compression``,
-  ``16k-blocks``, ``mmap`` (no compression, files read through mmap), ``cache-<N>g`` (an N GiB
-  block cache instead of 256 MiB, e.g. ``cache-2g``), ``multiget`` (``Rdict.get(list)``,
+  ``<N>k-blocks`` (N KiB data blocks instead of 4: ``16k-blocks``, ``1k-blocks``), ``mmap`` (no
+  compression, files read through mmap), ``cache-<N>g`` (an N GiB block cache instead of
+  256 MiB, e.g. ``cache-2g``), ``multiget`` (``Rdict.get(list)``,
   RocksDB's batched MultiGet with the GIL released, instead of one snapshot lookup per key).
 
 Reported per variant: keys/s (variants alternate, ``--rounds`` times ``--seconds`` each; median),
@@ -48,8 +49,9 @@ import rocksdict
 
 from bench.scale_data import BATCH, FreshKeys, key, value
 from bench.scale_support import MIB
-from store import EngineTuning, Position
+from store import Position
 from store.engine import Engine, SnapshotReader, _options, directory_size
+from store.tuning import RocksDBOptions
 from store.restore_worker import last_per_key_order, table_options
 
 CHUNK = 250_000
@@ -64,29 +66,35 @@ VARIANTS = (
     "unsettled-now",
     "hash-index",
     "no-compression",
-    "16k-blocks",
+    "<N>k-blocks",
     "mmap",
     "cache-<N>g",
     "multiget",
 )
 
 
+def _block_kib(name: str) -> int | None:
+    """The data block size of a ``<N>k-blocks`` variant, in KiB."""
+    digits = name.removesuffix("k-blocks")
+    return int(digits) if digits != name and digits.isdigit() else None
+
+
 def _cache_bytes(name: str) -> int:
     """The block cache of a variant: N GiB for ``cache-<N>g``, else the engine's default."""
     if name.startswith("cache-") and name.endswith("g") and name[6:-1].isdigit():
         return int(name[6:-1]) << 30
-    return EngineTuning().block_cache_bytes
+    return RocksDBOptions().block_cache_bytes
 
 
 def _variant_options(name: str) -> rocksdict.Options:
     """The engine's options, changed as the variant says."""
     cache = _cache_bytes(name)
-    options = _options(EngineTuning(block_cache_bytes=cache))
+    options = _options(RocksDBOptions(block_cache_bytes=cache), RocksDBOptions().write_buffer_bytes)
     table = table_options(rocksdict.Cache(cache))
     if name == "hash-index":
         table.set_data_block_index_type(rocksdict.DataBlockIndexType.binary_and_hash())
-    if name == "16k-blocks":
-        table.set_block_size(16 * 1024)
+    if (kib := _block_kib(name)) is not None:
+        table.set_block_size(kib * 1024)
     options.set_block_based_table_factory(table)
     if name in ("no-compression", "mmap"):
         options.set_compression_type(rocksdict.DBCompressionType.none())
@@ -105,7 +113,7 @@ def _sst_options(name: str) -> rocksdict.Options:
 
 def _build(path: Path, records: int, name: str) -> None:
     """The table as a bulk restore leaves it (``before`` / ``now``), or rewritten in a format."""
-    engine = Engine(path, EngineTuning())
+    engine = Engine(path, RocksDBOptions())
     engine.defer_compactions(True)
     order = list(range(records))
     random.Random(1).shuffle(order)
@@ -239,7 +247,11 @@ def main(argv: list[str] | None = None) -> int:
         _child(args.child, args)
         return 0
     names = [n.strip() for n in args.variants.split(",") if n.strip()]
-    unknown = {n for n in names if n not in VARIANTS and _cache_bytes(n) == EngineTuning().block_cache_bytes}
+    unknown = {
+        n
+        for n in names
+        if n not in VARIANTS and _cache_bytes(n) == RocksDBOptions().block_cache_bytes and _block_kib(n) is None
+    }
     if unknown:
         parser.error(f"unknown variants {sorted(unknown)}; choose from {', '.join(VARIANTS)}")
     if args.instructions and shutil.which("valgrind") is None:
