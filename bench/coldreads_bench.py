@@ -51,8 +51,8 @@ from bench.scale_data import BATCH, FreshKeys, key, value
 from bench.scale_support import MIB
 from store import Position
 from store.engine import Engine, SnapshotReader, _options, directory_size
-from store.tuning import RocksDBOptions
 from store.restore_worker import last_per_key_order, table_options
+from store.tuning import RocksDBOptions
 
 CHUNK = 250_000
 # Level-0 files of the unsettled variants: about what a restore of 1M records in 3 workers
@@ -250,7 +250,9 @@ def main(argv: list[str] | None = None) -> int:
     unknown = {
         n
         for n in names
-        if n not in VARIANTS and _cache_bytes(n) == RocksDBOptions().block_cache_bytes and _block_kib(n) is None
+        if n not in VARIANTS
+        and _block_kib(n) is None
+        and _cache_bytes(n) == RocksDBOptions().block_cache_bytes
     }
     if unknown:
         parser.error(f"unknown variants {sorted(unknown)}; choose from {', '.join(VARIANTS)}")
