@@ -20,7 +20,10 @@ the block cache as far as it goes. Variants:
   ``<N>k-blocks`` (N KiB data blocks instead of 4: ``16k-blocks``, ``1k-blocks``), ``mmap`` (no
   compression, files read through mmap), ``cache-<N>g`` (an N GiB block cache instead of
   256 MiB, e.g. ``cache-2g``), ``multiget`` (``Rdict.get(list)``,
-  RocksDB's batched MultiGet with the GIL released, instead of one snapshot lookup per key).
+  RocksDB's batched MultiGet with the GIL released, instead of one snapshot lookup per key);
+  ``hotkeys`` and ``hotkeys-admit-all``: ``now`` read through the store's hot-key cache
+  (``store.hot_keys``, 200,000 entries) as the store does, with its admission of large batches'
+  misses and admitting every miss: what the cache costs reads of keys it does not hold.
 
 Reported per variant: keys/s (variants alternate, ``--rounds`` times ``--seconds`` each; median),
 CPU time per key (user and system: steadier than wall time on a shared machine), level-0 files and
@@ -41,6 +44,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -51,8 +55,9 @@ from bench.scale_data import BATCH, FreshKeys, key, value
 from bench.scale_support import MIB
 from store import Position
 from store.engine import Engine, SnapshotReader, _options, directory_size
+from store.hot_keys import MISS, HotKeyCache
 from store.restore_worker import last_per_key_order, table_options
-from store.tuning import RocksDBOptions
+from store.tuning import RocksDBOptions, StoreTuning
 
 CHUNK = 250_000
 # Level-0 files of the unsettled variants: about what a restore of 1M records in 3 workers
@@ -70,6 +75,8 @@ VARIANTS = (
     "mmap",
     "cache-<N>g",
     "multiget",
+    "hotkeys",
+    "hotkeys-admit-all",
 )
 
 
@@ -157,8 +164,8 @@ def _compacting(engine: Engine) -> bool:
 
 
 def _built(name: str) -> str:
-    """The database a variant reads: ``multiget`` reads ``now``'s another way."""
-    return "now" if name == "multiget" else name
+    """The database a variant reads: ``multiget`` and ``hotkeys*`` read ``now``'s another way."""
+    return "now" if name == "multiget" or name.startswith("hotkeys") else name
 
 
 def _open(path: Path, name: str) -> rocksdict.Rdict:
@@ -175,12 +182,36 @@ class _Reader:
         self.level0 = int(db.property_int_value("rocksdb.num-files-at-level0") or 0)
         if name == "multiget":
             self.read: Callable[[list[bytes]], list[bytes | None]] = db.get
+        elif name.startswith("hotkeys"):
+            self.read = _through_hot_keys(db, admit_all=name == "hotkeys-admit-all")
         else:
 
             def read(keys: list[bytes]) -> list[bytes | None]:
                 return SnapshotReader(db.snapshot(), Position()).get_many(keys)
 
             self.read = read
+
+
+def _through_hot_keys(db: rocksdict.Rdict, admit_all: bool) -> Callable[[list[bytes]], list[bytes | None]]:
+    """Reads as ``store.replica`` makes them: the hot-key cache under a lock, then a snapshot."""
+    lock = threading.Condition()
+    capacity = StoreTuning().read_cache_entries
+    cache = HotKeyCache(capacity, admit_all_up_to=capacity) if admit_all else HotKeyCache(capacity)
+
+    def read(keys: list[bytes]) -> list[bytes | None]:
+        with lock:
+            cached = cache.lookup(keys)
+        missing = [i for i, value in enumerate(cached) if value is MISS]
+        if missing:
+            missing_keys = [keys[i] for i in missing]
+            fetched = SnapshotReader(db.snapshot(), Position()).get_many(missing_keys)
+            for i, value in zip(missing, fetched, strict=True):
+                cached[i] = value
+            with lock:
+                cache.offer(missing_keys, fetched)
+        return cached  # type: ignore[return-value]  # every MISS was replaced above
+
+    return read
 
 
 def _measure(reader: _Reader, stream: FreshKeys, seconds: float) -> tuple[int, float, float, float]:

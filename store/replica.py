@@ -6,7 +6,6 @@ rebuilds from scratch it has two: readers keep the last good copy until the new 
 
 from __future__ import annotations
 
-import itertools
 import logging
 import threading
 import time
@@ -29,14 +28,13 @@ from store.exceptions import (
     StoreWriteError,
 )
 from store.history import HistoryRecorder, floor_from
+from store.hot_keys import MISS, HotKeyCache
 from store.indexes import STATE_PREFIX, IndexSpec, index_changes, parse_states, state_entry
 from store.position import Position
 from store.protocol import MAX_SCAN_LIMIT, MemoryUsage, ScanPage
 from store.records import RecordBatch
 
 logger = logging.getLogger(__name__)
-
-_MISS = object()
 
 CORRUPTION_MARKER = "CORRUPTION_FOUND"
 """A file in a copy found corrupt, so that a restart discards the copy instead of serving it."""
@@ -59,8 +57,7 @@ class Replica:
         self.corruption: CorruptionReport | None = None
         self.position = self.engine.stored_position()
         self.generation = 0
-        self._cache: dict[bytes, bytes | None] = {}
-        self._cache_capacity = config.tuning.read_cache_entries
+        self._cache = HotKeyCache(config.tuning.read_cache_entries)
         self.indexes = {spec.name: spec for spec in config.indexes}
         states = self._index_states()
         self.ready_indexes = {
@@ -177,23 +174,23 @@ class Replica:
         if floor is None or not Position({p: as_of.get(p, 0) for p in self.position}).reaches(floor):
             raise HistoryExpiredError(self.name, as_of, floor if floor is not None else "no position yet")
 
+    @property
+    def caches_hot_keys(self) -> bool:
+        return self._cache.capacity > 0
+
     def cache_lookup(self, generation: int, keys: Sequence[bytes]) -> list[object] | None:
+        """The hot-key cache's values (``MISS`` where it has none); ``None`` once the copy moved
+        past ``generation``, whose reads the cache cannot answer."""
         with self._changed:
             if generation != self.generation:
                 return None
-            get = self._cache.get
-            return [get(key, _MISS) for key in keys]
+            return self._cache.lookup(keys)
 
     def cache_fill(self, generation: int, keys: Sequence[bytes], values: Sequence[bytes | None]) -> None:
+        """Offer values read at ``generation`` to the hot-key cache (ignored if writes came since)."""
         with self._changed:
-            if generation != self.generation:
-                return
-            cache = self._cache
-            overflow = len(cache) + len(keys) - self._cache_capacity
-            if overflow > 0:
-                for old in list(itertools.islice(cache, overflow)):
-                    del cache[old]
-            cache.update(zip(keys, values, strict=True))
+            if generation == self.generation:
+                self._cache.offer(keys, values)
 
     # -- writes (materializer thread) ---------------------------------------------------------
 
@@ -223,10 +220,7 @@ class Replica:
         with self._changed:
             engine.write(batch)
             self._advance(records.next_offsets)
-            cache = self._cache
-            if cache:
-                for key in keys:
-                    cache.pop(key, None)
+            self._cache.drop(keys)
 
     def check_writable(self) -> None:
         """Raise the write error while RocksDB refuses writes; return once it takes them again."""
@@ -476,19 +470,19 @@ class _CachedReader:
 
     def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
         replica = self._replica
-        if replica._cache_capacity <= 0:
+        if not replica.caches_hot_keys:
             return self._reader.get_many(keys)
         cached = replica.cache_lookup(self._generation, keys)
         if cached is None:
             return self._reader.get_many(keys)
-        missing = [i for i, value in enumerate(cached) if value is _MISS]
+        missing = [i for i, value in enumerate(cached) if value is MISS]
         if missing:
             missing_keys = [keys[i] for i in missing]
             fetched = self._reader.get_many(missing_keys)
             for i, value in zip(missing, fetched, strict=True):
                 cached[i] = value
             replica.cache_fill(self._generation, missing_keys, fetched)
-        return cached  # type: ignore[return-value]  # every _MISS was replaced above
+        return cached  # type: ignore[return-value]  # every MISS was replaced above
 
     def prefix_scan(self, prefix: bytes, *, after: bytes | None = None, limit: int = 1000) -> ScanPage:
         return self._reader.prefix_scan(prefix, after=after, limit=limit)

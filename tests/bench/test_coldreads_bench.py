@@ -13,7 +13,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.slow
 
-VARIANTS = ("before", "now", "unsettled-now", "hash-index", "2k-blocks", "cache-1g", "multiget")
+VARIANTS = ("before", "now", "unsettled-now", "hash-index", "4k-blocks", "cache-1g", "multiget", "hotkeys")
 
 
 @pytest.mark.timeout(300)
