@@ -9,6 +9,7 @@ Kafka settings pass through to librdkafka; values whose key looks secret (``sasl
 from __future__ import annotations
 
 import functools
+import logging
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -30,6 +31,8 @@ from clients.partitioners import PartitionerName, place
 from service.exceptions import ConfigError
 from service.memory_limit import auto_block_cache_bytes, memory_limit
 from store import MAX_SCAN_LIMIT, HistorySpec, IndexSpec, StoreConfig, StoreSharding, StoreTuning
+
+logger = logging.getLogger(__name__)
 
 ENV_PREFIX = "STATESTORE_"
 
@@ -142,17 +145,35 @@ class EngineSettings(BaseModel):
                 try:
                     limit = memory_limit()
                 except OSError as exc:
-                    raise ConfigError(
-                        f"engine.block_cache_bytes is auto, but {exc}; give it a size instead (e.g. 1GiB)"
-                    ) from exc
-                changes["block_cache_bytes"] = auto_block_cache_bytes(limit)
+                    if "block_cache_bytes" in self.model_fields_set:
+                        raise ConfigError(
+                            f"engine.block_cache_bytes is auto, but {exc}; give it a size instead (e.g. 1GiB)"
+                        ) from exc
+                    # Only the default asked for auto: each store keeps a cache of its own.
+                    _warn_no_memory_limit(str(exc), tuning.rocksdb.block_cache_bytes)
+                    del changes["block_cache_bytes"]
+                    auto = False
+                else:
+                    changes["block_cache_bytes"] = auto_block_cache_bytes(limit)
             changes["share_block_cache"] = auto
         return tuning.replace(**changes)
+
+
+@functools.cache
+def _warn_no_memory_limit(reason: str, per_store: int) -> None:
+    logger.warning(
+        "cannot size the shared block cache (engine.block_cache_bytes: auto, the default): %s; each"
+        " store gets a cache of %d MiB instead; set engine.block_cache_bytes to a size to choose",
+        reason,
+        per_store // 2**20,
+    )
 
 
 class ServiceEngineSettings(EngineSettings):
     """The top-level ``engine`` section: every store's knobs, and the service-wide ones."""
 
+    # One block cache shared by the stores, half of the memory limit, unless set (see above).
+    block_cache_bytes: Annotated[ByteSize, Field(ge=1024 * 1024)] | Literal["auto"] | None = "auto"
     # Bulk restores running at once across the stores; the others restore record by record
     # until a slot is free. Each takes about two cores and a few hundred MiB while it runs.
     max_concurrent_bulk_restores: int = Field(default=1, ge=1, le=16)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from service.exceptions import ConfigError
 from service.memory_limit import memory_limit
 from service.settings import load_settings, store_configs
 from store import HistorySpec, IndexSpec, Store, StoreTuning
+from store.tuning import RocksDBOptions
 
 YAML = """
 kafka:
@@ -161,7 +163,8 @@ def test_engine_settings_apply_to_every_store_and_a_store_overrides_them(config_
 def test_without_an_engine_section_the_engine_defaults_hold(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("STATESTORE_STORES", '[{"name": "t1", "topic": "topic-1"}]')
     settings = load_settings()
-    assert [c.tuning for c in store_configs(settings)] == [StoreTuning()]
+    shared_cache = {"block_cache_bytes": memory_limit().bytes // 2, "share_block_cache": True}
+    assert [c.tuning for c in store_configs(settings)] == [StoreTuning().replace(**shared_cache)]
     assert settings.engine.max_concurrent_bulk_restores == 1
 
 
@@ -268,3 +271,29 @@ def test_an_auto_block_cache_without_a_memory_limit_to_read_says_what_to_do(
     config_file.write_text(YAML.replace("block_cache_bytes: 128MiB", "block_cache_bytes: auto"))
     with pytest.raises(ConfigError, match=r"block_cache_bytes is auto, but cannot read .*give it a size"):
         store_configs(load_settings(config_file))
+
+
+def test_by_default_the_stores_share_a_block_cache_of_half_the_memory_limit(config_file: Path) -> None:
+    config_file.write_text(YAML.replace("  block_cache_bytes: 128MiB\n", ""))
+    products, customers = (c.tuning.rocksdb for c in store_configs(load_settings(config_file)))
+    assert customers.share_block_cache
+    assert customers.block_cache_bytes == memory_limit().bytes // 2
+    assert not products.share_block_cache  # its own engine section gives a size
+    assert products.block_cache_bytes == 2**30
+
+
+def test_by_default_without_a_memory_limit_each_store_keeps_its_own_cache_and_it_is_logged(
+    config_file: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def unreadable() -> None:
+        raise OSError("cannot read a memory limit from /sys/fs/cgroup or /proc/meminfo")
+
+    monkeypatch.setattr(settings_module, "memory_limit", unreadable)
+    settings_module._warn_no_memory_limit.cache_clear()  # logged once per reason: let it log again
+    config_file.write_text(YAML.replace("  block_cache_bytes: 128MiB\n", ""))
+    with caplog.at_level(logging.WARNING, logger="service.settings"):
+        customers = store_configs(load_settings(config_file))[1].tuning.rocksdb
+    assert not customers.share_block_cache
+    assert customers.block_cache_bytes == RocksDBOptions().block_cache_bytes
+    assert "each store gets a cache of 256 MiB instead" in caplog.text
+    assert "cannot read a memory limit" in caplog.text
