@@ -208,7 +208,7 @@ def _through_hot_keys(db: rocksdict.Rdict, admit_all: bool) -> Callable[[list[by
             for i, value in zip(missing, fetched, strict=True):
                 cached[i] = value
             with lock:
-                cache.offer(missing_keys, fetched)
+                cache.offer(missing_keys, fetched, len(keys))
         return cached  # type: ignore[return-value]  # every MISS was replaced above
 
     return read

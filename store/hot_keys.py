@@ -4,11 +4,12 @@ Reads ask it first; what it lacks is read from a snapshot and offered back. It i
 under the owner's lock and generation (``store.replica``): every write drops the keys it
 changes, and a read of an older generation neither uses nor fills it.
 
-Admission resists large cold batches. A key missed by a batch of up to ``admit_all_up_to``
-misses is admitted; of a larger batch, one missed key in ``admit_stride`` is, from a random
-start. A Spark join sweeping the table asks each key about once: admitting all of its keys
-would cost ~0.6 µs a key (a quarter of a cold read) and evict the keys that are hot, for
-entries that are never read again. A key asked again and again in large batches is admitted
+Admission resists large cold batches. The misses of a batch are admitted whole when there are
+at most ``admit_all_up_to`` of them, or when at least half of the batch hit (a batch of hot keys
+gets back the few the cache had evicted); otherwise one missed key in ``admit_stride`` is, from a
+random start. A Spark join sweeping the table asks each key about once: admitting all of its
+keys would cost ~0.6 µs a key (a quarter of a cold read) and evict the keys that are hot, for
+entries that are never read again. A key asked again and again in cold batches is admitted
 within a few asks (after n asks, with probability 1 - (1 - 1/stride)^n).
 """
 
@@ -56,12 +57,14 @@ class HotKeyCache:
         get = self._entries.get
         return [get(key, MISS) for key in keys]
 
-    def offer(self, keys: Sequence[bytes], values: Sequence[bytes | None]) -> None:
-        """Values just read for ``keys`` (which missed); admitted as the module docstring says."""
+    def offer(self, keys: Sequence[bytes], values: Sequence[bytes | None], asked: int = 0) -> None:
+        """Values just read for ``keys``, the misses of a batch of ``asked`` keys (``len(keys)`` if
+        less); admitted as the module docstring says."""
         if self.capacity <= 0:
             return
         stride = self._admit_stride
-        if len(keys) > self._admit_all_up_to and stride > 1:
+        mostly_hits = 2 * len(keys) <= asked
+        if len(keys) > self._admit_all_up_to and stride > 1 and not mostly_hits:
             start = self._random.randrange(stride)
             keys, values = keys[start::stride], values[start::stride]
         if len(keys) > self.capacity:

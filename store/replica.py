@@ -186,11 +186,14 @@ class Replica:
                 return None
             return self._cache.lookup(keys)
 
-    def cache_fill(self, generation: int, keys: Sequence[bytes], values: Sequence[bytes | None]) -> None:
-        """Offer values read at ``generation`` to the hot-key cache (ignored if writes came since)."""
+    def cache_fill(
+        self, generation: int, keys: Sequence[bytes], values: Sequence[bytes | None], asked: int
+    ) -> None:
+        """Offer values read at ``generation`` for the ``keys`` a batch of ``asked`` keys missed to
+        the hot-key cache (ignored if writes came since)."""
         with self._changed:
             if generation == self.generation:
-                self._cache.offer(keys, values)
+                self._cache.offer(keys, values, asked)
 
     # -- writes (materializer thread) ---------------------------------------------------------
 
@@ -481,7 +484,7 @@ class _CachedReader:
             fetched = self._reader.get_many(missing_keys)
             for i, value in zip(missing, fetched, strict=True):
                 cached[i] = value
-            replica.cache_fill(self._generation, missing_keys, fetched)
+            replica.cache_fill(self._generation, missing_keys, fetched, len(keys))
         return cached  # type: ignore[return-value]  # every MISS was replaced above
 
     def prefix_scan(self, prefix: bytes, *, after: bytes | None = None, limit: int = 1000) -> ScanPage:

@@ -88,3 +88,16 @@ def test_dropped_keys_are_misses_and_a_zero_capacity_holds_nothing() -> None:
     off = HotKeyCache(0)
     off.offer(keys, keys)
     assert len(off) == 0
+
+
+def test_the_misses_of_a_batch_that_mostly_hit_are_admitted_whole() -> None:
+    cache = HotKeyCache(100_000, rng=random.Random(5))
+    batch = _keys(1_000, "hot")
+    cache.offer(batch[:600], batch[:600], asked=600)  # asked alone: admitted one in eight
+    assert len(cache) == 75
+    cold = HotKeyCache(100_000, rng=random.Random(5))
+    cold.offer(batch[:600], batch[:600], asked=32)  # fewer asked than missed: counted as all missed
+    assert len(cold) == 75
+    hot = HotKeyCache(100_000)
+    hot.offer(batch[:500], batch[:500], asked=1_000)  # half the batch hit: the rest come back whole
+    assert hot.lookup(batch[:500]) == batch[:500]
