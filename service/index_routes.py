@@ -13,6 +13,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from service import openapi_docs as docs
+from service.arrow_arrays import binary_array, string_array
 from service.arrow_body import read_column
 from service.auth import Auth
 from service.bodies import (
@@ -283,10 +284,10 @@ def _arrow_answer(texts: list[str], pages: list[ScanPage]) -> bytes:
         cursors.append(page.next_after)
     table = pa.table(
         [
-            pa.array(answer_values, pa.string()),
-            pa.array(keys, pa.binary()),
-            pa.array(rows, pa.binary()),
-            pa.array(cursors, pa.binary()),
+            string_array(answer_values),
+            binary_array(keys),
+            binary_array(rows),
+            binary_array(cursors),
         ],
         schema=_ARROW_ANSWER,
     )

@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from service import openapi_docs as docs
+from service.arrow_arrays import binary_array
 from service.arrow_body import read_column
 from service.auth import Auth
 from service.bodies import (
@@ -223,7 +224,7 @@ def add_store_routes(
         check_keys(served, key_column)
         keys = key_column.to_pylist()
         values, position = await reader.read(served, request, lambda view: view.get_many(keys))
-        table = pa.table({"key": key_column, "value": pa.array(values, type=pa.binary())})
+        table = pa.table({"key": key_column, "value": binary_array(values)})
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, table.schema) as writer:
             writer.write_table(table)
