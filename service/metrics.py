@@ -7,6 +7,7 @@ has its own registry, so several apps (tests, embedders) can live in one process
 from __future__ import annotations
 
 import importlib.metadata
+import math
 import platform
 import time
 from collections.abc import Callable, Iterator
@@ -14,7 +15,7 @@ from typing import Any
 
 import confluent_kafka
 from prometheus_client import CollectorRegistry, Counter, Histogram, Info, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -25,6 +26,11 @@ from store import RestoreMode, StoreState, StoreStatus
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+def _le(bound: float) -> str:
+    """A bucket's upper bound as the Prometheus client writes it (``0.5``, ``10.0``, ``+Inf``)."""
+    return "+Inf" if math.isinf(bound) else repr(float(bound))
 
 
 def _last_contact_timestamp(status: StoreStatus) -> float | None:
@@ -155,6 +161,12 @@ class StoreCollector(Collector):
         state = GaugeMetricFamily(
             "statestore_state", "1 for the store's current state", labels=["store", "state"]
         )
+        freshness = HistogramMetricFamily(
+            "statestore_freshness_seconds",
+            "Seconds from a record's timestamp until reads see it: the oldest record of each batch a"
+            " READY store applies (its producer's clock counts)",
+            labels=["store"],
+        )
         gauges = [
             (GaugeMetricFamily(name, text, labels=["store"]), read) for name, text, read in _STORE_GAUGES
         ]
@@ -172,6 +184,10 @@ class StoreCollector(Collector):
                 misplaced.add_metric([served.name], status.sharding.misplaced_records)
             corruptions.add_metric([served.name], status.corruptions_found)
             verifications.add_metric([served.name], status.verification_passes)
+            if status.freshness is not None:
+                seen = status.freshness
+                buckets = [(_le(bound), count) for bound, count in seen.cumulative()]
+                freshness.add_metric([served.name], buckets, seen.sum_seconds)
             for partition, records in status.lag.items():
                 lag.add_metric([served.name, str(partition)], records)
             for partition, offset in status.position.items():
@@ -181,6 +197,7 @@ class StoreCollector(Collector):
                 if value is not None:
                     gauge.add_metric([served.name], value)
         yield from (applied, null_keys, checked, misplaced, corruptions, verifications, lag, position, state)
+        yield freshness
         yield from (gauge for gauge, _ in gauges)
 
 

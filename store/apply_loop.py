@@ -90,6 +90,8 @@ class ApplyLoop:
         self._reporter.null_keys(records.null_keys)
         if records.next_offsets:
             writer.apply(records)
+            if not self.restoring:
+                progress.freshness.observe(records.oldest_timestamp_ms, time.time())
             progress.count(len(records))
             placement.batch(records)
         if poll.messages:

@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Iterable, Mapping
 
+from store.freshness import FreshnessHistogram
 from store.kafka import check_fetch_error
 from store.kafka_log import KafkaLog
 from store.position import Position
@@ -72,6 +73,7 @@ class Progress:
         self.last_error: str | None = None
         self.last_error_at = 0.0
         self.last_contact: float | None = None
+        self.freshness = FreshnessHistogram()
         self._rate_window: list[tuple[float, int]] = []
 
     def note_error(self, message: str) -> None:

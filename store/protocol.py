@@ -12,6 +12,7 @@ from contextlib import AbstractContextManager
 from typing import Protocol, runtime_checkable
 
 from store.corruption import CorruptionReport
+from store.freshness import FreshnessSnapshot
 from store.position import Position
 from store.state import RestoreMode, StoreState
 
@@ -171,6 +172,7 @@ class StoreStatus:
     corruptions_found: int = 0  # copies found corrupt since this process opened the store
     verification_passes: int = 0  # background verification passes completed without finding any
     sharding: ShardingStatus | None = None  # None: the store does not say (it holds every partition)
+    freshness: FreshnessSnapshot | None = None  # record timestamp to visible, per batch (store.freshness)
 
     @property
     def total_lag(self) -> int:

@@ -30,7 +30,15 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicCollection, TopicPartition
+from confluent_kafka import (
+    TIMESTAMP_NOT_AVAILABLE,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicCollection,
+    TopicPartition,
+)
 
 Meta = tuple[int, int, int]  # (partition, offset, timestamp in ms) of one record
 Placer = Callable[[Sequence[bytes], int], Sequence[int]]
@@ -123,7 +131,10 @@ class KafkaErrorReport:
 class RecordBatch:
     """Records of one or more polls, in the order read; ``None`` values are tombstones.
 
-    ``next_offsets`` holds, per partition read, the offset after its last record. ``metas`` is
+    ``next_offsets`` holds, per partition read, the offset after its last record;
+    ``oldest_timestamp_ms`` the earliest timestamp of the first record of each partition's run
+    (a partition's records come in offset order, so this is the batch's oldest but for
+    out-of-order timestamps), ``None`` when none has one. ``metas`` is
     ``None`` unless asked for (a store keeping history needs each record's partition, offset and
     timestamp), and so is ``partitions`` (each record's partition, to check it against its key).
     Records with a null key are dropped and counted in ``null_keys``.
@@ -135,6 +146,7 @@ class RecordBatch:
     metas: list[Meta] | None = None
     null_keys: int = 0
     partitions: list[int] | None = None
+    oldest_timestamp_ms: int | None = None
 
     @classmethod
     def collecting(cls, with_metas: bool, with_partitions: bool = False) -> RecordBatch:
@@ -215,13 +227,19 @@ class RecordBatch:
         # two partitions' runs, so a scan back until every partition is seen would often walk the
         # whole poll in bytecode; searching a reversed list of partitions stays in C.
         backwards = list(map(Message.partition, reversed(records)))
+        forwards = backwards[::-1]
         next_offsets = self.next_offsets
+        oldest = self.oldest_timestamp_ms
         for partition in set(backwards):
             if partition is None:  # a record always has one; the type allows None
                 continue
             next_offset: int = records[len(records) - 1 - backwards.index(partition)].offset() + 1  # type: ignore[operator]
             if next_offset > next_offsets.get(partition, -1):
                 next_offsets[partition] = next_offset
+            kind, timestamp = records[forwards.index(partition)].timestamp()
+            if kind != TIMESTAMP_NOT_AVAILABLE and (oldest is None or timestamp < oldest):
+                oldest = timestamp
+        self.oldest_timestamp_ms = oldest
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -268,12 +286,13 @@ class Poll:
             self.high_watermarks,
             self.messages,
             records.partitions,
+            records.oldest_timestamp_ms,
         ]
 
     @classmethod
     def from_fields(cls, fields: Sequence[Any]) -> Poll:
-        keys, values, next_offsets, metas, null_keys, events, highs, messages, partitions = fields
-        records = RecordBatch(keys, values, next_offsets, metas, null_keys, partitions)
+        keys, values, next_offsets, metas, null_keys, events, highs, messages, partitions, oldest = fields
+        records = RecordBatch(keys, values, next_offsets, metas, null_keys, partitions, oldest)
         return cls(records, [KafkaErrorReport(*event) for event in events], highs, messages)
 
 

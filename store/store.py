@@ -231,6 +231,7 @@ class Store:
             corruptions_found=copies.corruptions_found,
             verification_passes=self._verifier.passes if self._verifier is not None else 0,
             sharding=materializer.placement.status() if materializer is not None else None,
+            freshness=progress.freshness.snapshot,
         )
 
 

@@ -17,6 +17,7 @@ from store import (
     RestoreMode,
     RestoreProgress,
 )
+from store.freshness import FreshnessHistogram
 from tests.service.conftest import RestoringStore, Service, product_store
 from tests.support.scenes import ShownStore
 
@@ -151,3 +152,19 @@ def test_last_contact_is_a_unix_timestamp(make_service: Callable[..., Service]) 
         ("statestore_last_contact_timestamp_seconds", frozenset({("store", "products")}))
     ]
     assert before - 31 <= contact <= time.time() - 29
+
+
+def test_freshness_is_a_histogram_per_store(make_service: Callable[..., Service]) -> None:
+    histogram = FreshnessHistogram()
+    for delay_ms in (3, 80, 400, 400_000):
+        histogram.observe(1_000_000 - delay_ms, 1_000.0)
+    service = make_service({"products": ShownStore("products", freshness=histogram.snapshot)})
+    found = samples(service)
+
+    def bucket(le: str) -> float:
+        return found[("statestore_freshness_seconds_bucket", frozenset({("store", "products"), ("le", le)}))]
+
+    assert [bucket(le) for le in ("0.005", "0.1", "0.5", "300.0", "+Inf")] == [1, 2, 3, 3, 4]
+    assert found[("statestore_freshness_seconds_count", frozenset({("store", "products")}))] == 4
+    total = found[("statestore_freshness_seconds_sum", frozenset({("store", "products")}))]
+    assert abs(total - 400.483) < 1e-6

@@ -4,6 +4,7 @@ per key, through the steady-state WriteBatch path and the bulk SST path, across 
 from __future__ import annotations
 
 import logging
+import math
 import re
 import time
 from collections.abc import Callable
@@ -276,3 +277,34 @@ def test_the_restore_log_names_the_target_fetches_found_with_progress_and_time_l
     assert re.search(r"restoring: \d+% \([\d,]+ records applied, [\d,]+ to go to ", refined[-1])
     assert re.search(r"[\d,]+ records/s, (about \S+ left|time left unknown yet)$", refined[-1])
     assert any("left" in line and "unknown" not in line for line in refined)
+
+
+def test_freshness_is_observed_per_batch_applied_once_ready_from_the_record_timestamps(
+    make_topic: Callable[..., str], make_store: Callable[..., Store], producer: Producer
+) -> None:
+    topic = make_topic(partitions=2)
+    end = produce_tracked(producer, topic, mixed_records(2_000, keys=500, seed=3))
+    store = make_store(topic, tuning=FAST)
+    assert store.wait_until_ready(60), store.status()
+    restored = store.status().freshness
+    assert restored is not None
+    assert restored.count == 0  # a restore is catching up, not serving fresh records
+
+    producer.produce(topic, key=b"fresh", value=b"1", partition=0)
+    producer.flush(30)
+    assert store.wait_for_position(store.position().merged(Position({0: end.get(0, 0) + 1})), 60)
+    fresh = store.status().freshness
+    assert fresh is not None
+    assert fresh.count >= 1
+    assert dict(fresh.cumulative())[60.0] == fresh.count  # seconds, not an hour
+
+    # A record stamped an hour ago by its producer (a replay) is an hour stale when it is seen.
+    an_hour_ago_ms = int((time.time() - 3_600) * 1000)
+    producer.produce(topic, key=b"replayed", value=b"2", partition=1, timestamp=an_hour_ago_ms)
+    producer.flush(30)
+    assert store.wait_for_position(Position({1: end.get(1, 0) + 1}), 60)
+    stale = store.status().freshness
+    assert stale is not None
+    cumulative = dict(stale.cumulative())
+    assert cumulative[math.inf] - cumulative[300.0] == 1
+    assert stale.sum_seconds >= 3_600

@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from confluent_kafka import KafkaError, Message
+from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, KafkaError, Message
 
 import store.records
 from store.children import script_command
@@ -19,6 +19,7 @@ from store.records import (
     ChunkWritten,
     KafkaErrorReport,
     PartitionCatchUp,
+    Poll,
     RecordBatch,
     WorkerCaughtUp,
     WorkerFailed,
@@ -47,6 +48,30 @@ def test_records_in_order_and_each_partitions_next_offset() -> None:
     assert batch.values == [b"v", b"v", None, b"v", b"v", b"v"]
     assert batch.next_offsets == {0: 13, 1: 5, 2: 8}
     assert batch.metas is None
+
+
+def stamped(partition: int, offset: int, timestamp_ms: int, kind: int = TIMESTAMP_CREATE_TIME) -> Message:
+    return Message(
+        topic="t", partition=partition, offset=offset, key=b"k", value=b"v", timestamp=(kind, timestamp_ms)
+    )
+
+
+def test_the_oldest_timestamp_is_the_earliest_first_record_of_a_partition_across_polls() -> None:
+    batch = RecordBatch()
+    assert batch.oldest_timestamp_ms is None
+    batch.add([stamped(0, 1, 5_000), stamped(1, 7, 4_000, TIMESTAMP_LOG_APPEND_TIME), stamped(0, 2, 6_000)])
+    assert batch.oldest_timestamp_ms == 4_000
+    batch.add([stamped(2, 3, 4_500), record(0, 3, b"no-timestamp")])
+    assert batch.oldest_timestamp_ms == 4_000
+    batch.add([stamped(2, 4, 3_000)])
+    assert batch.oldest_timestamp_ms == 3_000
+
+
+def test_records_without_timestamps_give_no_oldest_and_it_crosses_a_pipe() -> None:
+    untimed = Poll.of([record(0, 1, b"a"), record(1, 1, b"b")], False, {})
+    assert untimed.records.oldest_timestamp_ms is None
+    timed = Poll.of([stamped(0, 1, 1_700_000_000_123)], False, {})
+    assert Poll.from_fields(timed.fields()).records.oldest_timestamp_ms == 1_700_000_000_123
 
 
 def test_offsets_only_move_forward_across_polls() -> None:

@@ -26,6 +26,7 @@ from store import (
     StoreState,
     StoreStatus,
 )
+from store.freshness import FreshnessHistogram, FreshnessSnapshot
 from tests.support.server import serve_app
 
 
@@ -50,6 +51,13 @@ class ShownStore(InMemoryStore):
 
     def status(self) -> StoreStatus:
         return dataclasses.replace(super().status(), **self.shown)
+
+
+def _freshness(*delays: float) -> FreshnessSnapshot:
+    histogram = FreshnessHistogram()
+    for delay in delays:
+        histogram.observe(int((1_000.0 - delay) * 1000), 1_000.0)
+    return histogram.snapshot
 
 
 def restoring(applied: int, remaining: int, rate: float, target: Position) -> RestoreProgress:
@@ -99,6 +107,7 @@ def scene_stores() -> dict[str, ShownStore]:
         records_applied_total=1_975,
         memory=memory(2_100_000, 310_000, 1_200),
         sharding=ShardingStatus(1, 0, "murmur2", 3, records_checked=1_975),
+        freshness=_freshness(0.08, 0.12, 0.3),
     )
     products.apply([(0, 0, b"p-0001", b'{"name":"Pen","price":1.5}')])
     customers = ShownStore(
