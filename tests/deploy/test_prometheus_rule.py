@@ -210,6 +210,7 @@ def test_thresholds_and_labels_follow_the_values() -> None:
                 "alertLabels": {"team": "data"},
                 "notReadyFor": "3h",
                 "brokerSilentSeconds": 300,
+                "lateSeconds": 15,
                 "staleFor": "2h",
                 "refusedRatio": 0.05,
                 "volumeUsedRatio": 0.9,
@@ -223,6 +224,7 @@ def test_thresholds_and_labels_follow_the_values() -> None:
     assert "3h" in rules["StatestoreStoreNotReady"]["annotations"]["summary"]
     assert rules["StatestoreServingStaleCopy"]["for"] == "2h"
     assert rules["StatestoreBrokerContactLost"]["expr"].endswith("> 300")
+    assert rules["StatestoreRecordsLate"]["expr"].endswith("> 15")
     assert rules["StatestoreRefusingRequests"]["expr"].endswith("> 0.05")
     assert rules["StatestoreVolumeFilling"]["expr"].endswith("> 0.9")
 
