@@ -46,7 +46,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import rocksdict
@@ -55,7 +55,7 @@ from bench.scale_data import BATCH, FreshKeys, key, value
 from bench.scale_support import MIB
 from store import Position
 from store.engine import Engine, SnapshotReader, _options, directory_size
-from store.hot_keys import MISS, HotKeyCache
+from store.hot_keys import HotKeyCache, read_misses
 from store.restore_worker import last_per_key_order, table_options
 from store.tuning import RocksDBOptions, StoreTuning
 
@@ -192,6 +192,11 @@ class _Reader:
             self.read = read
 
 
+def _snapshot_read(db: rocksdict.Rdict) -> Callable[[Sequence[bytes]], list[bytes | None]]:
+    """Reads of ``keys`` from a snapshot taken when they are asked (only when some missed)."""
+    return lambda keys: SnapshotReader(db.snapshot(), Position()).get_many(keys)
+
+
 def _through_hot_keys(db: rocksdict.Rdict, admit_all: bool) -> Callable[[list[bytes]], list[bytes | None]]:
     """Reads as ``store.replica`` makes them: the hot-key cache under a lock, then a snapshot."""
     lock = threading.Condition()
@@ -201,15 +206,11 @@ def _through_hot_keys(db: rocksdict.Rdict, admit_all: bool) -> Callable[[list[by
     def read(keys: list[bytes]) -> list[bytes | None]:
         with lock:
             cached = cache.lookup(keys)
-        missing = [i for i, value in enumerate(cached) if value is MISS]
-        if missing:
-            missing_keys = [keys[i] for i in missing]
-            fetched = SnapshotReader(db.snapshot(), Position()).get_many(missing_keys)
-            for i, value in zip(missing, fetched, strict=True):
-                cached[i] = value
+        values, missing_keys, fetched = read_misses(keys, cached, _snapshot_read(db))
+        if missing_keys:
             with lock:
                 cache.offer(missing_keys, fetched, len(keys))
-        return cached  # type: ignore[return-value]  # every MISS was replaced above
+        return values
 
     return read
 

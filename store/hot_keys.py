@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import itertools
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 MISS = object()
 """What :meth:`HotKeyCache.lookup` answers for a key it does not hold."""
@@ -94,3 +94,19 @@ class HotKeyCache:
 
     def clear(self) -> None:
         self._entries.clear()
+
+
+def read_misses(
+    keys: Sequence[bytes], cached: list[object], read: Callable[[Sequence[bytes]], list[bytes | None]]
+) -> tuple[list[bytes | None], list[bytes], list[bytes | None]]:
+    """Complete a :meth:`HotKeyCache.lookup` answer: ``read`` the keys it missed and put their
+    values in place. Returns the values of every key, in order, and the keys read with their values
+    (to :meth:`HotKeyCache.offer`; empty when all hit)."""
+    missing = [i for i, value in enumerate(cached) if value is MISS]
+    if not missing:
+        return cached, [], []  # type: ignore[return-value]  # no MISS left: values only
+    missing_keys = [keys[i] for i in missing]
+    fetched = read(missing_keys)
+    for i, value in zip(missing, fetched, strict=True):
+        cached[i] = value
+    return cached, missing_keys, fetched  # type: ignore[return-value]  # every MISS was replaced

@@ -28,7 +28,7 @@ from store.exceptions import (
     StoreWriteError,
 )
 from store.history import HistoryRecorder, floor_from
-from store.hot_keys import MISS, HotKeyCache
+from store.hot_keys import HotKeyCache, read_misses
 from store.indexes import STATE_PREFIX, IndexSpec, index_changes, parse_states, state_entry
 from store.position import Position
 from store.protocol import MAX_SCAN_LIMIT, MemoryUsage, ScanPage
@@ -478,14 +478,10 @@ class _CachedReader:
         cached = replica.cache_lookup(self._generation, keys)
         if cached is None:
             return self._reader.get_many(keys)
-        missing = [i for i, value in enumerate(cached) if value is MISS]
-        if missing:
-            missing_keys = [keys[i] for i in missing]
-            fetched = self._reader.get_many(missing_keys)
-            for i, value in zip(missing, fetched, strict=True):
-                cached[i] = value
+        values, missing_keys, fetched = read_misses(keys, cached, self._reader.get_many)
+        if missing_keys:
             replica.cache_fill(self._generation, missing_keys, fetched, len(keys))
-        return cached  # type: ignore[return-value]  # every MISS was replaced above
+        return values
 
     def prefix_scan(self, prefix: bytes, *, after: bytes | None = None, limit: int = 1000) -> ScanPage:
         return self._reader.prefix_scan(prefix, after=after, limit=limit)

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import itertools
 import random
+from collections.abc import Sequence
 
-from store.hot_keys import ADMIT_ALL_UP_TO, ADMIT_STRIDE, MISS, HotKeyCache
+from store.hot_keys import ADMIT_ALL_UP_TO, ADMIT_STRIDE, MISS, HotKeyCache, read_misses
 
 
 def _keys(n: int, prefix: str = "k") -> list[bytes]:
@@ -117,3 +118,22 @@ def test_every_miss_of_a_large_batch_has_the_same_chance_including_across_the_wr
     assert all(40 <= count <= 180 for count in admitted.values()), sorted(admitted.values())[:5]
     assert admitted[batch[0]] > 0
     assert admitted[batch[-1]] > 0
+
+
+def test_read_misses_reads_only_the_missed_keys_and_fills_them_in_place() -> None:
+    cache = HotKeyCache(10)
+    cache.offer([b"a"], [b"A"])
+    asked: list[list[bytes]] = []
+
+    def read(keys: Sequence[bytes]) -> list[bytes | None]:
+        asked.append(list(keys))
+        return [None if key == b"gone" else key.upper() for key in keys]
+
+    keys = [b"b", b"a", b"gone"]
+    values, missing_keys, fetched = read_misses(keys, cache.lookup(keys), read)
+    assert values == [b"B", b"A", None]
+    assert (missing_keys, fetched) == ([b"b", b"gone"], [b"B", None])
+    assert asked == [[b"b", b"gone"]]
+    values, missing_keys, fetched = read_misses([b"a"], cache.lookup([b"a"]), read)
+    assert (values, missing_keys, fetched) == ([b"A"], [], [])
+    assert len(asked) == 1  # all hit: nothing read
