@@ -13,7 +13,7 @@ Two bare confluent-kafka consumers, each only counting the records:
   it looks up each partition's leader before assigning: without that, librdkafka waits 500 ms
   before its first fetch, which would count against the baseline and not the store.
 - ``bare-max``: given everything the store's consumers get: the same librdkafka settings
-  (``store.kafka.consumer_config``), the same polling (take what is queued, wait for one message
+  (``store.kafka.client.consumer_config``), the same polling (take what is queued, wait for one message
   only when nothing is), the same end rule (a partition is done once its records reach the high
   watermark of its last fetch, or it reports its end), and the same garbage-collector threshold.
   What this project learned about consuming fast, applied to the baseline too.
@@ -43,8 +43,8 @@ from ktables import KafkaTable
 
 from service.local_broker import LocalBroker
 from store import Store, StoreConfig, StoreTuning
-from store.gc_pacing import fewer_collections
-from store.kafka import consumer_config
+from store.kafka.client import consumer_config
+from store.lifecycle.gc_pacing import fewer_collections
 
 TOPIC = "bootstrap-bench"
 PARTITIONS = 3

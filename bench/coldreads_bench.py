@@ -4,7 +4,7 @@ Every variant holds the same table (``--records`` keys of ``bench/scale_data.py`
 MD5 keys, ~105-byte JSON values), built the way a bulk restore builds it: chunks of 250,000
 records in random key order, each sorted and written as an SST file, ingested one after the other
 with compactions deferred, then compactions resumed and waited for. Reads are 1,000-key
-``get_many`` calls of ``store.engine.SnapshotReader`` (the store's read path below its hot-key
+``get_many`` calls of ``store.table.engine.SnapshotReader`` (the store's read path below its hot-key
 cache) on keys never asked before (``FreshKeys``), after a warm-up of ``--warm`` batches that fills
 the block cache as far as it goes. Variants:
 
@@ -22,7 +22,7 @@ the block cache as far as it goes. Variants:
   256 MiB, e.g. ``cache-2g``), ``multiget`` (``Rdict.get(list)``,
   RocksDB's batched MultiGet with the GIL released, instead of one snapshot lookup per key);
   ``hotkeys`` and ``hotkeys-admit-all``: ``now`` read through the store's hot-key cache
-  (``store.hot_keys``, 200,000 entries) as the store does, with its admission of large batches'
+  (``store.table.hot_keys``, 200,000 entries) as the store does, with its admission of large batches'
   misses and admitting every miss: what the cache costs reads of keys it does not hold.
 
 Reported per variant: keys/s (variants alternate, ``--rounds`` times ``--seconds`` each; median),
@@ -54,9 +54,10 @@ import rocksdict
 from bench.scale_data import BATCH, FreshKeys, key, value
 from bench.scale_support import MIB
 from store import Position
-from store.engine import Engine, SnapshotReader, _options, directory_size
-from store.hot_keys import HotKeyCache, read_misses
-from store.restore_worker import last_per_key_order, table_options
+from store.kafka.restore_worker import last_per_key_order
+from store.table.engine import Engine, SnapshotReader, _options, directory_size
+from store.table.hot_keys import HotKeyCache, read_misses
+from store.table_format import table_options
 from store.tuning import RocksDBOptions, StoreTuning
 
 CHUNK = 250_000
@@ -198,7 +199,7 @@ def _snapshot_read(db: rocksdict.Rdict) -> Callable[[Sequence[bytes]], list[byte
 
 
 def _through_hot_keys(db: rocksdict.Rdict, admit_all: bool) -> Callable[[list[bytes]], list[bytes | None]]:
-    """Reads as ``store.replica`` makes them: the hot-key cache under a lock, then a snapshot."""
+    """Reads as ``store.table.replica`` makes them: the hot-key cache under a lock, then a snapshot."""
     lock = threading.Condition()
     capacity = StoreTuning().read_cache_entries
     cache = HotKeyCache(capacity, admit_all_up_to=capacity) if admit_all else HotKeyCache(capacity)

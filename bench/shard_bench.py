@@ -179,7 +179,7 @@ def _restore_rate(bootstrap: str, topic: str, state_dir: Path, checked: bool) ->
 
 def _check_seconds() -> float:
     """Seconds the check takes on one full poll (10,000 records, a sample of 1,024 checked)."""
-    from store.records import RecordBatch  # noqa: PLC0415
+    from store.kafka.batch import RecordBatch  # noqa: PLC0415
 
     batch = RecordBatch.collecting(False, with_partitions=True)
     batch.keys = [_key(i) for i in range(10_000)]

@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from store import Position
-from store.engine import Engine, SnapshotReader
+from store.table.engine import Engine, SnapshotReader
+from store.table.verifier import Verifier, VerifyStep
 from store.tuning import MaintenanceTuning, RocksDBOptions
-from store.verifier import Verifier, VerifyStep
 
 
 def _unchecked_get_many(snapshot: Any, keys: Sequence[bytes]) -> list[bytes | None]:

@@ -1,4 +1,4 @@
-"""A record source whose Kafka client runs in a child process (``store/consumer_process.py``).
+"""A record source whose Kafka client runs in a child process (``store/kafka/consumer_process.py``).
 
 A crash inside librdkafka (it has crashed with SIGSEGV on a topic deleted under an assigned
 consumer) then ends the child, never the process that serves reads: the source raises
@@ -13,17 +13,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
-from store.children import ChildProcess, describe_exit
-from store.kafka import TopicInfo, TransientSourceError, admin_config, consumer_config
-from store.kafka_log import KafkaLog
-from store.pipes import MessageReader, write_message
-from store.records import KafkaErrorReport, Poll
+from store.kafka.batch import KafkaErrorReport
+from store.kafka.children import ChildProcess, describe_exit
+from store.kafka.client import TopicInfo, TransientSourceError, admin_config, consumer_config
+from store.kafka.log import KafkaLog
+from store.kafka.pipes import MessageReader, write_message
+from store.kafka.polls import Poll
 from store.tuning import ConsumerTuning
 
-_SCRIPT = Path(__file__).with_name("consumer_process.py")
+_MODULE = "store.kafka.consumer_process"
 # How much longer than a request's own timeout the child may take to answer before it is taken
 # for hung, killed and replaced: a loaded machine can pause a process for seconds.
 _ANSWER_MARGIN_SECONDS = 30.0
@@ -60,7 +60,7 @@ class ChildConsumerSource:
         self._always_metas = always_metas
         self._asked_ahead = False  # a poll is asked and not yet answered
         self._held: Poll | None = None  # a poll answered and not yet taken
-        self._process = ChildProcess(_SCRIPT)
+        self._process = ChildProcess(_MODULE)
         self._answers = MessageReader(self._process.stdout.fileno())
         self._send(
             {

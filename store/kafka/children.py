@@ -1,4 +1,4 @@
-"""Child processes of the store: scripts of this package run as ``python -P script``.
+"""Child processes of the store: modules of ``store.kafka`` run as ``python -P -m module``.
 
 The Kafka client runs in them (the bulk restore's workers, the steady-state consumer), so that a
 crash inside it ends a child, never the process that serves reads. A child gets its job on stdin,
@@ -19,7 +19,6 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import IO
 
 _started: set[int] = set()  # pids of children started here and not yet waited for
@@ -28,31 +27,18 @@ _reaper_started = threading.Event()
 _REAP_INTERVAL_SECONDS = 1.0
 
 
-# Runs a script of this package with ``store`` a bare package (its ``__init__`` not run), so the
-# script imports only the modules it names (leaf modules: ``store.records``, ``store.pipes``) and
-# the child starts without the package's dependencies.
-_BOOTSTRAP = (
-    "import runpy, sys, types\n"
-    "package = types.ModuleType('store')\n"
-    "package.__path__ = [sys.argv[1]]\n"
-    "sys.modules['store'] = package\n"
-    "script = sys.argv[2]\n"
-    "sys.argv = sys.argv[2:]\n"
-    "runpy.run_path(script, run_name='__main__')\n"
-)
-
-
-def script_command(script: Path) -> list[str]:
-    """The command that runs ``script`` (a file of this package) as a child does."""
+def module_command(module: str) -> list[str]:
+    """The command that runs ``module`` (a module of this package, as ``store.kafka.consumer_process``)
+    as a child does: ``python -P -m module``, the parent's ``sys.path`` given in ``PYTHONPATH``."""
     # -P: the current directory stays off the child's sys.path.
-    return [sys.executable, "-P", "-c", _BOOTSTRAP, str(script.parent), str(script)]
+    return [sys.executable, "-P", "-m", module]
 
 
 class ChildProcess:
-    """A script of this package (``script``: its file) in a child process and process group of
-    its own, with pipes to its stdin and from its stdout; stderr is this process's."""
+    """A module of this package (``module``: its dotted name) in a child process and process group
+    of its own, with pipes to its stdin and from its stdout; stderr is this process's."""
 
-    def __init__(self, script: Path) -> None:
+    def __init__(self, module: str) -> None:
         env = {
             **os.environ,
             "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
@@ -62,7 +48,7 @@ class ChildProcess:
         }
         with _started_lock:  # registered before the reaper can see it exit
             self.process = subprocess.Popen(
-                script_command(script),
+                module_command(module),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 env=env,

@@ -14,7 +14,8 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
-from store.records import KafkaErrorReport, describe
+from store.kafka.batch import KafkaErrorReport
+from store.kafka.calls import describe
 
 logger = logging.getLogger(__name__)
 
@@ -122,7 +123,7 @@ class TopicWatch:
 
 
 def new_consumer(store_name: str, kafka: Mapping[str, Any], on_error: Any, logger: Any) -> Consumer:
-    """A consumer for the store; ``logger`` takes librdkafka's log lines (``store.kafka_log``)."""
+    """A consumer for the store; ``logger`` takes librdkafka's log lines (``store.kafka.log``)."""
     config = consumer_config(store_name, kafka)
     config["error_cb"] = on_error
     config["logger"] = logger

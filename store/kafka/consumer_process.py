@@ -1,11 +1,11 @@
-"""The store's Kafka client in a child process (started by ``store.children.ChildProcess``).
+"""The store's Kafka client in a child process (started by ``store.kafka.children.ChildProcess``).
 
 librdkafka has crashed its whole process (SIGSEGV) when the topic a consumer was assigned was
 deleted. Here such a crash ends only this process: the store keeps serving its last good copy and
-starts another one (``store.child_source``). The consumer and the admin client (topic metadata)
+starts another one (``store.kafka.child_source``). The consumer and the admin client (topic metadata)
 both live here; the store's process holds no Kafka client of its own.
 
-The store writes requests to stdin and reads answers from stdout, as frames (``store.pipes``) of
+The store writes requests to stdin and reads answers from stdout, as frames (``store.kafka.pipes``) of
 tuples ``(kind, *values)``. The first message is the job: a dict with ``consumer_config`` and
 ``admin_config`` (credentials included, hence never on the command line), ``topic``,
 ``poll_max_records`` and ``poll_timeout_seconds``. Every request gets one answer, in order, after
@@ -19,15 +19,14 @@ request                            answer
 ``("list_offsets", parts, t)``     ``("offsets", {partition: (first, end)})``
 ``("assign", {p: offset})``        ``("done",)``
 ``("add_partitions", [p])``        ``("done",)``
-``("poll", metas, partitions)``     ``("polled", poll fields)`` (``store.records.Poll.fields``)
+``("poll", metas, partitions)``     ``("polled", poll fields)`` (``store.kafka.polls.Poll.fields``)
 any                                ``("failed", text)`` when the Kafka client raised
 =================================  ===============================================================
 
 It exits when its stdin ends: the store closed it, or the store's process is gone.
 
-Run as a child (``store.children``: the ``store`` package bare, its ``__init__`` not run) it
-imports nothing of ours but the leaf modules ``store/records.py`` and ``store/pipes.py``, so it
-starts without the package's dependencies.
+Run as a child (``python -m store.kafka.consumer_process``, see ``store.kafka.children``) it imports
+only ``store.kafka`` and the store's shared leaves, never the table (RocksDB) nor the lifecycle.
 """
 
 from __future__ import annotations
@@ -38,7 +37,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from store import pipes, records
+from store.kafka import calls, pipes, polls
 
 _STDIN, _STDOUT = 0, 1
 _MAX_HELD_LINES = 1_000  # log lines and client errors held between two answers; more are dropped
@@ -88,16 +87,16 @@ class _Client:
     def answer(self, request: tuple[Any, ...]) -> tuple[Any, ...]:
         kind, *values = request
         if kind == "poll":
-            messages = records.poll(self.consumer, self.max_records, self.timeout)
-            highs = records.cached_high_watermarks(self.consumer, self.topic, self.partitions)
-            return ("polled", records.Poll.of(messages, values[0], highs, values[1]).fields())
+            messages = calls.poll(self.consumer, self.max_records, self.timeout)
+            highs = calls.cached_high_watermarks(self.consumer, self.topic, self.partitions)
+            return ("polled", polls.Poll.of(messages, values[0], highs, values[1]).fields())
         if kind == "describe":
-            described = records.describe(self.admin, self.topic, values[0])
+            described = calls.describe(self.admin, self.topic, values[0])
             self.admin.poll(0)  # serves the admin client's log lines
             return ("missing",) if described is None else ("described", *described)
         if kind == "list_offsets":
             partitions, timeout = values
-            return ("offsets", records.list_offsets(self.consumer, self.topic, partitions, timeout))
+            return ("offsets", calls.list_offsets(self.consumer, self.topic, partitions, timeout))
         if kind == "assign":
             starts: dict[int, int] = values[0]
             self.consumer.assign([TopicPartition(self.topic, p, offset) for p, offset in starts.items()])

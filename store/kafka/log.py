@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from store.records import KafkaErrorReport
+from store.kafka.batch import KafkaErrorReport
 
 INTERVAL_SECONDS = 60.0
 

@@ -4,7 +4,7 @@ A frame is the length of a pickle (4 bytes, big-endian), then the pickle of plai
 lists, dicts, bytes, numbers, text). One writer per pipe, frames of any size.
 
 A leaf module: it imports nothing of this package, so the consumer process
-(``store/consumer_process.py``) imports it without the package's dependencies.
+(``store/kafka/consumer_process.py``) imports it without the package's dependencies.
 """
 
 from __future__ import annotations

@@ -1,23 +1,22 @@
-"""A bulk restore's worker processes, started as ``python -P .../store/restore_worker.py``.
+"""A bulk restore's worker processes, started as ``python -m store.kafka.restore_worker``.
 
 Each worker consumes its share of a topic's partitions itself, from the offsets it is given until
 it has caught up with them, and writes what it read as SST files, one per chunk of records: the
 last record of each key in the chunk, in byte order (tombstones as deletes). The parent ingests
 the files in the order each worker wrote them, recording each chunk's offsets with it.
 
-The process started reads a pickled list of jobs (dicts, see ``store.bulkload``) from stdin,
+The process started reads a pickled list of jobs (dicts, see ``store.lifecycle.bulkload``) from stdin,
 imports what the workers need once, and forks one worker per job: importing numpy and
 confluent-kafka in every worker cost as much CPU as restoring a few hundred thousand records. It is
 single-threaded when it forks (no consumer exists in it yet). Workers write their events
-(``store.records``: a chunk written, a Kafka error for the parent to decide about, caught up,
+(``store.kafka.frames``: a chunk written, a Kafka error for the parent to decide about, caught up,
 failed) to stdout as frames, each in one atomic write, so frames of different workers never
 interleave.
 
 A plain child process rather than ``multiprocessing``: it never re-imports the embedding
-application's ``__main__``. Run as a child (``store.children``: the ``store`` package bare, its
-``__init__`` not run) it imports nothing of ours but the leaf module ``store/records.py``, so it
-starts without the package's dependencies. Workers stop when their parent goes away, which stops
-when the store's process does.
+application's ``__main__``. It imports only ``store.kafka`` and the store's shared leaves (the SST
+table format of ``store.table_format``), never the table nor the lifecycle. Workers stop when their
+parent goes away, which stops when the store's process does.
 """
 
 from __future__ import annotations
@@ -37,42 +36,22 @@ import numpy as np
 import rocksdict
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from store import records
+from store.kafka.batch import KafkaErrorReport, RecordBatch
+from store.kafka.calls import cached_high_watermarks, list_offsets, poll
+from store.kafka.catchup import CatchUp, PartitionCatchUp
+from store.kafka.frames import ChunkWritten, WorkerCaughtUp, WorkerEvent, WorkerFailed, WorkerLog, write_frame
+from store.table_format import compression, table_options
 
 # Longer keys are ordered by Python's sort: padding every key of a chunk to the longest would
 # cost more than it saves.
 _NUMPY_MAX_KEY_BYTES = 64
 
 
-# Bits per key of the tables' bloom filters (about 1% false positives).
-BLOOM_BITS_PER_KEY = 10
-# Uncompressed size of a data block. A point read whose block is not cached reads, checksums
-# and decompresses a whole block: at half RocksDB's 4 KiB, a cold read of a 10M-record table
-# costs 13% less (5% less with the table cached) for 9% more disk (docs/benchmarks.md, issue 19).
-DATA_BLOCK_BYTES = 2048
-
-
-def table_options(block_cache: rocksdict.Cache | None = None) -> rocksdict.BlockBasedOptions:
-    """The block-based table format of a store's table, for the database (``store.engine``, which
-    gives its block cache) and for the SST files the workers write: ingested files are read like
-    the database's own. Defined here because the workers import nothing of ours.
-
-    Whole-key bloom filters let a point read skip a file without searching its index: after a
-    bulk restore, level 0 holds one overlapping file per chunk until it is compacted.
-    """
-    table = rocksdict.BlockBasedOptions()
-    if block_cache is not None:
-        table.set_block_cache(block_cache)
-    table.set_bloom_filter(BLOOM_BITS_PER_KEY, False)
-    table.set_block_size(DATA_BLOCK_BYTES)
-    return table
-
-
 def _sst_options() -> rocksdict.Options:
-    # The database's own compression and table format (store.engine): ingested files need no
-    # rewrite to match, and reads skip them by their filters.
+    # The database's own compression and table format (store.table_format): ingested files need
+    # no rewrite to match, and reads skip them by their filters.
     options = rocksdict.Options(raw_mode=True)
-    options.set_compression_type(rocksdict.DBCompressionType.lz4())
+    options.set_compression_type(compression())
     options.set_block_based_table_factory(table_options())
     return options
 
@@ -153,9 +132,8 @@ class _Restore:
         self.events = events
         self.topic: str = job["topic"]
         self.starts: dict[int, int] = job["starts"]
-        self.catch_up = records.CatchUp(
-            records.PartitionCatchUp(partition, next_offset)
-            for partition, next_offset in job["next_offsets"].items()
+        self.catch_up = CatchUp(
+            PartitionCatchUp(partition, next_offset) for partition, next_offset in job["next_offsets"].items()
         )
         self.placement = job.get("placement")  # (the producers' partitioner, the partition count)
         self.batch = self._new_batch()
@@ -163,38 +141,38 @@ class _Restore:
         self.chunks = 0
         config = dict(job["consumer_config"])
         config["error_cb"] = self._on_client_error
-        config["logger"] = self  # librdkafka's lines go to the store (store.kafka_log), never raw to stderr
+        config["logger"] = self  # librdkafka's lines go to the store (store.kafka.log), never raw to stderr
         self.consumer = Consumer(config)
 
-    def emit(self, event: records.WorkerEvent) -> None:
-        records.write_frame(self.events, self.number, event)
+    def emit(self, event: WorkerEvent) -> None:
+        write_frame(self.events, self.number, event)
 
     def _on_client_error(self, error: KafkaError) -> None:
-        self.emit(records.KafkaErrorReport.of(error, None))
+        self.emit(KafkaErrorReport.of(error, None))
 
     def log(self, level: int, _format: str, facility: str, _client: str, text: str, *_rest: Any) -> None:
         """The ``logger`` interface confluent-kafka calls."""
-        self.emit(records.WorkerLog(level, facility, text))
+        self.emit(WorkerLog(level, facility, text))
 
     def run(self) -> None:
         consumer, topic, catch_up = self.consumer, self.topic, self.catch_up
         partitions = sorted(self.starts)
-        records.list_offsets(consumer, topic, partitions, timeout=10)  # looks the leaders up first
+        list_offsets(consumer, topic, partitions, timeout=10)  # looks the leaders up first
         consumer.assign([TopicPartition(topic, p, self.starts[p]) for p in partitions])
         poll_max, poll_timeout = self.job["poll_max_records"], self.job["poll_timeout_seconds"]
         while not catch_up.done:
             if os.getppid() != self.parent:
                 return  # the parent is gone: nobody will ingest what this worker writes
-            for report in self.batch.add(records.poll(consumer, poll_max, poll_timeout)):
+            for report in self.batch.add(poll(consumer, poll_max, poll_timeout)):
                 if report.end_of_partition:
                     catch_up.ended([report.partition])  # type: ignore[list-item]  # a fetch event has one
                 else:
                     self.emit(report)
             catch_up.read(self.batch.next_offsets)
-            catch_up.saw_high_watermarks(records.cached_high_watermarks(consumer, topic, partitions))
+            catch_up.saw_high_watermarks(cached_high_watermarks(consumer, topic, partitions))
             if self._chunk_due(poll_max):
                 self._write_chunk()
-        self.emit(records.WorkerCaughtUp(catch_up.next_offsets()))
+        self.emit(WorkerCaughtUp(catch_up.next_offsets()))
 
     def _chunk_due(self, poll_max: int) -> bool:
         """Whether the chunk is full, or holds at least as many records as are left to read."""
@@ -205,8 +183,8 @@ class _Restore:
         unread = catch_up.unread
         return size >= self.job["chunk_records"] or catch_up.done or (size >= poll_max and 0 < unread <= size)
 
-    def _new_batch(self) -> records.RecordBatch:
-        return records.RecordBatch.collecting(False, with_partitions=self.placement is not None)
+    def _new_batch(self) -> RecordBatch:
+        return RecordBatch.collecting(False, with_partitions=self.placement is not None)
 
     def _write_chunk(self) -> None:
         batch, self.batch = self.batch, self._new_batch()
@@ -215,9 +193,7 @@ class _Restore:
         placement = batch.placement(*self.placement) if self.placement is not None else None
         written = write_sst(path, batch.keys, batch.values)
         checked = (placement.checked, placement.misplaced, placement.example) if placement else (0, 0, None)
-        self.emit(
-            records.ChunkWritten(written, dict(batch.next_offsets), len(batch), batch.null_keys, *checked)
-        )
+        self.emit(ChunkWritten(written, dict(batch.next_offsets), len(batch), batch.null_keys, *checked))
 
     def close(self) -> None:
         self.consumer.close()
@@ -235,7 +211,7 @@ def run_worker(number: int, job: dict[str, Any], events: int) -> int:
         return 1  # the parent stopped reading
     except Exception as exc:  # reported to the parent, which retries the session
         with contextlib.suppress(OSError):
-            records.write_frame(events, number, records.WorkerFailed(f"{type(exc).__name__}: {exc}"))
+            write_frame(events, number, WorkerFailed(f"{type(exc).__name__}: {exc}"))
         return 1
     finally:
         if restore is not None:
@@ -294,9 +270,7 @@ def _fork_and_wait(jobs: list[dict[str, Any]], events: int, parent: int, workers
             if status != 0:
                 # A worker that reported its failure says so again here: the first word counts.
                 with contextlib.suppress(OSError):
-                    records.write_frame(
-                        events, number, records.WorkerFailed(f"the worker exited with status {status}")
-                    )
+                    write_frame(events, number, WorkerFailed(f"the worker exited with status {status}"))
             continue
         if os.getppid() != parent:  # the store's process is gone: nobody ingests these files
             return

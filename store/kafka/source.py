@@ -1,11 +1,11 @@
 """Where the materializer's poll-and-apply step takes its records from.
 
-The step (``store.apply_loop``) sees only a :class:`RecordSource`: polls of records with the fetch
-events and high watermarks that came with them (``store.records.Poll``), and the topic's metadata.
-``store.child_source.ChildConsumerSource`` runs the Kafka client in a child process, so that a
+The step (``store.lifecycle.apply_loop``) sees only a :class:`RecordSource`: polls of records with the fetch
+events and high watermarks that came with them (``store.kafka.batch.Poll``), and the topic's metadata.
+``store.kafka.child_source.ChildConsumerSource`` runs the Kafka client in a child process, so that a
 crash inside it cannot take the reads with it (the default); :class:`ConsumerSource` runs it in the
 store's own process (``ConsumerTuning.consumer_in_child_process`` off). The catch-up bookkeeping
-(``store.records.CatchUp``) does not depend on where polls come from.
+(``store.kafka.batch.CatchUp``) does not depend on where polls come from.
 """
 
 from __future__ import annotations
@@ -15,9 +15,11 @@ from typing import Any, Protocol
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 
-from store.kafka import TopicInfo, TransientSourceError, describe_topic, new_admin, new_consumer
-from store.kafka_log import KafkaLog
-from store.records import KafkaErrorReport, Poll, cached_high_watermarks, list_offsets, poll
+from store.kafka.batch import KafkaErrorReport
+from store.kafka.calls import cached_high_watermarks, list_offsets, poll
+from store.kafka.client import TopicInfo, TransientSourceError, describe_topic, new_admin, new_consumer
+from store.kafka.log import KafkaLog
+from store.kafka.polls import Poll
 
 
 class RecordSource(Protocol):

@@ -14,14 +14,16 @@ import threading
 import time
 from collections.abc import Callable
 
-from store.config import StoreConfig
-from store.gc_pacing import fewer_collections
-from store.kafka import RebuildRequired, TopicWatch
-from store.progress import Every, Progress, Reporter
-from store.records import CatchUp, PartitionCatchUp
-from store.source import RecordSource
+from store.kafka.catchup import CatchUp, PartitionCatchUp
+from store.kafka.client import RebuildRequired, TopicWatch
+from store.kafka.source import RecordSource
+from store.lifecycle.config import StoreConfig
+from store.lifecycle.gc_pacing import fewer_collections
+from store.lifecycle.progress import Progress
+from store.lifecycle.reporter import Reporter
+from store.lifecycle.timing import Every
+from store.lifecycle.writer import StoreCopies, check_written_copy
 from store.state import StoreState
-from store.writer import StoreCopies, check_written_copy
 
 
 class ApplyLoop:

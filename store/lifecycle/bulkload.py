@@ -12,9 +12,9 @@ Within a chunk the last record per key wins; a worker's files are ingested in th
 them, so later files win. Tombstones become deletes in the file, so they also remove keys written
 by earlier chunks. A chunk's offsets are recorded only after its file is ingested. Re-ingesting a
 chunk after a crash (its offsets had not been persisted) is harmless: replaying the same records
-from the same offsets ends in the same table. See ``store/restore_worker.py`` for the worker.
+from the same offsets ends in the same table. See ``store/kafka/restore_worker.py`` for the worker.
 
-:class:`BulkRestore` runs the worker processes and reads their events (``store.records``);
+:class:`BulkRestore` runs the worker processes and reads their events (``store.kafka.batch``);
 :class:`BulkPhase` is the materializer's side of one bulk restore: it ingests each chunk into the
 copy being written and moves each partition's catch-up.
 """
@@ -33,27 +33,21 @@ from typing import IO, Any
 
 from confluent_kafka import OFFSET_BEGINNING
 
-from store.children import ChildProcess
-from store.config import StoreConfig
 from store.exceptions import StoreClosedError, StoreWriteError
-from store.gc_pacing import fewer_collections
-from store.kafka import consumer_config
-from store.progress import Every, Reporter
-from store.records import (
-    CatchUp,
-    ChunkWritten,
-    KafkaErrorReport,
-    Placer,
-    WorkerCaughtUp,
-    WorkerFailed,
-    WorkerLog,
-    read_frame,
-)
+from store.kafka.batch import KafkaErrorReport, Placer
+from store.kafka.catchup import CatchUp
+from store.kafka.children import ChildProcess
+from store.kafka.client import consumer_config
+from store.kafka.frames import ChunkWritten, WorkerCaughtUp, WorkerFailed, WorkerLog, read_frame
+from store.lifecycle.config import StoreConfig
+from store.lifecycle.gc_pacing import fewer_collections
+from store.lifecycle.reporter import Reporter
+from store.lifecycle.timing import Every
+from store.lifecycle.writer import TableWriter, check_written_copy
 from store.state import RestoreMode
 from store.tuning import ConsumerTuning, RestoreTuning
-from store.writer import TableWriter, check_written_copy
 
-_WORKER_SCRIPT = Path(__file__).with_name("restore_worker.py")
+_WORKER_MODULE = "store.kafka.restore_worker"
 
 
 class BulkLoadError(RuntimeError):
@@ -137,7 +131,7 @@ class BulkRestore:
             directory.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise BulkLoadError(f"cannot create the bulk-load directory {directory}: {exc}") from exc
-        self._process = ChildProcess(_WORKER_SCRIPT)
+        self._process = ChildProcess(_WORKER_MODULE)
         try:
             # The jobs go through the pipe, never the command line: they hold credentials.
             pickle.dump(jobs, self._process.stdin, protocol=pickle.HIGHEST_PROTOCOL)

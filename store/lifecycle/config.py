@@ -7,9 +7,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
 
-from store.history import HistorySpec
-from store.indexes import IndexSpec
-from store.sharding import StoreSharding
+from store.lifecycle.sharding import StoreSharding
+from store.table.history import HistorySpec
+from store.table.indexes import IndexSpec
 from store.tuning import StoreTuning
 
 

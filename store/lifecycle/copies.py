@@ -3,13 +3,13 @@
 A store has one copy (a ``Replica``) that readers read and the materializer writes. While it
 rebuilds from a READY state it has two: readers keep the last good copy (``db/``) until the new one
 (``db.rebuilding/``) is READY and replaces it. Every state change goes through one checked
-transition (``StoreState.can_become``). Implements ``store.writer.StoreCopies`` for the
-materializer and ``store.verifier.VerifyTarget`` for the background verification.
+transition (``StoreState.can_become``). Implements ``store.lifecycle.writer.StoreCopies`` for the
+materializer and ``store.table.verifier.VerifyTarget`` for the background verification.
 
 A read of a copy that fails for any reason but "not found" (corruption, I/O error), whether a
 reader's, the materializer's or the verifier's, marks that copy corrupt: it answers no read any
-more, and if it is the written copy the materializer rebuilds it (``store.writer.check_written_copy``),
-beside the served one if the store was READY.
+more, and if it is the written copy the materializer rebuilds it
+(``store.lifecycle.writer.check_written_copy``), beside the served one if the store was READY.
 """
 
 from __future__ import annotations
@@ -22,16 +22,16 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from store.config import StoreConfig
-from store.corruption import CorruptionReport, FoundBy, drop_engine_references, log_corruption_found
-from store.engine import destroy
 from store.exceptions import InvalidTransitionError, StoreClosedError, StoreReadError, StoreWriteError
-from store.listeners import ListenedCondition
+from store.lifecycle.config import StoreConfig
+from store.lifecycle.listeners import ListenedCondition
 from store.position import Position
-from store.protocol import MemoryUsage, ReadOnlyKeyValueStore
-from store.replica import Replica
+from store.protocol import CorruptionReport, FoundBy, MemoryUsage, ReadOnlyKeyValueStore
 from store.state import StoreState
-from store.verifier import VerifyStep
+from store.table.corruption import drop_engine_references, log_corruption_found
+from store.table.engine import destroy
+from store.table.replica import Replica
+from store.table.verifier import VerifyStep
 
 logger = logging.getLogger(__name__)
 
@@ -330,7 +330,7 @@ class Copies:
         return serving.engine.column_families if serving is not None else ()
 
     def verify_step(self, family: str, start: bytes | None, max_entries: int) -> VerifyStep | None:
-        """Verify one page of the served copy (``store.verifier``); ``None`` if there is no healthy
+        """Verify one page of the served copy (``store.table.verifier``); ``None`` if there is no healthy
         copy to verify now. A failed read marks the copy corrupt."""
         with self.changed:
             replica = self._serving

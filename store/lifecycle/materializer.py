@@ -1,23 +1,23 @@
 """The materializer: one thread that keeps a store equal to its topic.
 
 Each *session* validates the stored offsets against the topic, samples the end offsets, and
-reads: first in bulk (``store.bulkload``: worker processes write SST files) while many records are
-left to restore, then record by record (``store.apply_loop``: each poll one atomic write of
+reads: first in bulk (``store.lifecycle.bulkload``: worker processes write SST files) while many records are
+left to restore, then record by record (``store.lifecycle.apply_loop``: each poll one atomic write of
 records, tombstones and the next offset of every partition read). The store is READY once every
-partition is caught up (``store.records.CatchUp``): it reported end-of-partition, or was read up
+partition is caught up (``store.kafka.batch.CatchUp``): it reported end-of-partition, or was read up
 to the high watermark that fetch responses carry. The ListOffsets answer sampled at start is only
 a lower bound for the restore target (some brokers answer it too low).
 
-A session reads through a record source (``store.source``): by default the Kafka client runs in
-a child process (``store.child_source``), so that a crash inside it cannot stop the reads.
+A session reads through a record source (``store.kafka.source``): by default the Kafka client runs in
+a child process (``store.kafka.child_source``), so that a crash inside it cannot stop the reads.
 
 Problems end a session and decide what comes next (:meth:`Materializer._run`): stored offsets
 no longer valid, or the written copy found corrupt → rebuild from the earliest offsets; the
-volume refuses writes → the reaction to that kind of refusal (``store.write_errors``: wait for
+volume refuses writes → the reaction to that kind of refusal (``store.lifecycle.write_errors``: wait for
 space, retry, or FAILED after an I/O error that does not pass); the Kafka client's process died
 → one line, and another after a backoff; a broker or topic problem → retry with backoff. Reads go
 on meanwhile from the copy as it is. The thread never dies of these. It writes through the
-store's copies (``store.writer``), never through ``Store``.
+store's copies (``store.lifecycle.writer``), never through ``Store``.
 """
 
 from __future__ import annotations
@@ -29,10 +29,6 @@ import time
 
 from confluent_kafka import OFFSET_BEGINNING
 
-from store.apply_loop import ApplyLoop
-from store.bulkload import BulkPhase
-from store.child_source import ChildConsumerSource, SourceCrashedError
-from store.config import StoreConfig
 from store.exceptions import (
     StoreClosedError,
     StoreFullError,
@@ -40,22 +36,28 @@ from store.exceptions import (
     StoreWriteError,
     StoreWriterClosedError,
 )
-from store.kafka import (
+from store.kafka.catchup import CatchUp, PartitionCatchUp
+from store.kafka.child_source import ChildConsumerSource, SourceCrashedError
+from store.kafka.client import (
     RebuildRequired,
     TopicInfo,
     TopicWatch,
     TransientSourceError,
 )
-from store.kafka_log import OncePerInterval
+from store.kafka.log import OncePerInterval
+from store.kafka.source import ConsumerSource, RecordSource
+from store.lifecycle.apply_loop import ApplyLoop
+from store.lifecycle.bulkload import BulkPhase
+from store.lifecycle.config import StoreConfig
+from store.lifecycle.progress import Progress
+from store.lifecycle.reporter import Reporter
+from store.lifecycle.restore_slots import RestoreSlots
+from store.lifecycle.sharding import PlacementCheck
+from store.lifecycle.timing import Backoff
+from store.lifecycle.write_errors import WriteErrors
+from store.lifecycle.writer import StoreCopies, TableWriter, check_written_copy
 from store.position import Position
-from store.progress import Backoff, Progress, Reporter
-from store.records import CatchUp, PartitionCatchUp
-from store.restore_slots import RestoreSlots
-from store.sharding import PlacementCheck
-from store.source import ConsumerSource, RecordSource
 from store.state import RestoreMode, StoreState
-from store.write_errors import WriteErrors
-from store.writer import StoreCopies, TableWriter, check_written_copy
 
 logger = logging.getLogger(__name__)
 

@@ -10,7 +10,6 @@ import bisect
 import contextlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
-from store.corruption import CorruptionReport
 from store.exceptions import (
     HistoryNotKeptError,
     PositionNotReachedError,
@@ -18,11 +17,11 @@ from store.exceptions import (
     StoreClosedError,
     UnknownIndexError,
 )
-from store.indexes import IndexSpec
-from store.listeners import ListenedCondition
+from store.lifecycle.listeners import ListenedCondition
 from store.position import Position
 from store.protocol import (
     MAX_SCAN_LIMIT,
+    CorruptionReport,
     IndexStatus,
     ReadOnlyKeyValueStore,
     ScanPage,
@@ -30,6 +29,7 @@ from store.protocol import (
     StoreStatus,
 )
 from store.state import StoreState
+from store.table.indexes import IndexSpec
 
 
 def _scan_sorted(

@@ -1,57 +1,15 @@
-"""What the materializer counts, reports and times: restore progress, errors, backoff, periodic work."""
+"""What the materializer counts for readers of the store's status: restore progress, rates, errors."""
 
 from __future__ import annotations
 
-import logging
-import random
-import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
 from store.freshness import FreshnessHistogram
-from store.kafka import check_fetch_error
-from store.kafka_log import KafkaLog
 from store.position import Position
-from store.records import CatchUp, KafkaErrorReport
-from store.sharding import PlacementCheck
 from store.state import RestoreMode
 
 _RATE_WINDOW_SECONDS = 10.0
-
-
-class Backoff:
-    """Exponential backoff with full jitter, waiting on an event so a stop interrupts it."""
-
-    def __init__(self, initial: float, maximum: float) -> None:
-        self._initial = initial
-        self._maximum = maximum
-        self._attempt = 0
-
-    def reset(self) -> None:
-        self._attempt = 0
-
-    def next_delay(self) -> float:
-        """The next wait, in seconds (each one up to twice the one before, up to the maximum)."""
-        ceiling = min(self._maximum, self._initial * (2**self._attempt))
-        self._attempt += 1
-        return random.uniform(ceiling / 2, ceiling)
-
-    def wait(self, stop: threading.Event) -> None:
-        stop.wait(self.next_delay())
-
-
-class Every:
-    """A periodic deadline checked from a loop: :meth:`due` is true once per ``interval`` seconds."""
-
-    def __init__(self, interval: float, now: float | None = None) -> None:
-        self.interval = interval
-        self._next = (time.monotonic() if now is None else now) + interval
-
-    def due(self, now: float) -> bool:
-        if now < self._next:
-            return False
-        self._next = now + self.interval
-        return True
 
 
 class Progress:
@@ -143,59 +101,6 @@ class Progress:
             f" to {target}{Position(self.restore_target)}), {self.rate():,.0f} records/s,"
             f" {'about ' + _duration(eta) + ' left' if eta is not None else 'time left unknown yet'}"
         )
-
-
-class Reporter:
-    """What the materializer's phases report, counted in ``progress`` and logged: fetch events
-    and client errors (some end the session: ``store.kafka.check_fetch_error``), the Kafka
-    clients' own log lines (``kafka_log``, once per distinct problem), records skipped for their
-    null key, how far a restore is, and (``placement``) records not on their key's partition."""
-
-    def __init__(
-        self,
-        store: str,
-        topic: str,
-        progress: Progress,
-        log: logging.LoggerAdapter[logging.Logger],
-        placement: PlacementCheck,
-        brokers: str | None = None,
-    ) -> None:
-        self.store = store
-        self.topic = topic
-        self.progress = progress
-        self.log = log
-        self.kafka_log = KafkaLog(store, log, brokers=brokers)
-        self.placement = placement
-
-    def fetch_events(self, reports: Iterable[KafkaErrorReport], catch_up: CatchUp) -> None:
-        """An end of partition counts towards the catch-up; an error the session cannot go on with
-        raises ``RebuildRequired`` or ``TransientSourceError``; any other error is noted."""
-        for report in reports:
-            if report.end_of_partition:
-                if report.partition is not None:
-                    catch_up.ended([report.partition])
-                self.progress.last_contact = time.monotonic()
-                continue
-            check_fetch_error(report, self.topic)
-            self.progress.note_error(f"kafka: {report.text}")
-
-    def client_error(self, report: KafkaErrorReport) -> None:
-        """An error the Kafka client reported for itself (the broker unreachable, ...)."""
-        self.progress.note_error(f"kafka: {report.text}")
-        self.kafka_log.client_error(report)
-
-    def null_keys(self, count: int) -> None:
-        if count:
-            self.progress.null_keys += count
-            self.log.warning(
-                'store "%s": skipped %d records with a null key (total %d); a table needs keys',
-                self.store,
-                count,
-                self.progress.null_keys,
-            )
-
-    def restore_progress(self, position: Mapping[int, int]) -> None:
-        self.log.info('store "%s" restoring: %s', self.store, self.progress.describe_restore(position))
 
 
 def _duration(seconds: float) -> str:

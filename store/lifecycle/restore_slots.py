@@ -1,6 +1,6 @@
 """How many bulk restores may run at once in a process.
 
-A bulk restore (``store.bulkload``) keeps about two cores busy and holds a few hundred MiB in its
+A bulk restore (``store.lifecycle.bulkload``) keeps about two cores busy and holds a few hundred MiB in its
 worker processes while it runs. Several stores restoring at once (a service starting on an empty
 volume) would hold that much each, and finish no sooner in total: the work is CPU-bound. So a
 store that finds every slot taken waits for one (its status says so) rather than restore record

@@ -5,7 +5,7 @@ partitions ``p`` with ``p % shards == shard`` (one shard: every partition). Its 
 on the shard of the partition the key hashes to under the producers' rule (``placer``, given by
 whoever configures the store: ``clients.partitioners`` in the service). A record whose key hashes
 elsewhere would be missed by them: :class:`PlacementCheck` counts such records (on a sample of
-each batch, see ``store.records.PLACEMENT_SAMPLE``) and logs the first one of each store once.
+each batch, see ``store.kafka.batch.PLACEMENT_SAMPLE``) and logs the first one of each store once.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import dataclasses
 import logging
 import threading
 
+from store.kafka.batch import Placement, Placer, RecordBatch
 from store.protocol import ShardingStatus
-from store.records import Placement, Placer, RecordBatch
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -8,24 +8,24 @@ import time
 from collections.abc import Callable, Iterator
 from types import TracebackType
 
-from store.config import StoreConfig
-from store.copies import Copies
-from store.corruption import CorruptionReport
 from store.exceptions import StoreClosedError
-from store.lock import DirectoryLock
-from store.materializer import Materializer
+from store.lifecycle.config import StoreConfig
+from store.lifecycle.copies import Copies
+from store.lifecycle.lock import DirectoryLock
+from store.lifecycle.materializer import Materializer
+from store.lifecycle.progress import Progress
+from store.lifecycle.restore_slots import PROCESS_RESTORE_SLOTS, RestoreSlots
 from store.position import Position
-from store.progress import Progress
 from store.protocol import (
+    CorruptionReport,
     IndexStatus,
     ReadOnlyKeyValueStore,
     RestoreProgress,
     StoreStatus,
 )
-from store.replica import Replica
-from store.restore_slots import PROCESS_RESTORE_SLOTS, RestoreSlots
 from store.state import StoreState
-from store.verifier import Verifier
+from store.table.replica import Replica
+from store.table.verifier import Verifier
 
 logger = logging.getLogger(__name__)
 
@@ -46,15 +46,15 @@ class Store:
     process, or unusable) is FAILED, with the reason in ``status().last_error``.
 
     A read of a copy that fails for any reason but "not found" (corruption, I/O error), whether a
-    reader's, the materializer's or the background verifier's (``store.verifier``), marks that copy
+    reader's, the materializer's or the background verifier's (``store.table.verifier``), marks that copy
     corrupt: it answers no read any more (``view()`` raises ``StoreReadError``, ``corruption`` says
     why) and a copy rebuilt from the topic replaces it, beside it if the store was READY.
 
-    ``restore_slots`` limits how many stores bulk-restore at once (``store.restore_slots``); stores
+    ``restore_slots`` limits how many stores bulk-restore at once (``store.lifecycle.restore_slots``); stores
     not given one share a process-wide limit of one.
 
-    The materializer (``store.materializer``) writes through the store's copies
-    (``store.copies``), never through this class: its public methods are reads and lifecycle.
+    The materializer (``store.lifecycle.materializer``) writes through the store's copies
+    (``store.lifecycle.copies``), never through this class: its public methods are reads and lifecycle.
     """
 
     def __init__(self, config: StoreConfig, restore_slots: RestoreSlots | None = None) -> None:

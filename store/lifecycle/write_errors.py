@@ -5,7 +5,7 @@ Reads go on meanwhile from the copy as it is: a READY store stays READY, its sta
 - A full volume (:class:`StoreFullError`): wait for space, retrying a write that creates no file
   (``TableWriter.check_writable``) with backoff. RocksDB resumes writing by itself once its volume
   has a write buffer free (``engine.write_buffer_bytes``, at most a quarter of the volume:
-  ``store.engine.write_buffer_for``; it checks every few seconds), and the copy stays open, so
+  ``store.table.engine.write_buffer_for``; it checks every few seconds), and the copy stays open, so
   nothing applied is lost. Only a refusal RocksDB does not recover from by
   itself (a file size limit, a quota) has the copy reopened, once the volume has had the space for
   a while; then what was applied since the last checkpoint is read again (RESTORING).
@@ -14,7 +14,7 @@ Reads go on meanwhile from the copy as it is: a READY store stays READY, its sta
   attempts the store is FAILED with the reason.
 
 Corruption (``StoreCorruptWriteError``) has the copy rebuilt, and a closed copy
-(``StoreWriterClosedError``) means the store is stopping: ``store.materializer`` handles those.
+(``StoreWriterClosedError``) means the store is stopping: ``store.lifecycle.materializer`` handles those.
 """
 
 from __future__ import annotations
@@ -23,12 +23,13 @@ import logging
 import threading
 import time
 
-from store.config import StoreConfig
-from store.engine import can_write, free_bytes, write_buffer_for
 from store.exceptions import StoreFullError, StoreReadError, StoreWriteError, StoreWriterClosedError
+from store.lifecycle.config import StoreConfig
+from store.lifecycle.progress import Progress
+from store.lifecycle.timing import Backoff
+from store.lifecycle.writer import StoreCopies
 from store.position import Position
-from store.progress import Backoff, Progress
-from store.writer import StoreCopies
+from store.table.engine import can_write, free_bytes, write_buffer_for
 
 # The most a check for free space writes (a memtable flush needs about a write buffer).
 _SPACE_PROBE_MAX_BYTES = 8 * 1024 * 1024
@@ -141,7 +142,7 @@ class WriteErrors:
         try:
             writing.check_writable()
         except StoreReadError:
-            raise  # corruption: the copy is rebuilt (store.materializer)
+            raise  # corruption: the copy is rebuilt (store.lifecycle.materializer)
         except StoreWriteError as exc:
             return exc
         return None

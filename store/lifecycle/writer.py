@@ -1,8 +1,8 @@
 """The seam between the materializer and its store: what the materializer writes through.
 
 As Kafka Streams splits a global table's thread from the state it maintains, the materializer
-(``store.materializer``) reads the topic and decides; it writes one copy of the table through a
-:class:`TableWriter`, and asks the store's copies (:class:`StoreCopies`, ``store.copies``) to
+(``store.lifecycle.materializer``) reads the topic and decides; it writes one copy of the table through a
+:class:`TableWriter`, and asks the store's copies (:class:`StoreCopies`, ``store.lifecycle.copies``) to
 change state, rebuild or reopen. Readers never see these calls: ``Store``'s public face is reads
 and lifecycle only.
 """
@@ -13,16 +13,17 @@ import threading
 from pathlib import Path
 from typing import Protocol
 
-from store.corruption import FINDERS, CorruptionReport
 from store.exceptions import StoreReadError
-from store.kafka import RebuildRequired
+from store.kafka.batch import RecordBatch
+from store.kafka.client import RebuildRequired
 from store.position import Position
-from store.records import RecordBatch
+from store.protocol import CorruptionReport
 from store.state import StoreState
+from store.table.corruption import FINDERS
 
 
 class TableWriter(Protocol):
-    """One copy of the table as the materializer writes it (``store.replica.Replica``).
+    """One copy of the table as the materializer writes it (``store.table.replica.Replica``).
 
     Writes come from the materializer's thread only.
     """

@@ -6,13 +6,13 @@ import heapq
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any
 
-from store.corruption import entries
-from store.engine import SnapshotReader, prefix_upper_bound
 from store.exceptions import IndexNotReadyError, ScanLimitError, UnknownIndexError
-from store.history import change_key, choose_version, escape_prefix, scan_versions, unescape
-from store.indexes import IndexSpec
 from store.position import Position
 from store.protocol import MAX_SCAN_LIMIT, ScanPage
+from store.table.corruption import entries
+from store.table.engine import SnapshotReader, prefix_upper_bound
+from store.table.history import change_key, choose_version, escape_prefix, scan_versions, unescape
+from store.table.indexes import IndexSpec
 
 # A scan page examines at most this many candidate keys per item asked, so a page over keys that
 # mostly did not exist at the position still returns promptly (with a cursor to go on).

@@ -10,17 +10,17 @@ these helpers, so only "not found" ever means absent.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import re
 import traceback
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import rocksdict
 
 from store.exceptions import StoreClosedError, StoreError, StoreReadError
+from store.protocol import CorruptionReport, FoundBy
 
 KEY_NOT_FOUND = "key not found"
 """What rocksdict's ``Snapshot.__getitem__`` raises (a bare ``Exception``) for an absent key."""
@@ -30,7 +30,6 @@ _FILE = re.compile(r"(/[^\s:,]*?(?:\.sst|\.blob|\.log|/MANIFEST-\d+|/CURRENT|/OP
 
 logger = logging.getLogger(__name__)
 
-FoundBy = Literal["read", "verification", "materializer"]
 """Who found corruption: a reader's view, the background verification, the materializer's own reads."""
 
 FINDERS: dict[FoundBy, str] = {
@@ -38,16 +37,6 @@ FINDERS: dict[FoundBy, str] = {
     "verification": "the background verification",
     "materializer": "the materializer",
 }
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class CorruptionReport:
-    """Corruption (or an I/O error) found in a store's copy; that copy answers no read any more."""
-
-    detail: str  # RocksDB's message
-    file: str | None  # the file the message names, if any
-    found_by: FoundBy
-    found_at: float  # Unix time
 
 
 def log_corruption_found(

@@ -3,7 +3,7 @@
 Layout of a store directory (``state_dir / name``)::
 
     statestore.lock     advisory lock held by the process that owns the store
-    db/                 the RocksDB database: the table, offsets, indexes, history (``store.families``)
+    db/                 the RocksDB database: the table, offsets, indexes, history (``store.table.families``)
     bulk/               SST files being built by the bootstrap bulk loader
 
 The WAL is disabled: the topic is the log. Data and offsets are written in one ``WriteBatch`` and
@@ -23,8 +23,6 @@ from typing import Any
 
 import rocksdict
 
-from store import families
-from store.corruption import check_status, family_get, is_absent, named_file, prefixed, read_error
 from store.exceptions import (
     ScanLimitError,
     StoreClosedError,
@@ -39,16 +37,18 @@ from store.exceptions import (
     StoreWriterClosedError,
     UnknownIndexError,
 )
-from store.indexes import IndexSpec
 from store.position import Position
 from store.protocol import MAX_SCAN_LIMIT, MemoryUsage, ScanPage
-from store.restore_worker import table_options
+from store.table import families
+from store.table.corruption import check_status, family_get, is_absent, named_file, prefixed, read_error
+from store.table.indexes import IndexSpec
+from store.table_format import compression, table_options
 from store.tuning import RocksDBOptions
 
 logger = logging.getLogger(__name__)
 
 FORMAT_VERSION = b"1"
-# The engine's own keys in the meta family (other owners' prefixes: ``store.families``).
+# The engine's own keys in the meta family (other owners' prefixes: ``store.table.families``).
 _OFFSET_PREFIX = b"offset/"
 _TOPIC_KEY = b"topic"
 _TOPIC_ID_KEY = b"topic_id"
@@ -177,7 +177,7 @@ def _options(tuning: RocksDBOptions, write_buffer_bytes: int) -> rocksdict.Optio
     options.set_level_zero_slowdown_writes_trigger(LEVEL0_SLOWDOWN_WRITES_TRIGGER)
     options.set_level_zero_stop_writes_trigger(LEVEL0_STOP_WRITES_TRIGGER)
     options.set_block_based_table_factory(table_options(block_cache(tuning)))
-    options.set_compression_type(rocksdict.DBCompressionType.lz4())
+    options.set_compression_type(compression())
     # RocksDB's own info log: every open renames the last one to LOG.old.*; a store reopened after
     # write errors on a full volume must not fill what is left of it with them.
     options.set_keep_log_file_num(_INFO_LOG_FILES)
@@ -284,9 +284,9 @@ class Engine:
     # -- generic access to the column families ---------------------------------------------
 
     def family(self, name: str) -> Any:
-        """The column family ``name`` (``store.families``), for reads: ``get``, ``iter``, ``snapshot``.
+        """The column family ``name`` (``store.table.families``), for reads: ``get``, ``iter``, ``snapshot``.
 
-        Read it through ``store.corruption``'s helpers, so that only "not found" means absent.
+        Read it through ``store.table.corruption``'s helpers, so that only "not found" means absent.
         """
         return self._families[name]
 

@@ -3,16 +3,16 @@
 ============  ===============================================================================
 family        keys, and the module that owns their layout
 ============  ===============================================================================
-``default``   the table: row key → latest value (``store.engine``)
+``default``   the table: row key → latest value (``store.table.engine``)
 ``meta``      small keys of several owners, each under its own prefix: ``offset/``, ``topic``,
-              ``topic_id``, ``format_version`` (``store.engine``); ``index/`` (``store.indexes``);
-              ``history_start/``, ``history_time/`` (``store.history``)
-``index``     secondary index entries (``store.indexes``)
-``history``   versions of rows, for reads as of a position (``store.history``)
-``changes``   the change log that drives history pruning and ``as_of`` index reads (``store.history``)
+              ``topic_id``, ``format_version`` (``store.table.engine``); ``index/`` (``store.table.indexes``);
+              ``history_start/``, ``history_time/`` (``store.table.history``)
+``index``     secondary index entries (``store.table.indexes``)
+``history``   versions of rows, for reads as of a position (``store.table.history``)
+``changes``   the change log that drives history pruning and ``as_of`` index reads (``store.table.history``)
 ============  ===============================================================================
 
-The engine (``store.engine``) opens them all and gives generic access to each by name; the
+The engine (``store.table.engine``) opens them all and gives generic access to each by name; the
 owners encode and decode their own keys.
 """
 

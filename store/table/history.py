@@ -8,7 +8,7 @@ History starts when a store first becomes READY (a compacted topic no longer hol
 version, so nothing older can be exact); the *floor* is the oldest position still answered
 exactly. Below it the answer is a clear ``HistoryExpiredError``, never a wrong value.
 
-Column families (``store.families``):
+Column families (``store.table.families``):
 
 ``history``
     one entry per version: ``escaped(key) | partition (4 B) | offset + 1 (8 B)`` →
@@ -40,12 +40,12 @@ from typing import TYPE_CHECKING, Any
 
 import rocksdict
 
-from store import families
-from store.corruption import check_status, family_get, prefixed
 from store.position import Position
+from store.table import families
+from store.table.corruption import check_status, family_get, prefixed
 
 if TYPE_CHECKING:
-    from store.engine import Engine
+    from store.table.engine import Engine
 
 _PARTITION = struct.Struct(">i")
 _OFFSET = struct.Struct(">q")

@@ -1,7 +1,7 @@
 """The hot-key cache in front of RocksDB: recently read keys and their values (or absence).
 
 Reads ask it first; what it lacks is read from a snapshot and offered back. It is exact only
-under the owner's lock and generation (``store.replica``): every write drops the keys it
+under the owner's lock and generation (``store.table.replica``): every write drops the keys it
 changes, and a read of an older generation neither uses nor fills it.
 
 Admission resists large cold batches. The misses of a batch are admitted whole when there are

@@ -1,6 +1,6 @@
 """Secondary indexes on fields of JSON values, answered by prefix scans (KIP-213's combined key).
 
-An index entry lives in the ``index`` column family (``store.families``) under the combined key::
+An index entry lives in the ``index`` column family (``store.table.families``) under the combined key::
 
     len(index name) (1 byte) | index name | len(indexed value) (4 bytes, big-endian) | indexed value | row key
 

@@ -9,15 +9,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from store import families, history
-from store.asof import AsOfReader
-from store.config import StoreConfig
-from store.corruption import CorruptionReport, drop_engine_references
-from store.engine import Engine, SnapshotReader, destroy, prefix_upper_bound
 from store.exceptions import (
     HistoryExpiredError,
     HistoryNotKeptError,
@@ -27,12 +22,16 @@ from store.exceptions import (
     StoreReadError,
     StoreWriteError,
 )
-from store.history import HistoryRecorder, floor_from
-from store.hot_keys import HotKeyCache, read_misses
-from store.indexes import STATE_PREFIX, IndexSpec, index_changes, parse_states, state_entry
 from store.position import Position
-from store.protocol import MAX_SCAN_LIMIT, MemoryUsage, ScanPage
-from store.records import RecordBatch
+from store.protocol import MAX_SCAN_LIMIT, CorruptionReport, MemoryUsage, ScanPage
+from store.table import families, history
+from store.table.asof import AsOfReader
+from store.table.corruption import drop_engine_references
+from store.table.engine import Engine, SnapshotReader, destroy, prefix_upper_bound
+from store.table.history import HistoryRecorder, floor_from
+from store.table.hot_keys import HotKeyCache, read_misses
+from store.table.indexes import STATE_PREFIX, IndexSpec, index_changes, parse_states, state_entry
+from store.table.seams import Changes, TableConfig
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +47,7 @@ class Replica:
     they reflect, the hot-key cache.
     """
 
-    def __init__(self, config: StoreConfig, path: Path, lock: threading.Condition) -> None:
+    def __init__(self, config: TableConfig, path: Path, lock: threading.Condition) -> None:
         self.config = config
         self.path = path
         self._changed = lock
@@ -204,7 +203,7 @@ class Replica:
     def set_topic_identity(self, topic: str, topic_id: str | None) -> None:
         self.engine.set_topic_identity(topic, topic_id)
 
-    def apply(self, records: RecordBatch) -> None:
+    def apply(self, records: Changes) -> None:
         """Write records, tombstones and the partitions' next offsets in one atomic batch."""
         engine = self.engine
         keys, values = records.keys, records.values
@@ -264,7 +263,7 @@ class Replica:
             self._advance(next_offsets)
             self._cache.clear()
 
-    def _advance(self, offsets: dict[int, int]) -> None:
+    def _advance(self, offsets: Mapping[int, int]) -> None:
         merged = dict(self.position)
         merged.update(offsets)
         self.position = Position(merged)
@@ -277,7 +276,7 @@ class Replica:
 
     # -- indexes ------------------------------------------------------------------------------
 
-    def _maintain_indexes(self, batch: Any, keys: list[bytes], values: list[bytes | None]) -> None:
+    def _maintain_indexes(self, batch: Any, keys: Sequence[bytes], values: Sequence[bytes | None]) -> None:
         """Add to ``batch`` the index entry changes of these records, in record order."""
         engine = self.engine
         index = engine.handle(families.INDEX)

@@ -18,7 +18,7 @@ from service.app import create_app
 from service.local_broker import free_port
 from service.settings import Settings
 from store import StoreState
-from store.memory import InMemoryStore
+from store.lifecycle.memory import InMemoryStore
 from tests.deploy.manifests import COMPOSE_FILE, DOCKERFILE, Instruction, dockerfile_instructions
 from tests.support.server import serve_app
 

@@ -16,11 +16,11 @@ from hypothesis import strategies as st
 
 from service.local_broker import LocalBroker
 from store import RocksDBOptions, StoreTuning
-from store.bulkload import BulkLoadError, BulkRestore, split_partitions
-from store.engine import Engine
-from store.kafka import consumer_config
-from store.records import ChunkWritten, WorkerCaughtUp
-from store.restore_worker import last_per_key_order, write_sst
+from store.kafka.client import consumer_config
+from store.kafka.frames import ChunkWritten, WorkerCaughtUp
+from store.kafka.restore_worker import last_per_key_order, write_sst
+from store.lifecycle.bulkload import BulkLoadError, BulkRestore, split_partitions
+from store.table.engine import Engine
 from tests.support.kafka import latest_per_key, produce, topic_end
 
 # Short keys with many shared prefixes and trailing zero bytes: the cases zero padding gets wrong.
@@ -294,9 +294,9 @@ _ORPHAN_PARENT = """
 import sys, time
 from pathlib import Path
 from store import ConsumerTuning, RestoreTuning
-from store.bulkload import BulkRestore
-from store.kafka import consumer_config
-from store.records import ChunkWritten, WorkerCaughtUp
+from store.lifecycle.bulkload import BulkRestore
+from store.kafka.client import consumer_config
+from store.kafka.frames import ChunkWritten, WorkerCaughtUp
 restore = BulkRestore(
     Path(sys.argv[1]), consumer_config("orphan", {"bootstrap.servers": "127.0.0.1:1"}), "t",
     {0: -2, 1: -2}, {0: 0, 1: 0}, {0: 5, 1: 5}, RestoreTuning(bulk_load_workers=2), ConsumerTuning(),

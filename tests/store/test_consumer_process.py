@@ -11,14 +11,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
 
 from service.local_broker import LocalBroker
 from store import Store, StoreState
-from store.children import ChildProcess, reap_orphans
+from store.kafka.children import ChildProcess, reap_orphans
 from tests.support.kafka import latest_per_key
 from tests.support.processes import consumer_processes, ended, wait_for_consumer_process
 from tests.support.stores import FAST, REPO, assert_equals_model, produce_tracked
@@ -81,8 +80,8 @@ def test_the_consumer_process_ends_with_the_store_process() -> None:
     itself, as its requests' pipe ends."""
     code = (
         "import threading, time\n"
-        "from store.child_source import ChildConsumerSource\n"
-        "from store.kafka_log import KafkaLog\n"
+        "from store.kafka.child_source import ChildConsumerSource\n"
+        "from store.kafka.log import KafkaLog\n"
         "from store.tuning import ConsumerTuning\n"
         "import logging\n"
         "source = ChildConsumerSource('s', 't', {'bootstrap.servers': '127.0.0.1:1'}, lambda report: None,"
@@ -108,7 +107,7 @@ def test_the_consumer_process_ends_with_the_store_process() -> None:
 
 def test_orphans_are_reaped_and_the_stores_own_children_left_to_it() -> None:
     """What a container's init must do: wait for processes another child left behind."""
-    ours = ChildProcess(Path(REPO / "store" / "consumer_process.py"))
+    ours = ChildProcess("store.kafka.consumer_process")
     orphan = os.fork()
     if orphan == 0:
         os._exit(0)

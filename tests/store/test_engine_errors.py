@@ -19,7 +19,7 @@ from store import (
     StoreWriteError,
     StoreWriterClosedError,
 )
-from store.engine import Engine, write_error
+from store.table.engine import Engine, write_error
 
 DB = Path("/var/lib/statestore/products/db")
 

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from store.gc_pacing import fewer_collections
+from store.lifecycle.gc_pacing import fewer_collections
 
 
 @pytest.fixture(autouse=True)

@@ -7,7 +7,7 @@ import itertools
 import random
 from collections.abc import Sequence
 
-from store.hot_keys import ADMIT_ALL_UP_TO, ADMIT_STRIDE, MISS, HotKeyCache, read_misses
+from store.table.hot_keys import ADMIT_ALL_UP_TO, ADMIT_STRIDE, MISS, HotKeyCache, read_misses
 
 
 def _keys(n: int, prefix: str = "k") -> list[bytes]:

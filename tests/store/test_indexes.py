@@ -86,7 +86,7 @@ def index_model(table: Mapping[bytes, bytes], spec: IndexSpec) -> dict[bytes, se
 
 
 def entry_key(spec: IndexSpec, indexed: bytes, row_key: bytes) -> bytes:
-    """The combined key documented in ``store.indexes``: name, length-prefixed value, row key."""
+    """The combined key documented in ``store.table.indexes``: name, length-prefixed value, row key."""
     name = spec.name.encode()
     return bytes([len(name)]) + name + len(indexed).to_bytes(4, "big") + indexed + row_key
 

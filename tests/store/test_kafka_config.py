@@ -3,7 +3,7 @@ overridden by a user's configuration; other defaults can."""
 
 from __future__ import annotations
 
-from store.kafka import admin_config, consumer_config
+from store.kafka.client import admin_config, consumer_config
 
 HOSTILE = {
     "bootstrap.servers": "kafka:9092",

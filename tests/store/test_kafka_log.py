@@ -8,9 +8,9 @@ import logging
 import pytest
 from confluent_kafka import KafkaError
 
-from store.kafka import new_consumer
-from store.kafka_log import KafkaLog
-from store.records import KafkaErrorReport
+from store.kafka.batch import KafkaErrorReport
+from store.kafka.client import new_consumer
+from store.kafka.log import KafkaLog
 
 BOOTSTRAP = (
     "[thrd:127.0.0.1:9092/bootstrap]: 127.0.0.1:9092/bootstrap: Connect to ipv4#127.0.0.1:9092 failed:"

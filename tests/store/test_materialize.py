@@ -263,7 +263,7 @@ def test_the_restore_log_names_the_target_fetches_found_with_progress_and_time_l
         **{"linger.ms": 500, "batch.num.messages": 100_000, "batch.size": 16_000_000},
     )
     end = produce_tracked(big_batches, topic, mixed_records(20_000, keys=5_000, seed=8))
-    caplog.set_level(logging.INFO, logger="store.materializer")
+    caplog.set_level(logging.INFO, logger="store.lifecycle.materializer")
     tuning = FAST.replace(poll_max_records=500, progress_log_interval_seconds=0.0)
     store = make_store(topic, tuning=tuning)
     assert store.wait_until_ready(90), store.status()

@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from store.progress import Backoff, Every, Progress
+from store.lifecycle.progress import Progress
+from store.lifecycle.timing import Backoff, Every
 
 
 def test_an_error_shows_until_work_begun_after_it_succeeds() -> None:

@@ -12,20 +12,11 @@ from pathlib import Path
 import pytest
 from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, KafkaError, Message
 
-import store.records
-from store.children import script_command
-from store.records import (
-    CatchUp,
-    ChunkWritten,
-    KafkaErrorReport,
-    PartitionCatchUp,
-    Poll,
-    RecordBatch,
-    WorkerCaughtUp,
-    WorkerFailed,
-    read_frame,
-    write_frame,
-)
+from store.kafka.batch import KafkaErrorReport, RecordBatch
+from store.kafka.catchup import CatchUp, PartitionCatchUp
+from store.kafka.children import module_command
+from store.kafka.frames import ChunkWritten, WorkerCaughtUp, WorkerFailed, read_frame, write_frame
+from store.kafka.polls import Poll
 
 
 def record(partition: int, offset: int, key: bytes | None, value: bytes | None = b"v") -> Message:
@@ -181,23 +172,17 @@ def test_a_cut_stream_is_an_end_not_an_event() -> None:
     raise AssertionError("a cut header read as an event")
 
 
-@pytest.mark.parametrize(
-    ("script", "imported"),
-    [
-        ("restore_worker.py", ["store", "store.records"]),
-        ("consumer_process.py", ["store", "store.pipes", "store.records"]),
-    ],
-)
-def test_the_child_scripts_import_only_the_leaf_modules_of_the_package(
-    script: str, imported: list[str]
-) -> None:
-    """The child processes start cheaply: nothing of the package is imported but its leaf modules,
-    the package itself bare (its ``__init__``, which imports RocksDB and the rest, not run)."""
-    command = script_command(Path(store.records.__file__).with_name(script))
-    # The script's module code, not its main(): as the child runs it, then the modules it holds.
-    command[3] = command[3].replace("run_name='__main__'", "run_name='probe'") + (
-        "print(sorted(m for m in sys.modules if m == 'store' or m.startswith('store.')))\n"
-        "print(hasattr(sys.modules['store'], 'Store'))\n"
+@pytest.mark.parametrize("module", ["store.kafka.restore_worker", "store.kafka.consumer_process"])
+def test_the_child_processes_import_nothing_of_the_table_or_the_lifecycle(module: str) -> None:
+    """The child processes start cheaply: their module, as the child imports it, loads the Kafka
+    side and the store's shared leaves only; neither the table, nor the store, nor (for the
+    consumer process) RocksDB."""
+    probe = (
+        f"import sys, {module}\n"
+        "rooms = (['store', 'table'], ['store', 'lifecycle'])\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[:2] in rooms))\n"
+        "print('rocksdict' in sys.modules)\n"
     )
+    command = [*module_command(module)[:2], "-c", probe]
     run = subprocess.run(command, capture_output=True, text=True, check=True)
-    assert run.stdout.split("\n")[:2] == [str(imported), "False"]
+    assert run.stdout.split("\n")[:2] == ["[]", str(module.endswith("restore_worker"))]

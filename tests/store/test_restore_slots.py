@@ -149,7 +149,7 @@ def test_a_store_waits_for_the_slot_another_holds_then_restores_in_bulk(
     end = produce_tracked(producer, topic, records)
     slots = RestoreSlots(1)
     assert slots.try_acquire()  # as if another store were restoring in bulk
-    with caplog.at_level(logging.INFO, logger="store.materializer"):
+    with caplog.at_level(logging.INFO, logger="store.lifecycle.materializer"):
         store = make_store(
             topic, tuning=bulk_tuning(min_records=500, chunk_records=4_000), restore_slots=slots
         )

@@ -12,7 +12,7 @@ import pytest
 from clients.partitioners import PARTITIONERS, place
 from service.local_broker import LocalBroker
 from store import Position, Store, StoreSharding, StoreState
-from store.records import RecordBatch
+from store.kafka.batch import RecordBatch
 from tests.support.kafka import create_topic, latest_per_key, make_producer, produce, topic_end, unique_topic
 from tests.support.stores import FAST, bulk_tuning, mixed_records, table_of
 

@@ -19,13 +19,14 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from store import Position, StoreConfig, StoreState
-from store.apply_loop import ApplyLoop
-from store.kafka import RebuildRequired, TopicInfo, TopicWatch, TransientSourceError
-from store.kafka_log import KafkaLog
-from store.progress import Progress, Reporter
-from store.records import CatchUp, PartitionCatchUp
-from store.sharding import PlacementCheck, StoreSharding
-from store.source import ConsumerSource
+from store.kafka.catchup import CatchUp, PartitionCatchUp
+from store.kafka.client import RebuildRequired, TopicInfo, TopicWatch, TransientSourceError
+from store.kafka.log import KafkaLog
+from store.kafka.source import ConsumerSource
+from store.lifecycle.apply_loop import ApplyLoop
+from store.lifecycle.progress import Progress
+from store.lifecycle.reporter import Reporter
+from store.lifecycle.sharding import PlacementCheck, StoreSharding
 
 CONFIG = StoreConfig("s", "t", {"bootstrap.servers": "unused:9092"}, Path("unused"))
 

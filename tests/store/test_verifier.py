@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from store.verifier import Verifier, VerifyStep
+from store.table.verifier import Verifier, VerifyStep
 
 
 class ScriptedTarget:

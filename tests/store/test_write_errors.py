@@ -1,4 +1,4 @@
-"""Each kind of write error gets its reaction (``store.write_errors``): an I/O error is retried with
+"""Each kind of write error gets its reaction (``store.lifecycle.write_errors``): an I/O error is retried with
 backoff while reads go on, and a volume that keeps failing makes the store FAILED with the reason;
 a copy closed under the writer is no error to report. The refusals are injected where RocksDB
 raises them (``Engine.write``); the rest is real."""

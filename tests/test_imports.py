@@ -1,0 +1,83 @@
+"""The packages point one way: every import of every module (function-level ones included) follows
+the rules of docs/architecture.md's table of rooms."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# module prefix -> prefixes it must not import
+FORBIDDEN: dict[str, tuple[str, ...]] = {
+    "store": ("service", "clients", "bench", "tests"),
+    "store.kafka": ("store.table", "store.lifecycle"),
+    "store.table": ("store.kafka", "store.lifecycle"),
+    "clients": ("store", "service", "bench", "tests"),
+    "service": ("bench", "tests"),
+}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported(source: str) -> set[str]:
+    """Every module (and imported name) ``source`` imports, by its absolute name."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def within(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".")
+
+
+def shared_leaf(name: str) -> bool:
+    """A module at the top of ``store`` (its shared vocabulary), the package's ``__init__`` aside."""
+    parts = name.split(".")
+    return len(parts) == 2 and parts[0] == "store" and parts[1] not in ("kafka", "table", "lifecycle")
+
+
+def modules() -> list[Path]:
+    packages = ("store", "service", "clients")
+    return sorted(path for package in packages for path in (ROOT / package).rglob("*.py"))
+
+
+def breaches(name: str, source: str) -> list[str]:
+    found = []
+    for target in sorted(imported(source)):
+        for owner, forbidden in FORBIDDEN.items():
+            if within(name, owner) and any(within(target, no) for no in forbidden):
+                found.append(f"{name} imports {target}")
+        rooms = ("store.kafka", "store.table", "store.lifecycle")
+        if shared_leaf(name) and any(within(target, room) for room in rooms):
+            found.append(f"{name} (a shared leaf of store) imports {target}")
+    return found
+
+
+@pytest.mark.parametrize("path", modules(), ids=lambda path: str(path.relative_to(ROOT)))
+def test_imports_follow_the_rooms(path: Path) -> None:
+    assert breaches(module_name(path), path.read_text(encoding="utf-8")) == []
+
+
+def test_the_check_sees_a_forbidden_import() -> None:
+    source = "def f():\n    from store.kafka.batch import RecordBatch\n    import clients.spark\n"
+    assert breaches("store.table.engine", source) == [
+        "store.table.engine imports clients.spark",
+        "store.table.engine imports store.kafka.batch",
+        "store.table.engine imports store.kafka.batch.RecordBatch",
+    ]
+    assert breaches("store.position", "from store.table import Replica\n") == [
+        "store.position (a shared leaf of store) imports store.table",
+        "store.position (a shared leaf of store) imports store.table.Replica",
+    ]
+    assert breaches("store.lifecycle.store", "from store.table_format import table_options\n") == []
