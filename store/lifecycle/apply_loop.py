@@ -122,7 +122,7 @@ class ApplyLoop:
         if not self.restoring and self._history_prune.due(now):
             self._copies.writer.maintain_history()
         if not self.restoring and self._checkpoint.due(now):
-            self._copies.writer.checkpoint()
+            self._copies.writer.engine.flush()
         if self._metadata_check.due(now):
             self._check_metadata(now)
 
@@ -159,13 +159,13 @@ class ApplyLoop:
         writer = self._copies.writer
         if self._build_indexes_first:
             writer.build_indexes(stop)
-        writer.checkpoint()
+        writer.engine.flush()
         self.restoring = False
         self._pacing.close()
         self._become_ready()
         if self._after_bulk:
             # Readers are served meanwhile; new records wait for it (about a second at most).
-            self._copies.writer.compact_leftover_level0()
+            self._copies.writer.engine.compact_leftover_level0()
         # An index added to an existing store is built from the READY table, so reads of the
         # store go on meanwhile (that index answers IndexNotReadyError). READY may have swapped a
         # rebuilt copy in: the writer is asked for again.

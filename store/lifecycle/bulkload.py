@@ -239,14 +239,14 @@ class BulkPhase:
             )
             try:
                 progress.restore_mode = RestoreMode.BULK
-                writer.defer_compactions(True)
+                writer.engine.defer_compactions(True)
                 self._take_events(restore)
             finally:
                 progress.restore_mode = RestoreMode.RECORDS
                 restore.close()
                 # A closed copy compacts once reopened.
                 with contextlib.suppress(StoreWriteError, StoreClosedError):
-                    writer.defer_compactions(False)
+                    writer.engine.defer_compactions(False)
 
     def _take_events(self, restore: BulkRestore) -> None:
         running = restore.workers

@@ -219,7 +219,7 @@ class Materializer:
     def _check_identity(self, writer: TableWriter, info: TopicInfo) -> Position:
         """The stored position, once checked against the topic the data came from."""
         stored = writer.position
-        stored_topic, stored_id = writer.topic_identity()
+        stored_topic, stored_id = writer.engine.topic_identity()
         if stored:
             if stored_topic is not None and stored_topic != info.name:
                 raise RebuildRequired(
@@ -243,7 +243,7 @@ class Materializer:
                     f" {sharding.shards} (it was built with another sharding)"
                 )
         if (stored_topic, stored_id) != (info.name, info.topic_id):
-            writer.set_topic_identity(info.name, info.topic_id)
+            writer.engine.set_topic_identity(info.name, info.topic_id)
         return stored
 
     def _sample(

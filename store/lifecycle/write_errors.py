@@ -3,7 +3,7 @@
 Reads go on meanwhile from the copy as it is: a READY store stays READY, its staleness growing.
 
 - A full volume (:class:`StoreFullError`): wait for space, retrying a write that creates no file
-  (``TableWriter.check_writable``) with backoff. RocksDB resumes writing by itself once its volume
+  (``TableFiles.check_writable``) with backoff. RocksDB resumes writing by itself once its volume
   has a write buffer free (``engine.write_buffer_bytes``, at most a quarter of the volume:
   ``store.table.engine.write_buffer_for``; it checks every few seconds), and the copy stays open, so
   nothing applied is lost. Only a refusal RocksDB does not recover from by
@@ -140,7 +140,7 @@ class WriteErrors:
         if writing is None:
             return StoreWriterClosedError(f'store "{self._config.name}" has no copy open to write')
         try:
-            writing.check_writable()
+            writing.engine.check_writable()
         except StoreReadError:
             raise  # corruption: the copy is rebuilt (store.lifecycle.materializer)
         except StoreWriteError as exc:

@@ -1,10 +1,10 @@
 """The seam between the materializer and its store: what the materializer writes through.
 
 As Kafka Streams splits a global table's thread from the state it maintains, the materializer
-(``store.lifecycle.materializer``) reads the topic and decides; it writes one copy of the table through a
-:class:`TableWriter`, and asks the store's copies (:class:`StoreCopies`, ``store.lifecycle.copies``) to
-change state, rebuild or reopen. Readers never see these calls: ``Store``'s public face is reads
-and lifecycle only.
+(``store.lifecycle.materializer``) reads the topic and decides; it writes one copy of the table
+through a :class:`TableWriter` (and RocksDB itself, under it, through :class:`TableFiles`), and asks
+the store's copies (:class:`StoreCopies`, ``store.lifecycle.copies``) to change state, rebuild or
+reopen. Readers never see these calls: ``Store``'s public face is reads and lifecycle only.
 """
 
 from __future__ import annotations
@@ -14,12 +14,41 @@ from pathlib import Path
 from typing import Protocol
 
 from store.exceptions import StoreReadError
-from store.kafka.batch import RecordBatch
 from store.kafka.client import RebuildRequired
 from store.position import Position
 from store.protocol import CorruptionReport
 from store.state import StoreState
 from store.table.corruption import FINDERS
+from store.table.seams import Changes
+
+
+class TableFiles(Protocol):
+    """The database under the copy being written (``store.table.engine.Engine``): what the
+    materializer asks of RocksDB itself, beside writing records."""
+
+    def topic_identity(self) -> tuple[str | None, str | None]:
+        """The topic name and topic id the stored data came from."""
+        ...
+
+    def set_topic_identity(self, topic: str, topic_id: str | None) -> None: ...
+
+    def check_writable(self) -> None:
+        """Raise the write error (``StoreWriteError``) while RocksDB refuses writes; return once it
+        takes them again. Creates no file."""
+        ...
+
+    def defer_compactions(self, deferred: bool) -> None:
+        """Stop or resume automatic compactions while a bulk restore ingests files."""
+        ...
+
+    def compact_leftover_level0(self) -> int:
+        """After a bulk restore: merge the level-0 files RocksDB would leave, so cold reads search
+        one sorted run; returns how many there were."""
+        ...
+
+    def flush(self) -> None:
+        """Persist what has been applied so far (data and offsets together)."""
+        ...
 
 
 class TableWriter(Protocol):
@@ -27,6 +56,9 @@ class TableWriter(Protocol):
 
     Writes come from the materializer's thread only.
     """
+
+    @property
+    def engine(self) -> TableFiles: ...
 
     @property
     def position(self) -> Position:
@@ -43,36 +75,12 @@ class TableWriter(Protocol):
         """Whether records must come with ``(partition, offset, timestamp)`` (``RecordBatch.metas``)."""
         ...
 
-    def topic_identity(self) -> tuple[str | None, str | None]:
-        """The topic name and topic id the stored data came from."""
-        ...
-
-    def set_topic_identity(self, topic: str, topic_id: str | None) -> None: ...
-
-    def apply(self, batch: RecordBatch) -> None:
+    def apply(self, records: Changes) -> None:
         """Write records, tombstones and the partitions' next offsets in one atomic batch."""
         ...
 
     def ingest(self, sst_path: Path | None, next_offsets: dict[int, int]) -> None:
         """Ingest a bulk restore chunk's SST file, then record the chunk's offsets."""
-        ...
-
-    def check_writable(self) -> None:
-        """Raise the write error (``StoreWriteError``) while RocksDB refuses writes; return once it
-        takes them again. Creates no file."""
-        ...
-
-    def defer_compactions(self, deferred: bool) -> None:
-        """Stop or resume automatic compactions while a bulk restore ingests files."""
-        ...
-
-    def compact_leftover_level0(self) -> None:
-        """After a bulk restore: merge the level-0 files RocksDB would leave, so cold reads search
-        one sorted run."""
-        ...
-
-    def checkpoint(self) -> None:
-        """Persist what has been applied so far (data and offsets together)."""
         ...
 
     def build_indexes(self, stop: threading.Event) -> None:

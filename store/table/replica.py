@@ -196,13 +196,6 @@ class Replica:
 
     # -- writes (materializer thread) ---------------------------------------------------------
 
-    def topic_identity(self) -> tuple[str | None, str | None]:
-        """The topic name and topic id the stored data came from."""
-        return self.engine.topic_identity()
-
-    def set_topic_identity(self, topic: str, topic_id: str | None) -> None:
-        self.engine.set_topic_identity(topic, topic_id)
-
     def apply(self, records: Changes) -> None:
         """Write records, tombstones and the partitions' next offsets in one atomic batch."""
         engine = self.engine
@@ -223,18 +216,6 @@ class Replica:
             engine.write(batch)
             self._advance(records.next_offsets)
             self._cache.drop(keys)
-
-    def check_writable(self) -> None:
-        """Raise the write error while RocksDB refuses writes; return once it takes them again."""
-        self.engine.check_writable()
-
-    def defer_compactions(self, deferred: bool) -> None:
-        """Stop or resume automatic compactions while a bulk restore ingests files."""
-        self.engine.defer_compactions(deferred)
-
-    def compact_leftover_level0(self) -> None:
-        """After a bulk restore: merge the level-0 files RocksDB would leave (``Engine``)."""
-        self.engine.compact_leftover_level0()
 
     def ingest(self, sst_path: Path | None, next_offsets: dict[int, int]) -> None:
         """Ingest a bootstrap chunk's SST file, then record the chunk's offsets."""
@@ -269,10 +250,6 @@ class Replica:
         self.position = Position(merged)
         self.generation += 1
         self._changed.notify_all()
-
-    def checkpoint(self) -> None:
-        """Persist what has been applied so far (data and offsets together)."""
-        self.engine.flush()
 
     # -- indexes ------------------------------------------------------------------------------
 
