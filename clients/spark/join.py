@@ -1,32 +1,4 @@
-"""PySpark lookup joins against statestore: executors look keys up over HTTP, no shuffle, no broadcast.
-
-Two entry points sharing batching, dedupe, caching and position pinning::
-
-    from clients.spark import lookup_join, lookup_udf
-
-    enriched = lookup_join(purchases, store="products", on="product_id", url=URL,
-                           value_schema="name string, price double", prefix="product_")
-    products = lookup_udf(store="products", url=URL, value_schema="name string, price double")
-    purchases.withColumn("product", products(col("product_id")))
-
-The store's position is read once on the driver when the lookup is planned; every task demands
-at least that position (``min_position``), so a job never sees data older than its start. With
-``consistent=True`` (or ``as_of=`` a position from an earlier run) every read is exactly as of that
-position, so task retries, speculative tasks and reruns all read the same table (the store must keep
-history). The position is logged and kept in the new columns' metadata (see :func:`lookups`).
-
-The service URL and token can be set once per session in the Spark conf (``spark.statestore.url``,
-``spark.statestore.token`` or ``spark.statestore.authFile``); ``url=`` and ``token=`` override them.
-``on=`` is a column name or any Column expression (``F.concat_ws(":", "region", "id")``).
-:func:`read_store` reads a whole store as a DataFrame pinned at one position.
-
-Runs on PySpark 3.5 to the newest 4.x, on classic sessions and on Spark Connect (see
-:mod:`clients.spark_compat` for what differs).
-
-One-to-many lookups go through a store's index: ``lookup_join(tickers, store="positions",
-index="by_ticker", on="symbol", ...)`` gives one row per position of each ticker, with the
-position's key in column ``prefix + "key"``.
-"""
+"""The lookup join: ``df`` with the values of a store appended by the executors, no shuffle."""
 
 from __future__ import annotations
 
@@ -41,24 +13,14 @@ from pyspark.sql.types import BinaryType, BooleanType, StringType, StructField, 
 from clients.lookup import DEFAULT_CACHE_BYTES
 from clients.options import DEFAULT_BATCH_SIZE
 from clients.position import PositionLike
-from clients.spark_compat import PYSPARK_VERSION, can_observe, is_connect, new_observation
-from clients.spark_plan import LookupInfo, plan_lookup, planned_lookup
-from clients.spark_read import read_store, register_data_source
-from clients.spark_tasks import JoinStep, join_task
-from clients.spark_udf import METADATA_KEY, LookupUDF, column_metadata, lookup_udf
+from clients.spark.compat import PYSPARK_VERSION, can_observe, is_connect, new_observation
+from clients.spark.options import LookupOptions
+from clients.spark.plan import LookupInfo, plan_lookup, planned_lookup
+from clients.spark.tasks import JoinStep, join_task
+from clients.spark.udf import METADATA_KEY, column_metadata
 
 log = logging.getLogger("clients.spark")
 
-__all__ = [
-    "METADATA_KEY",
-    "LookupInfo",
-    "LookupUDF",
-    "lookup_join",
-    "lookup_udf",
-    "lookups",
-    "read_store",
-    "register_data_source",
-]
 
 _HIDDEN_FLAG = "__statestore_misfit_"
 
@@ -141,22 +103,15 @@ def lookup_join(
         raise ValueError(f'how must be "left" or "inner", got {how!r}')
     connect = is_connect(df)
     observed = connect and can_observe(df)
+    options = LookupOptions(
+        store=store, url=url, value_schema=value_schema, token=token, verify=verify,
+        min_position=min_position, consistent=consistent, as_of=as_of, index=index,
+        batch_size=batch_size, timeout=timeout, deadline=deadline,
+        planning_deadline=planning_deadline, cache_bytes=cache_bytes,
+    )  # fmt: skip
     plan = plan_lookup(
-        store=store,
-        url=url,
-        value_schema=value_schema,
-        token=token,
-        verify=verify,
-        min_position=min_position,
-        consistent=consistent,
-        as_of=as_of,
-        index=index,
-        batch_size=batch_size,
-        timeout=timeout,
-        deadline=deadline,
-        planning_deadline=planning_deadline,
-        cache_bytes=cache_bytes,
-        session=df.sparkSession,
+        options,
+        df.sparkSession,
         observations=[] if observed else None,
         uncounted=None if observed else _uncounted_join(),
     )

@@ -27,10 +27,9 @@ from clients.exceptions import (
     UnsupportedSparkError,
 )
 from clients.lookup import LookupSpec, decode_json
-from clients.options import ClientOptions, Verify
 from clients.position import Position, PositionLike
-from clients.retry import RetryPolicy
-from clients.spark_compat import Counter, conf_value, is_connect, new_counter, parse_struct
+from clients.spark.compat import Counter, conf_value, is_connect, new_counter, parse_struct
+from clients.spark.options import LookupOptions, client_options
 
 log = logging.getLogger("clients.spark")
 
@@ -164,50 +163,27 @@ def _check_sample(client: StatestoreClient, spec: LookupSpec, schema: StructType
 
 
 def plan_lookup(
-    *,
-    store: str,
-    url: str | None,
-    value_schema: str | StructType | None,
-    token: str | None,
-    verify: Verify,
-    min_position: PositionLike | None,
-    consistent: bool,
-    as_of: PositionLike | None,
-    index: str | None,
-    batch_size: int,
-    timeout: float,
-    deadline: float,
-    planning_deadline: float,
-    cache_bytes: int,
+    options: LookupOptions,
     session: SparkSession,
+    *,
     observations: list[Any] | None = None,
     uncounted: str | None = None,
 ) -> Plan:
     """Driver side of a lookup: check the store, pin its position, fix the output type.
 
-    ``consistent`` (or an explicit ``as_of``) makes every read exactly as of the pinned position, so
-    task retries and reruns read the same table; otherwise reads demand at least that position.
-    ``url`` and ``token`` default to the session's Spark conf (see :func:`connection`).
+    ``observations`` collects the Spark Connect observations that count misfits (``None``: nothing
+    can count them, for the reason ``uncounted``).
     """
-    if as_of is not None and min_position is not None:
-        raise ValueError("pass as_of= or min_position=, not both: as_of pins the exact position")
-    url, token = connection(session, url, token)
-    exact = consistent or as_of is not None
-    if not isinstance(verify, bool | str):
-        raise TypeError(
-            "verify must be True/False or a CA bundle path: tasks rebuild the client on executors"
-        )
-    options = ClientOptions(
-        url,
-        token=token,
-        verify=verify,
-        timeout=timeout,
-        deadline=deadline,
-        batch_size=batch_size,
-        retry=RetryPolicy(max_backoff=5.0),
+    url, token = connection(session, options.url, options.token)
+    store, index, value_schema, exact = options.store, options.index, options.value_schema, options.exact
+    task_options = dataclasses.replace(
+        client_options(url, token, options.verify, options.timeout, options.deadline),
+        batch_size=options.batch_size,
     )
     planning = dataclasses.replace(
-        options, deadline=planning_deadline, timeout=min(timeout, planning_deadline)
+        task_options,
+        deadline=options.planning_deadline,
+        timeout=min(options.timeout, options.planning_deadline),
     )
     with StatestoreClient(planning) as client:
         try:
@@ -219,12 +195,19 @@ def plan_lookup(
             if isinstance(exc, UnauthorizedError) and token is None and is_connect(session):
                 exc.add_note(UNREADABLE_TOKEN)
             raise
-        position = _pinned(info.position, as_of, min_position)
+        position = _pinned(info.position, options.as_of, options.min_position)
         schema = value_schema_of(session, value_schema) if value_schema is not None else None
         _check_format(store, info.value_format, index, schema)
         arrow_type = pa.struct(list(to_arrow_schema(schema))) if schema is not None else None
         spec = LookupSpec(
-            options, store, str(position), info.value_format, arrow_type, cache_bytes, exact, index
+            task_options,
+            store,
+            str(position),
+            info.value_format,
+            arrow_type,
+            options.cache_bytes,
+            exact,
+            index,
         )
         _check_reads(client, spec)
         if schema is not None:

@@ -19,7 +19,6 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BinaryType, BooleanType, DataType, StringType, StructField, StructType
@@ -31,9 +30,9 @@ from clients.exceptions import SchemaMismatchError, StatestoreClientError, Value
 from clients.lookup import decode
 from clients.options import ClientOptions
 from clients.position import Position, PositionLike
-from clients.retry import RetryPolicy
-from clients.spark_compat import conf_value, has_python_data_source, parse_struct, require
-from clients.spark_plan import TOKEN_CONF, TOKEN_FILE_CONF, URL_CONF, connection
+from clients.spark.compat import parse_struct
+from clients.spark.options import client_options
+from clients.spark.plan import connection
 from clients.wire import ValueFormat
 
 log = logging.getLogger("clients.spark")
@@ -314,7 +313,7 @@ def read_store(
     """
     url, token = connection(spark, url, token)
     plan = plan_read(
-        _options(url, token, verify, timeout, deadline),
+        client_options(url, token, verify, timeout, deadline),
         store=store,
         value_schema=parse_struct(spark, value_schema) if isinstance(value_schema, str) else value_schema,
         position=position,
@@ -330,35 +329,3 @@ def read_store(
     count = len(plan.ranges)
     numbers = spark.range(0, count, 1, count)
     return numbers.mapInArrow(scan_task(plan.spec, plan.ranges, plan.schema.fieldNames()), plan.schema)
-
-
-def _options(
-    url: str, token: str | None, verify: bool | str, timeout: float, deadline: float
-) -> ClientOptions:
-    retry = RetryPolicy(max_backoff=5.0)
-    return ClientOptions(url, token=token, verify=verify, timeout=timeout, deadline=deadline, retry=retry)
-
-
-def register_data_source(spark: SparkSession) -> None:
-    """Register ``spark.read.format("statestore_http")`` on ``spark`` (PySpark 4.0 and newer).
-
-    The session's ``spark.statestore.url`` / ``token`` / ``authFile`` become the defaults of the
-    source's ``url`` and ``token`` options (a data source cannot read the session's conf itself).
-    A session keeps its first registration: registering again changes nothing.
-    """
-    require("spark.read.format('statestore_http') (a Python data source; read_store works anywhere)", (4, 0))
-    assert has_python_data_source()
-    from clients.spark_source import StatestoreDataSource  # noqa: PLC0415  # needs PySpark 4.0
-
-    defaults = {
-        option: value
-        for option, key in (("url", URL_CONF), ("token", TOKEN_CONF), ("authFile", TOKEN_FILE_CONF))
-        if (value := conf_value(spark, key)) is not None
-    }
-    source = type("StatestoreDataSource", (StatestoreDataSource,), {"defaults": defaults})
-    try:
-        spark.dataSource.register(source)
-    except AnalysisException as exc:
-        if "DATA_SOURCE_ALREADY_EXISTS" not in str(exc):
-            raise
-        log.info("the statestore data source is registered on this session already; kept as it was")

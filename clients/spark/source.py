@@ -27,7 +27,8 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
 from clients.client import StatestoreClient
-from clients.spark_read import KeyRange, ReadPlan, _options, plan_read, read_range
+from clients.spark.options import client_options
+from clients.spark.read import KeyRange, ReadPlan, plan_read, read_range
 
 _TRUE = ("true", "1", "yes")
 FORMAT = "statestore_http"
@@ -86,7 +87,7 @@ class StatestoreDataSource(DataSource):
         token_file = self._option("authFile")
         if token is None and token_file is not None:
             token = Path(token_file).read_text(encoding="utf-8").strip()
-        return _options(url, token, True, 30.0, 300.0)
+        return client_options(url, token, True, 30.0, 300.0)
 
     def plan(self, schema: StructType) -> ReadPlan:
         """Check the store, pin the position and split the keys, for ``schema``'s columns."""

@@ -19,9 +19,10 @@ from clients.exceptions import UnsupportedSparkError
 from clients.lookup import DEFAULT_CACHE_BYTES
 from clients.options import DEFAULT_BATCH_SIZE
 from clients.position import PositionLike
-from clients.spark_compat import PYSPARK_VERSION, active_session, has_arrow_udf, is_connect
-from clients.spark_plan import LookupInfo, Plan, plan_lookup
-from clients.spark_tasks import udf_task
+from clients.spark.compat import PYSPARK_VERSION, active_session, has_arrow_udf, is_connect
+from clients.spark.options import LookupOptions
+from clients.spark.plan import LookupInfo, Plan, plan_lookup
+from clients.spark.tasks import udf_task
 
 METADATA_KEY = "statestore"
 """Column metadata key naming the lookup that produced a column (see :func:`clients.spark.lookups`)."""
@@ -167,21 +168,22 @@ def lookup_udf(
     connect = is_connect(session)
     return LookupUDF(
         plan_lookup(
-            store=store,
-            url=url,
-            value_schema=value_schema,
-            token=token,
-            verify=verify,
-            min_position=min_position,
-            consistent=consistent,
-            as_of=as_of,
-            index=None,
-            batch_size=batch_size,
-            timeout=timeout,
-            deadline=deadline,
-            planning_deadline=planning_deadline,
-            cache_bytes=cache_bytes,
-            session=session,
+            LookupOptions(
+                store=store,
+                url=url,
+                value_schema=value_schema,
+                token=token,
+                verify=verify,
+                min_position=min_position,
+                consistent=consistent,
+                as_of=as_of,
+                batch_size=batch_size,
+                timeout=timeout,
+                deadline=deadline,
+                planning_deadline=planning_deadline,
+                cache_bytes=cache_bytes,
+            ),
+            session,
             uncounted=(
                 "under Spark Connect a lookup_udf cannot count values that do not fit value_schema "
                 "(no accumulators): use lookup_join with misfit_column='...'"
