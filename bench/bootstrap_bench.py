@@ -41,7 +41,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Pro
 from confluent_kafka.admin import AdminClient, NewTopic
 from ktables import KafkaTable
 
-from service.local_broker import LocalBroker
+from service.local.broker import LocalBroker
 from store import Store, StoreConfig, StoreTuning
 from store.kafka.client import consumer_config
 from store.lifecycle.gc_pacing import fewer_collections

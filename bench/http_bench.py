@@ -45,7 +45,7 @@ from rocksdict import Options, Rdict
 from starlette.responses import Response
 
 from service.app import create_app
-from service.local_broker import LocalBroker
+from service.local.broker import LocalBroker
 from service.settings import load_settings
 
 SERVER_CPU = 0

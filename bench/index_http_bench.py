@@ -44,7 +44,7 @@ from bench.http_bench import (
     _read_arrow,
     _wait_http,
 )
-from service.local_broker import LocalBroker
+from service.local.broker import LocalBroker
 
 TOPIC = "index-http-bench-positions"
 BATCH_KEYS = 1000

@@ -90,7 +90,7 @@ from bench.scale_support import (
     table_state,
     tree_pss,
 )
-from service.local_broker import LocalBroker
+from service.local.broker import LocalBroker
 from store import Store, StoreConfig
 from store.table.engine import directory_size
 

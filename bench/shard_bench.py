@@ -12,7 +12,7 @@
 (e) a Spark lookup join (``local[2]``) of F fact rows over N shards against the same join over the
     unsharded service (best of ``--rounds``).
 
-Every service is ``statestore serve`` in its own process (``service.local_shards``)::
+Every service is ``statestore serve`` in its own process (``service.local.shards``)::
 
     python -m bench shard --keys 300000 --shards 3 --facts 500000 --rounds 3
 """
@@ -41,8 +41,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from clients import StatestoreClient
 from clients.partitioners import PARTITIONERS, place
-from service.local_broker import LocalBroker
-from service.local_shards import LocalShards
+from service.local.broker import LocalBroker
+from service.local.shards import LocalShards
 
 PARTITIONS = 6
 SCHEMA = "name string, score double, segment string"

@@ -37,6 +37,12 @@ def imported(source: str) -> set[str]:
     return names
 
 
+# The served side of ``service`` runs no Spark: only the local tools (and the commands that start
+# them) import the Spark client and ``service.local``.
+LOCAL_ONLY = ("service.local", "clients.spark")
+LOCAL_USERS = ("service.local", "service.cli")
+
+
 def within(name: str, prefix: str) -> bool:
     return name == prefix or name.startswith(prefix + ".")
 
@@ -58,6 +64,8 @@ def breaches(name: str, source: str) -> list[str]:
         for owner, forbidden in FORBIDDEN.items():
             if within(name, owner) and any(within(target, no) for no in forbidden):
                 found.append(f"{name} imports {target}")
+        if within(name, "service") and not any(within(name, user) for user in LOCAL_USERS):
+            found += [f"{name} imports {target}" for no in LOCAL_ONLY if within(target, no)]
         rooms = ("store.kafka", "store.table", "store.lifecycle")
         if shared_leaf(name) and any(within(target, room) for room in rooms):
             found.append(f"{name} (a shared leaf of store) imports {target}")
@@ -81,3 +89,8 @@ def test_the_check_sees_a_forbidden_import() -> None:
         "store.position (a shared leaf of store) imports store.table.Replica",
     ]
     assert breaches("store.lifecycle.store", "from store.table_format import table_options\n") == []
+    assert breaches("service.routes", "from service.local.broker import LocalBroker\n") == [
+        "service.routes imports service.local.broker",
+        "service.routes imports service.local.broker.LocalBroker",
+    ]
+    assert breaches("service.cli", "from service.local.broker import LocalBroker\n") == []

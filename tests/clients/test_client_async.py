@@ -10,7 +10,7 @@ from clients import AsyncStatestoreClient
 from clients import exceptions as e
 from clients.position import Position
 from clients.retry import RetryPolicy
-from service.local_broker import free_port
+from service.local.broker import free_port
 from store import InMemoryStore
 from tests.clients.conftest import ServeStores
 

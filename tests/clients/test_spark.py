@@ -14,7 +14,7 @@ from pyspark.sql import functions as F
 
 from clients import exceptions as e
 from clients.spark import lookup_join, lookup_udf, lookups
-from service.local_broker import LocalBroker, free_port
+from service.local.broker import LocalBroker, free_port
 from tests.clients.conftest import real_service
 from tests.clients.shop import (
     BAD_PRODUCTS,

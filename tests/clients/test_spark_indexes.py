@@ -17,7 +17,7 @@ from pyspark.sql import SparkSession
 from clients import StatestoreClient
 from clients import exceptions as e
 from clients.spark import lookup_join, lookup_udf, lookups
-from service.local_broker import LocalBroker
+from service.local.broker import LocalBroker
 from tests.clients.conftest import real_service
 from tests.clients.orders import POSITION_SCHEMA, orders, positions_frame, sorted_rows
 from tests.clients.portfolio import INDEX, TICKERS, position_round, ticker

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from service.app import create_app
-from service.local_broker import free_port
+from service.local.broker import free_port
 from service.settings import Settings
 from store import StoreState
 from store.lifecycle.memory import InMemoryStore

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from service.app import create_app
-from service.local_broker import free_port
+from service.local.broker import free_port
 from service.settings import Settings
 from store import StoreState
 from store.lifecycle.memory import InMemoryStore

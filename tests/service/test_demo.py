@@ -17,11 +17,11 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
 from service.cli import build_parser
-from service.demo import run, steps
-from service.demo.console import Console, table
-from service.demo.dataset import build_dataset
-from service.demo.serving import running_service
-from service.local_broker import LocalBroker
+from service.local.broker import LocalBroker
+from service.local.demo import run, steps
+from service.local.demo.console import Console, table
+from service.local.demo.dataset import build_dataset
+from service.local.demo.serving import running_service
 from tests.support.kafka import Record, create_topic, latest_per_key
 
 REPO = Path(__file__).resolve().parents[2]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from service.demo.serving import _restore_line
+from service.local.demo.serving import _restore_line
 
 
 def test_a_ready_store_shows_its_key_count_as_an_estimate() -> None:

@@ -18,7 +18,7 @@ import httpx
 import pytest
 import yaml
 
-from service.local_broker import LocalBroker, free_port
+from service.local.broker import LocalBroker, free_port
 from service.logs import JsonFormatter
 from tests.support.kafka import produce
 

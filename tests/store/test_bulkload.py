@@ -14,7 +14,7 @@ from confluent_kafka import OFFSET_BEGINNING
 from hypothesis import given
 from hypothesis import strategies as st
 
-from service.local_broker import LocalBroker
+from service.local.broker import LocalBroker
 from store import RocksDBOptions, StoreTuning
 from store.kafka.client import consumer_config
 from store.kafka.frames import ChunkWritten, WorkerCaughtUp

@@ -15,7 +15,7 @@ from collections.abc import Callable
 import pytest
 from confluent_kafka import Producer
 
-from service.local_broker import LocalBroker
+from service.local.broker import LocalBroker
 from store import Store, StoreState
 from store.kafka.children import ChildProcess, reap_orphans
 from tests.support.kafka import latest_per_key

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from service.local_broker import LocalBroker
+from service.local.broker import LocalBroker
 from store import Store, StoreTuning
 from tests.support.kafka import latest_per_key, make_producer
 from tests.support.stores import (

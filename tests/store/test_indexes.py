@@ -19,7 +19,7 @@ from confluent_kafka import Producer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from service.local_broker import LocalBroker
+from service.local.broker import LocalBroker
 from store import (
     IndexNotReadyError,
     IndexSpec,

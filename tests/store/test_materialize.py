@@ -14,7 +14,7 @@ import pytest
 import rocksdict
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from service.local_broker import LocalBroker
+from service.local.broker import LocalBroker
 from store import Position, Store, StoreState, StoreTuning
 from tests.support.kafka import Record, latest_per_key, make_producer
 from tests.support.stores import (

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from service.local_broker import LocalBroker
+from service.local.broker import LocalBroker
 from store import Store
 from tests.support.kafka import create_topic, latest_per_key, make_producer
 from tests.support.stores import assert_equals_model, mixed_records, produce_tracked, wait_until

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from service.local_broker import LocalBroker
+from service.local.broker import LocalBroker
 from store import Position, Store, StoreLockedError, StoreState
 from tests.support.kafka import Record, create_topic, latest_per_key, make_producer
 from tests.support.stores import (

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import pytest
 
 from clients.partitioners import PARTITIONERS, place
-from service.local_broker import LocalBroker
+from service.local.broker import LocalBroker
 from store import Position, Store, StoreSharding, StoreState
 from store.kafka.batch import RecordBatch
 from tests.support.kafka import create_topic, latest_per_key, make_producer, produce, topic_end, unique_topic

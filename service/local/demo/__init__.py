@@ -1,7 +1,7 @@
 """``statestore demo``: the whole product on this machine, end to end.
 
 1. start the embedded broker (or use ``--bootstrap-servers``);
-2. create the topics and load the invoice dataset (``service.demo.dataset``);
+2. create the topics and load the invoice dataset (``service.local.demo.dataset``);
 3. start the service (or use ``--service-url``) and show the stores restoring;
 4. enrich purchases into invoices with a Spark lookup join, print a sample and a summary;
 5. raise a product's price in its topic and show the next lookup sees it;
@@ -23,9 +23,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from service.demo.console import Console, seconds
-from service.demo.errors import DemoError
-from service.local_shards import MAX_LOCAL_SHARDS
+from service.local.demo.console import Console, seconds
+from service.local.demo.errors import DemoError
+from service.local.shards import MAX_LOCAL_SHARDS
 
 __all__ = ["DemoError", "run"]
 
@@ -115,9 +115,9 @@ def _ignoring_interrupts() -> Iterator[None]:
 def _run_all(
     console: Console, args: argparse.Namespace, stack: contextlib.ExitStack, spark_stack: contextlib.ExitStack
 ) -> None:
-    from service.demo import steps  # noqa: PLC0415
-    from service.demo.serving import import_service  # noqa: PLC0415
-    from service.demo.spark import BackgroundSpark, check_spark_prerequisites  # noqa: PLC0415
+    from service.local.demo import steps  # noqa: PLC0415
+    from service.local.demo.serving import import_service  # noqa: PLC0415
+    from service.local.demo.spark import BackgroundSpark, check_spark_prerequisites  # noqa: PLC0415
 
     if args.step in ("all", "join"):
         check_spark_prerequisites()

@@ -7,8 +7,8 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from service.demo.console import Console, percent, seconds, table
-from service.demo.dataset import CUSTOMER_SCHEMA, CUSTOMERS_TOPIC, PRODUCT_SCHEMA, PRODUCTS_TOPIC
+from service.local.demo.console import Console, percent, seconds, table
+from service.local.demo.dataset import CUSTOMER_SCHEMA, CUSTOMERS_TOPIC, PRODUCT_SCHEMA, PRODUCTS_TOPIC
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -10,8 +10,8 @@ import orjson
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from service.demo.dataset import CUSTOMERS_TOPIC, PRODUCTS_TOPIC, PURCHASES_TOPIC, Dataset
-from service.demo.errors import DemoError
+from service.local.demo.dataset import CUSTOMERS_TOPIC, PRODUCTS_TOPIC, PURCHASES_TOPIC, Dataset
+from service.local.demo.errors import DemoError
 
 PARTITIONS = 3
 TIMEOUT_SECONDS = 30.0

@@ -11,10 +11,10 @@ from typing import Any
 
 import httpx
 
-from service.demo.console import Console, seconds
-from service.demo.dataset import CUSTOMERS_TOPIC, PRODUCTS_TOPIC
-from service.demo.errors import DemoError
-from service.local_broker import free_port
+from service.local.broker import free_port
+from service.local.demo.console import Console, seconds
+from service.local.demo.dataset import CUSTOMERS_TOPIC, PRODUCTS_TOPIC
+from service.local.demo.errors import DemoError
 from service.settings import AuthSettings, HttpSettings, Settings, StoreSettings
 
 HOST = "127.0.0.1"

@@ -13,7 +13,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from service.demo.errors import DemoError
+from service.local.demo.errors import DemoError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -12,17 +12,23 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from service.demo import kafka
-from service.demo.console import Console, seconds, table
-from service.demo.dataset import (
+from service.local.demo import kafka
+from service.local.demo.console import Console, seconds, table
+from service.local.demo.dataset import (
     CUSTOMERS_TOPIC,
     PRODUCTS_TOPIC,
     PURCHASES_TOPIC,
     build_dataset,
 )
-from service.demo.errors import DemoError
-from service.demo.join import JoinSummary, lookup_product_purchases, print_summary, purchases_frame, run_join
-from service.demo.serving import demo_config, running_service, wait_until_ready
+from service.local.demo.errors import DemoError
+from service.local.demo.join import (
+    JoinSummary,
+    lookup_product_purchases,
+    print_summary,
+    purchases_frame,
+    run_join,
+)
+from service.local.demo.serving import demo_config, running_service, wait_until_ready
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -50,7 +56,7 @@ def _sigint_blocked() -> Iterator[None]:
 
 def check_embedded_broker() -> None:
     """Fail before anything starts when the embedded broker is not installed."""
-    from service.local_broker import LocalBrokerError, tansu_binary  # noqa: PLC0415
+    from service.local.broker import LocalBrokerError, tansu_binary  # noqa: PLC0415
 
     try:
         tansu_binary()
@@ -61,7 +67,7 @@ def check_embedded_broker() -> None:
 @contextlib.contextmanager
 def embedded_broker(console: Console, log_path: Path) -> Iterator[str]:
     """Start the embedded Tansu broker for the demo's lifetime; yields its bootstrap servers."""
-    from service.local_broker import LocalBroker, LocalBrokerError  # noqa: PLC0415
+    from service.local.broker import LocalBroker, LocalBrokerError  # noqa: PLC0415
 
     broker = LocalBroker(log_path=log_path)
     console.stage(f"starting the embedded broker on {broker.bootstrap_servers} ...")
@@ -127,7 +133,7 @@ def own_shards(
 ) -> Iterator[str]:
     """Serve the demo stores as ``shards`` shards, one ``statestore serve`` process each; yields the
     URL template naming them, once every shard is ready."""
-    from service.local_shards import LocalShards, LocalShardsError  # noqa: PLC0415
+    from service.local.shards import LocalShards, LocalShardsError  # noqa: PLC0415
 
     with contextlib.ExitStack() as stack:
         if state_dir is None:
