@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 
 from clients.exceptions import UnexpectedResponseError
 from clients.partitioners import PARTITIONERS, Partitioner
-from clients.position import Position, PositionLike
+from wire.position import Position, PositionLike
 
 SHARD_PLACEHOLDER = "{shard}"
 """What a URL template holds where the shard number goes: ``http://statestore-{shard}.statestore:8080``."""

@@ -17,7 +17,7 @@ from collections.abc import Callable
 import pyarrow as pa
 
 from service.bodies import malformed, too_large
-from service.catalogue import BATCH_TOO_LARGE, BODY_TOO_LARGE
+from wire.problems import BATCH_TOO_LARGE, BODY_TOO_LARGE
 
 MAX_RECORD_BATCHES = 1024
 """Record batches one body may hold (each is parsed by Python: a bound on the work of one body)."""

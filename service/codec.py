@@ -10,8 +10,7 @@ from urllib.parse import parse_qsl, unquote_to_bytes
 
 from starlette.requests import Request
 
-from service.catalogue import BAD_KEY_ENCODING
-from service.exceptions import ProblemError
+from wire.problems import BAD_KEY_ENCODING, ProblemError
 
 KeyEncoding = Literal["utf8", "base64"]
 

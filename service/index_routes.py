@@ -25,7 +25,6 @@ from service.bodies import (
     read_body,
     too_large,
 )
-from service.catalogue import ANSWER_TOO_LARGE, PAGE_TOO_LARGE
 from service.codec import (
     KeyEncoding,
     bad_key_encoding,
@@ -39,6 +38,7 @@ from service.registry import StoreRegistry
 from service.settings import LimitSettings, Settings
 from service.values import BadValues, JsonAnswer
 from store import Position, ReadOnlyKeyValueStore, ScanPage
+from wire.problems import ANSWER_TOO_LARGE, PAGE_TOO_LARGE
 
 POSITION = docs.POSITION_HEADER
 INDEX_ROUTE = "/v1/stores/{store}/indexes/{index}/{value:path}"

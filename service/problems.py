@@ -19,7 +19,18 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
-from service.catalogue import (
+from store import (
+    HistoryExpiredError,
+    HistoryNotKeptError,
+    IndexNotReadyError,
+    Position,
+    StoreClosedError,
+    StoreCorruptError,
+    StoreError,
+    StoreState,
+    UnknownIndexError,
+)
+from wire.problems import (
     HISTORY_EXPIRED,
     HISTORY_NOT_KEPT,
     INDEX_NOT_READY,
@@ -31,18 +42,7 @@ from service.catalogue import (
     STORE_CORRUPT,
     STORE_NOT_READY,
     UNKNOWN_INDEX,
-)
-from service.exceptions import ProblemError
-from store import (
-    HistoryExpiredError,
-    HistoryNotKeptError,
-    IndexNotReadyError,
-    Position,
-    StoreClosedError,
-    StoreCorruptError,
-    StoreError,
-    StoreState,
-    UnknownIndexError,
+    ProblemError,
 )
 
 logger = logging.getLogger(__name__)

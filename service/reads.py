@@ -18,8 +18,6 @@ from starlette.datastructures import QueryParams
 from starlette.requests import Request
 
 from service.auth import Auth
-from service.catalogue import INVALID_PARAMETER, INVALID_POSITION, POSITION_NOT_REACHED, UNKNOWN_STORE
-from service.exceptions import ProblemError
 from service.guard import remaining_seconds, request_timeout
 from service.problems import store_corrupt, store_not_ready
 from service.registry import ServedStore, StoreRegistry
@@ -31,6 +29,13 @@ from store import (
     Position,
     PositionNotReachedError,
     ReadOnlyKeyValueStore,
+)
+from wire.problems import (
+    INVALID_PARAMETER,
+    INVALID_POSITION,
+    POSITION_NOT_REACHED,
+    UNKNOWN_STORE,
+    ProblemError,
 )
 
 T = TypeVar("T")

@@ -27,7 +27,6 @@ from service.bodies import (
     read_body,
     too_large,
 )
-from service.catalogue import KEY_NOT_FOUND, PAGE_TOO_LARGE, VALUE_NOT_JSON
 from service.codec import (
     KeyEncoding,
     decode_key_text,
@@ -43,6 +42,7 @@ from service.settings import LimitSettings, Settings
 from service.sharding import KeyCheck, sharding_info
 from service.values import BadValues, JsonAnswer, not_json_detail
 from store import ReadOnlyKeyValueStore, ScanPage
+from wire.problems import KEY_NOT_FOUND, PAGE_TOO_LARGE, VALUE_NOT_JSON
 
 POSITION = docs.POSITION_HEADER
 KEY_ROUTE = "/v1/stores/{store}/keys/{key:path}"

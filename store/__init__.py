@@ -28,7 +28,6 @@ from store.exceptions import (
     HistoryExpiredError,
     HistoryNotKeptError,
     IndexNotReadyError,
-    InvalidPositionError,
     InvalidTransitionError,
     KafkaSourceError,
     PositionNotReachedError,
@@ -45,7 +44,6 @@ from store.exceptions import (
     StoreWriterClosedError,
     UnknownIndexError,
 )
-from store.position import Position
 from store.protocol import (
     MAX_SCAN_LIMIT,
     CorruptionReport,
@@ -67,6 +65,8 @@ from store.tuning import (
     RocksDBOptions,
     StoreTuning,
 )
+from wire.exceptions import InvalidPositionError
+from wire.position import Position
 
 if TYPE_CHECKING:
     from store.lifecycle.config import StoreConfig

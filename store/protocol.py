@@ -12,8 +12,8 @@ from contextlib import AbstractContextManager
 from typing import Literal, Protocol, runtime_checkable
 
 from store.freshness import FreshnessSnapshot
-from store.position import Position
 from store.state import RestoreMode, StoreState
+from wire.position import Position
 
 FoundBy = Literal["read", "verification", "materializer"]
 """What found a copy corrupt: a read, the background verification, or the materializer."""

@@ -16,6 +16,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "store.kafka": ("store.table", "store.lifecycle"),
     "store.table": ("store.kafka", "store.lifecycle"),
     "clients": ("store", "service", "bench", "tests"),
+    "wire": ("store", "service", "clients", "bench", "tests"),
     "service": ("bench", "tests"),
 }
 
@@ -54,7 +55,7 @@ def shared_leaf(name: str) -> bool:
 
 
 def modules() -> list[Path]:
-    packages = ("store", "service", "clients")
+    packages = ("store", "service", "clients", "wire")
     return sorted(path for package in packages for path in (ROOT / package).rglob("*.py"))
 
 

@@ -1,8 +1,10 @@
 """Positions: the next offset to read per partition, i.e. one exact version of the table.
 
 A position is written ``partition:next_offset`` pairs joined by commas, ordered by partition,
-e.g. ``0:1200,1:1187,2:1211``. Because a Kafka partition's offsets are the same on every node,
-a position names the same table version on every replica.
+e.g. ``0:1200,1:1187,2:1211`` (the ``Statestore-Position`` header, the ``min_position`` and
+``as_of`` parameters). Because a Kafka partition's offsets are the same on every node, a position
+names the same table version on every replica. The store, the service and the clients share this
+one type.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Mapping
 
-from store.exceptions import InvalidPositionError
+from wire.exceptions import InvalidPositionError
 
 # One ``partition:next_offset`` entry; ``\d`` and ``int()`` would take digits of any script.
 _ENTRY = re.compile(r"[ \t]*([0-9]{1,19}):([0-9]{1,19})[ \t]*")
@@ -31,6 +33,13 @@ class Position(Mapping[int, int]):
                     f"position entry {partition}:{next_offset} is negative; partitions and offsets start at 0"
                 )
         self._offsets: dict[int, int] = dict(sorted(items.items()))
+
+    @classmethod
+    def of(cls, value: PositionLike) -> Position:
+        """A position from its text form or any mapping (a position is returned as it is)."""
+        if isinstance(value, Position):
+            return value
+        return cls.parse(value) if isinstance(value, str) else cls(value)
 
     @classmethod
     def parse(cls, text: str) -> Position:
@@ -100,3 +109,7 @@ class Position(Mapping[int, int]):
     def total(self) -> int:
         """Sum of next offsets over all partitions."""
         return sum(self._offsets.values())
+
+
+PositionLike = str | Mapping[int, int]
+"""What ``min_position=`` and ``as_of=`` accept: the text form, a mapping, or a :class:`Position`."""

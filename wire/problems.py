@@ -1,8 +1,10 @@
 """Every problem type the service answers with: its slug, HTTP status and title (docs/http-api.md).
 
-The one list of them: raise sites name an entry (``raise KEY_TOO_LARGE("the key has 5000 bytes",
-extras=...)``), the clients keep a matching exception per slug (a test checks both agree), and a
-new problem type is one line here. The ``type`` member of an answer is ``TYPE_PREFIX + slug``.
+The one list of them, shared by the service and the clients: the service's raise sites name an
+entry (``raise KEY_TOO_LARGE("the key has 5000 bytes", extras=...)``, which makes a
+:class:`ProblemError`), and the clients map each entry to an exception of theirs
+(``clients.exceptions``). A new problem type is one line here. The ``type`` member of an answer is
+``TYPE_PREFIX + slug``.
 """
 
 from __future__ import annotations
@@ -11,14 +13,48 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from service.exceptions import ProblemError
+from wire.exceptions import WireError
 
 TYPE_PREFIX = "urn:statestore:problem:"
 
 
+class ProblemError(WireError):
+    """A request failed for a reason the client can act on; made by calling a catalogue entry.
+
+    ``problem`` is its entry (slug, status, title); ``extras`` are the problem-specific members
+    listed in docs/http-api.md. The service renders it as RFC 9457 problem+json.
+    """
+
+    def __init__(
+        self,
+        problem: ProblemType,
+        detail: str,
+        *,
+        extras: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(detail)
+        self.problem = problem
+        self.detail = detail
+        self.extras = dict(extras or {})
+        self.headers = dict(headers or {})
+
+    @property
+    def slug(self) -> str:
+        return self.problem.slug
+
+    @property
+    def status(self) -> int:
+        return self.problem.status
+
+    @property
+    def title(self) -> str:
+        return self.problem.title
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class ProblemType:
-    """One kind of problem answer; calling it makes the :class:`~service.exceptions.ProblemError`."""
+    """One kind of problem answer; calling it makes the :class:`ProblemError` to raise."""
 
     slug: str
     status: int

@@ -12,12 +12,12 @@ from pyspark.sql.types import BinaryType, BooleanType, StringType, StructField, 
 
 from clients.lookup import DEFAULT_CACHE_BYTES
 from clients.options import DEFAULT_BATCH_SIZE
-from clients.position import PositionLike
 from clients.spark.compat import PYSPARK_VERSION, can_observe, is_connect, new_observation
 from clients.spark.options import LookupOptions
 from clients.spark.plan import LookupInfo, plan_lookup, planned_lookup
 from clients.spark.tasks import JoinStep, join_task
 from clients.spark.udf import METADATA_KEY, column_metadata
+from wire.position import PositionLike
 
 log = logging.getLogger("clients.spark")
 

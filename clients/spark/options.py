@@ -9,8 +9,8 @@ from pyspark.sql.types import StructType
 
 from clients.lookup import DEFAULT_CACHE_BYTES
 from clients.options import DEFAULT_BATCH_SIZE, ClientOptions
-from clients.position import PositionLike
 from clients.retry import RetryPolicy
+from wire.position import PositionLike
 
 TASK_RETRY = RetryPolicy(max_backoff=5.0)
 """Retries of a Spark task's requests: short backoffs, Spark retries the task itself after that."""

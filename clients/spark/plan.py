@@ -27,9 +27,9 @@ from clients.exceptions import (
     UnsupportedSparkError,
 )
 from clients.lookup import LookupSpec, decode_json
-from clients.position import Position, PositionLike
 from clients.spark.compat import Counter, conf_value, is_connect, new_counter, parse_struct
 from clients.spark.options import LookupOptions, client_options
+from wire.position import Position, PositionLike
 
 log = logging.getLogger("clients.spark")
 

@@ -29,11 +29,11 @@ from clients.client import StatestoreClient
 from clients.exceptions import SchemaMismatchError, StatestoreClientError, ValueDecodeError
 from clients.lookup import decode
 from clients.options import ClientOptions
-from clients.position import Position, PositionLike
 from clients.spark.compat import parse_struct
 from clients.spark.options import client_options
 from clients.spark.plan import connection
 from clients.wire import ValueFormat
+from wire.position import Position, PositionLike
 
 log = logging.getLogger("clients.spark")
 

@@ -18,11 +18,11 @@ from pyspark.sql.types import ArrayType, DataType, MapType, StringType, StructFi
 from clients.exceptions import UnsupportedSparkError
 from clients.lookup import DEFAULT_CACHE_BYTES
 from clients.options import DEFAULT_BATCH_SIZE
-from clients.position import PositionLike
 from clients.spark.compat import PYSPARK_VERSION, active_session, has_arrow_udf, is_connect
 from clients.spark.options import LookupOptions
 from clients.spark.plan import LookupInfo, Plan, plan_lookup
 from clients.spark.tasks import udf_task
+from wire.position import PositionLike
 
 METADATA_KEY = "statestore"
 """Column metadata key naming the lookup that produced a column (see :func:`clients.spark.lookups`)."""

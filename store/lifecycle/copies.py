@@ -25,13 +25,13 @@ from pathlib import Path
 from store.exceptions import InvalidTransitionError, StoreClosedError, StoreReadError, StoreWriteError
 from store.lifecycle.config import StoreConfig
 from store.lifecycle.listeners import ListenedCondition
-from store.position import Position
 from store.protocol import CorruptionReport, FoundBy, MemoryUsage, ReadOnlyKeyValueStore
 from store.state import StoreState
 from store.table.corruption import drop_engine_references, log_corruption_found
 from store.table.engine import destroy
 from store.table.replica import Replica
 from store.table.verifier import VerifyStep
+from wire.position import Position
 
 logger = logging.getLogger(__name__)
 

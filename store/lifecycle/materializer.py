@@ -56,8 +56,8 @@ from store.lifecycle.sharding import PlacementCheck
 from store.lifecycle.timing import Backoff
 from store.lifecycle.write_errors import WriteErrors
 from store.lifecycle.writer import StoreCopies, TableWriter, check_written_copy
-from store.position import Position
 from store.state import RestoreMode, StoreState
+from wire.position import Position
 
 logger = logging.getLogger(__name__)
 

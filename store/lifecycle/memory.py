@@ -18,7 +18,6 @@ from store.exceptions import (
     UnknownIndexError,
 )
 from store.lifecycle.listeners import ListenedCondition
-from store.position import Position
 from store.protocol import (
     MAX_SCAN_LIMIT,
     CorruptionReport,
@@ -30,6 +29,7 @@ from store.protocol import (
 )
 from store.state import StoreState
 from store.table.indexes import IndexSpec
+from wire.position import Position
 
 
 def _scan_sorted(

@@ -6,8 +6,8 @@ import time
 from collections.abc import Mapping
 
 from store.freshness import FreshnessHistogram
-from store.position import Position
 from store.state import RestoreMode
+from wire.position import Position
 
 _RATE_WINDOW_SECONDS = 10.0
 

@@ -15,7 +15,6 @@ from store.lifecycle.lock import DirectoryLock
 from store.lifecycle.materializer import Materializer
 from store.lifecycle.progress import Progress
 from store.lifecycle.restore_slots import PROCESS_RESTORE_SLOTS, RestoreSlots
-from store.position import Position
 from store.protocol import (
     CorruptionReport,
     IndexStatus,
@@ -26,6 +25,7 @@ from store.protocol import (
 from store.state import StoreState
 from store.table.replica import Replica
 from store.table.verifier import Verifier
+from wire.position import Position
 
 logger = logging.getLogger(__name__)
 

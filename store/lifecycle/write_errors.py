@@ -28,8 +28,8 @@ from store.lifecycle.config import StoreConfig
 from store.lifecycle.progress import Progress
 from store.lifecycle.timing import Backoff
 from store.lifecycle.writer import StoreCopies
-from store.position import Position
 from store.table.engine import can_write, free_bytes, write_buffer_for
+from wire.position import Position
 
 # The most a check for free space writes (a memtable flush needs about a write buffer).
 _SPACE_PROBE_MAX_BYTES = 8 * 1024 * 1024

@@ -15,11 +15,11 @@ from typing import Protocol
 
 from store.exceptions import StoreReadError
 from store.kafka.client import RebuildRequired
-from store.position import Position
 from store.protocol import CorruptionReport
 from store.state import StoreState
 from store.table.corruption import FINDERS
 from store.table.seams import Changes
+from wire.position import Position
 
 
 class TableFiles(Protocol):

@@ -37,13 +37,13 @@ from store.exceptions import (
     StoreWriterClosedError,
     UnknownIndexError,
 )
-from store.position import Position
 from store.protocol import MAX_SCAN_LIMIT, MemoryUsage, ScanPage
 from store.table import families
 from store.table.corruption import check_status, family_get, is_absent, named_file, prefixed, read_error
 from store.table.indexes import IndexSpec
 from store.table_format import compression, table_options
 from store.tuning import RocksDBOptions
+from wire.position import Position
 
 logger = logging.getLogger(__name__)
 

@@ -40,9 +40,9 @@ from typing import TYPE_CHECKING, Any
 
 import rocksdict
 
-from store.position import Position
 from store.table import families
 from store.table.corruption import check_status, family_get, prefixed
+from wire.position import Position
 
 if TYPE_CHECKING:
     from store.table.engine import Engine

@@ -22,7 +22,6 @@ from store.exceptions import (
     StoreReadError,
     StoreWriteError,
 )
-from store.position import Position
 from store.protocol import MAX_SCAN_LIMIT, CorruptionReport, MemoryUsage, ScanPage
 from store.table import families, history
 from store.table.asof import AsOfReader
@@ -32,6 +31,7 @@ from store.table.history import HistoryRecorder, floor_from
 from store.table.hot_keys import HotKeyCache, read_misses
 from store.table.indexes import STATE_PREFIX, IndexSpec, index_changes, parse_states, state_entry
 from store.table.seams import Changes, TableConfig
+from wire.position import Position
 
 logger = logging.getLogger(__name__)
 

@@ -101,6 +101,7 @@ def test_dockerignore_keeps_the_context_to_the_package() -> None:
         "store",
         "service",
         "clients",
+        "wire",
     }
 
 

@@ -1,4 +1,5 @@
-"""Position: parsing, formatting, ordering by ``reaches``, merging, and malformed input."""
+"""Position (one type for the store, the service and the clients): parsing, formatting, ordering by
+``reaches``, merging, and malformed input."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from store import InvalidPositionError, Position, StoreError
 from tests.support.positions import INVALID, VALID
+from wire import InvalidPositionError, Position, WireError
 
 offsets = st.dictionaries(st.integers(0, 1000), st.integers(0, 2**62), max_size=8)
 
@@ -54,7 +55,7 @@ def test_str_then_parse_is_identity(mapping: dict[int, int]) -> None:
 def test_malformed_text_is_rejected_with_a_message_that_says_what_to_write(text: str, complaint: str) -> None:
     with pytest.raises(InvalidPositionError, match=complaint) as raised:
         Position.parse(text)
-    assert isinstance(raised.value, StoreError)
+    assert isinstance(raised.value, WireError)
     assert isinstance(raised.value, ValueError)
 
 
@@ -105,3 +106,21 @@ def test_positions_are_immutable_mappings() -> None:
         position[1] = 4  # type: ignore[index]
     assert position.get(7) is None
     assert position != "1:3"
+
+
+def test_of_takes_the_text_form_a_mapping_or_a_position() -> None:
+    position = Position({0: 3, 1: 4})
+    assert Position.of(position) is position
+    assert Position.of("0:3,1:4") == position
+    assert Position.of({1: 4, 0: 3}) == position
+    with pytest.raises(InvalidPositionError, match="twice"):
+        Position.of("0:1,0:2")
+
+
+def test_the_store_and_the_clients_use_this_one_type() -> None:
+    import clients  # noqa: PLC0415
+    import store  # noqa: PLC0415
+
+    assert store.Position is Position
+    assert store.InvalidPositionError is InvalidPositionError
+    assert clients.Position is Position

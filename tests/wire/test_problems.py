@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
-from service.catalogue import CATALOGUE
 from tests.support.stores import REPO
+from wire.problems import CATALOGUE
 
 
 def test_the_http_api_doc_lists_every_problem_type_with_its_status_and_no_other() -> None:
