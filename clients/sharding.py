@@ -66,9 +66,6 @@ class Sharding:
         """Whether keys can be routed: one shard, or a known partition count."""
         return self.shards == 1 or self.topic_partitions is not None
 
-    def shard_of_partition(self, partition: int) -> int:
-        return partition % self.shards
-
     def shard_of(self, key: bytes) -> int:
         """The shard holding ``key``."""
         if self.shards == 1:

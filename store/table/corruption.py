@@ -101,19 +101,6 @@ def is_absent(exc: Exception) -> bool:
     return isinstance(exc, KeyError) or exc.args == (KEY_NOT_FOUND,)
 
 
-def snapshot_get(snapshot: Any, key: bytes) -> bytes | None:
-    """``snapshot[key]``, ``None`` when absent; ``StoreReadError`` when the read failed."""
-    try:
-        value: bytes = snapshot[key]
-    except StoreError:
-        raise
-    except Exception as exc:
-        if is_absent(exc):
-            return None
-        raise read_error(exc) from exc
-    return value
-
-
 def family_get(family: Any, key: bytes | list[bytes]) -> Any:
     """``Rdict.get`` (one key, or a multi-get of a list), which answers ``None`` for absent keys."""
     try:

@@ -119,11 +119,6 @@ def parse_change_key(key: bytes) -> tuple[int, int]:
     return _PARTITION.unpack(key[: _PARTITION.size])[0], _OFFSET.unpack(key[_PARTITION.size :])[0]
 
 
-def key_upper_bound(escaped_key: bytes) -> bytes:
-    """The first history key after every version of this (escaped, terminated) key."""
-    return escaped_key[:-1] + b"\x02"
-
-
 def _handles(engine: Engine) -> tuple[Any, Any, Any]:
     """The handles of the families history writes: history, changes, meta."""
     return engine.handle(families.HISTORY), engine.handle(families.CHANGES), engine.handle(families.META)
