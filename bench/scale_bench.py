@@ -92,7 +92,7 @@ from bench.scale_support import (
 )
 from service.local.broker import LocalBroker
 from store import Store, StoreConfig
-from store.table.engine import directory_size
+from store.table import directory_size
 
 PARTS = ("bootstrap", "after-ready", "cold", "freshness", "spark")
 # Every figure each part reports ("service" comes with any part that reads from the service).

@@ -137,7 +137,7 @@ def watch_updates(bootstrap: str, kafka: dict[str, str], seconds: float, out: Pa
     Writes to ``out`` one line per record produced after the go: the milliseconds from its
     CreateTime to its arrival here.
     """
-    from store.kafka.client import consumer_config  # noqa: PLC0415 (the other children start without it)
+    from store.kafka import consumer_config  # noqa: PLC0415 (the other children start without it)
 
     consumer = Consumer(consumer_config("scale-bench-watcher", {"bootstrap.servers": bootstrap, **kafka}))
     for partition in range(PARTITIONS):
@@ -161,7 +161,7 @@ def watch_updates(bootstrap: str, kafka: dict[str, str], seconds: float, out: Pa
 def child_store(bootstrap: str, records: int, state_dir: Path) -> dict[str, float]:
     """A ``Store`` from an empty ``state_dir`` to READY: its seconds, and its size on disk then."""
     from store import Store, StoreConfig  # noqa: PLC0415 (the other children start without it)
-    from store.table.engine import directory_size  # noqa: PLC0415
+    from store.table import directory_size  # noqa: PLC0415
 
     store = Store(StoreConfig(STORE, TOPIC, {"bootstrap.servers": bootstrap}, state_dir))
     start = time.perf_counter()

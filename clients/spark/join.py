@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Callable
 from typing import Literal
 
 from pyspark.errors import AnalysisException
@@ -14,7 +15,7 @@ from clients.lookup import DEFAULT_CACHE_BYTES
 from clients.options import DEFAULT_BATCH_SIZE
 from clients.spark.compat import PYSPARK_VERSION, can_observe, is_connect, new_observation
 from clients.spark.options import LookupOptions
-from clients.spark.plan import LookupInfo, plan_lookup, planned_lookup
+from clients.spark.plan import LookupInfo, Plan, plan_lookup, planned_lookup
 from clients.spark.tasks import JoinStep, join_task
 from clients.spark.udf import METADATA_KEY, column_metadata
 from wire.position import PositionLike
@@ -115,33 +116,16 @@ def lookup_join(
         observations=[] if observed else None,
         uncounted=None if observed else _uncounted_join(),
     )
-    metadata = column_metadata(plan.info)
-    added: list[StructField] = []
-    if index is not None:
-        row_key_type = BinaryType() if binary_keys else StringType()
-        added.append(StructField(prefix + key_column, row_key_type, True, metadata))
-    if isinstance(plan.value_type, StructType):
-        added += [StructField(prefix + f.name, f.dataType, True, metadata) for f in plan.value_type.fields]
-    else:
-        added.append(StructField(prefix + value_column, plan.value_type, True, metadata))
     flag_name = misfit_column or (_HIDDEN_FLAG + plan.info.lookup_id if observed else None)
-    if flag_name is not None:
-        added.append(StructField(flag_name, BooleanType(), True, metadata))
+    row_key = prefix + key_column if index is not None else None
+    added = _added_fields(plan, prefix, row_key, binary_keys, value_column, flag_name)
     clashes = sorted(set(df.columns) & {f.name for f in added})
     if clashes:
         raise ValueError(
             f"lookup columns {clashes} already exist in the DataFrame; pass prefix= (e.g. prefix='{store}_')"
         )
     key_name = f"__statestore_key_{plan.info.lookup_id[:12]}"
-    chain: _Chain | None = df.__dict__.get(_CHAIN_ATTRIBUTE)
-    if chain is not None:
-        try:
-            keyed = chain.keyed.withColumn(key_name, _key_column(chain.keyed, on, index is not None))
-        except AnalysisException:  # the key needs a column an earlier lookup adds: a pass of its own
-            chain = None
-    if chain is None:
-        chain = _Chain(df, df, (), (), (), tuple(df.schema.fields))
-        keyed = df.withColumn(key_name, _key_column(df, on, index is not None))
+    chain, keyed = _keyed(df, key_name, _key_column_of(on, index is not None))
     counter = plan.info.mismatch_counter
     step = JoinStep(plan.spec, len(keyed.columns) - 1, how, counter, binary_keys, flag_name is not None)
     steps = (*chain.steps, step)
@@ -154,6 +138,44 @@ def lookup_join(
     # A lookup_join of this result joins the same pass instead of adding one.
     result.__dict__[_CHAIN_ATTRIBUTE] = _Chain(chain.base, keyed, steps, infos, flags, fields)
     return result
+
+
+def _added_fields(
+    plan: Plan,
+    prefix: str,
+    row_key: str | None,
+    binary_keys: bool,
+    value_column: str,
+    flag_name: str | None,
+) -> list[StructField]:
+    """The columns a lookup appends: the matched row's key (an index lookup), the values, the flag."""
+    metadata = column_metadata(plan.info)
+    added: list[StructField] = []
+    if row_key is not None:
+        added.append(StructField(row_key, BinaryType() if binary_keys else StringType(), True, metadata))
+    if isinstance(plan.value_type, StructType):
+        added += [StructField(prefix + f.name, f.dataType, True, metadata) for f in plan.value_type.fields]
+    else:
+        added.append(StructField(prefix + value_column, plan.value_type, True, metadata))
+    if flag_name is not None:
+        added.append(StructField(flag_name, BooleanType(), True, metadata))
+    return added
+
+
+def _keyed(df: DataFrame, key_name: str, key_of: Callable[[DataFrame], Column]) -> tuple[_Chain, DataFrame]:
+    """The chain this lookup joins (``df``'s, when ``df`` is a lookup's result and the key can be
+    computed before it) and its DataFrame with the lookup's key column added."""
+    chain: _Chain | None = df.__dict__.get(_CHAIN_ATTRIBUTE)
+    if chain is not None:
+        try:
+            return chain, chain.keyed.withColumn(key_name, key_of(chain.keyed))
+        except AnalysisException:  # the key needs a column an earlier lookup adds: a pass of its own
+            pass
+    return _Chain(df, df, (), (), (), tuple(df.schema.fields)), df.withColumn(key_name, key_of(df))
+
+
+def _key_column_of(on: str | Column, by_index: bool) -> Callable[[DataFrame], Column]:
+    return lambda frame: _key_column(frame, on, by_index)
 
 
 def _uncounted_join() -> str:

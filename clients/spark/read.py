@@ -254,7 +254,29 @@ def plan_read(
             return None if first is None else wire.key_bytes(first[0])
 
         ranges = key_ranges(split_points(first_after, partitions))
-    value_type: DataType = _value_type(value_schema, info.value_format)
+    schema = _read_schema(
+        _value_type(value_schema, info.value_format), store, pinned, consistent, key_column,
+        binary_keys, value_column, misfit_column,
+    )  # fmt: skip
+    log.info(
+        "read of store %r at %s %s position %s in %d key range(s)",
+        store, options.url, "exactly as of" if consistent else "at least at", pinned or "(empty)",
+        len(ranges),
+    )  # fmt: skip
+    return ReadPlan(spec, ranges, schema)
+
+
+def _read_schema(
+    value_type: DataType,
+    store: str,
+    pinned: Position,
+    consistent: bool,
+    key_column: str,
+    binary_keys: bool,
+    value_column: str,
+    misfit_column: str | None,
+) -> StructType:
+    """The read's columns: the key (its metadata says what was read), the values, the misfit flag."""
     described: dict[str, Any] = {"store": store, "position": str(pinned)}
     if consistent:
         described["as_of"] = str(pinned)  # read again with position= this to get the same rows
@@ -266,12 +288,7 @@ def plan_read(
         fields.append(StructField(value_column, value_type, True))
     if misfit_column is not None:
         fields.append(StructField(misfit_column, BooleanType(), True))
-    log.info(
-        "read of store %r at %s %s position %s in %d key range(s)",
-        store, options.url, "exactly as of" if consistent else "at least at", pinned or "(empty)",
-        len(ranges),
-    )  # fmt: skip
-    return ReadPlan(spec, ranges, StructType(fields))
+    return StructType(fields)
 
 
 def _value_type(value_schema: StructType | None, value_format: str) -> DataType:

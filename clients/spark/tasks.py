@@ -92,6 +92,41 @@ def _typed_columns(values: pa.Array, spec: LookupSpec) -> list[pa.Array]:
     return list(values.flatten()) if spec.value_type is not None else [values]
 
 
+Columns = list[pa.Array]
+
+
+def _index_step(
+    step: JoinStep, lookup: IndexLookup, step_key: pa.Array, columns: Columns, keys: Columns
+) -> tuple[Columns, Columns]:
+    """One index step: every row repeated once per match, the matched row key and values appended."""
+    matches = lookup.lookup(step_key, step.how)
+    columns = [column.take(matches.parents) for column in columns]
+    keys = [key.take(matches.parents) for key in keys]
+    row_keys, bad_keys = decode(matches.keys, "bytes" if step.binary_row_keys else "string", None)
+    count_misfits(step.counter, step.spec.store, pc.sum(bad_keys).as_py() or 0)
+    count_misfits(step.counter, step.spec.store, matches.mismatched)
+    columns.append(row_keys)
+    columns.extend(_typed_columns(matches.values, step.spec))
+    if step.flag:
+        columns.append(pc.or_(matches.misfit, bad_keys))
+    return columns, keys
+
+
+def _key_step(
+    step: JoinStep, lookup: Lookup, step_key: pa.Array, columns: Columns, keys: Columns
+) -> tuple[Columns, Columns]:
+    """One key step: the values appended; an inner step drops the rows whose key was not found."""
+    result = lookup.lookup(step_key)
+    count_misfits(step.counter, step.spec.store, result.mismatched)
+    columns = [*columns, *_typed_columns(result.values, step.spec)]
+    if step.flag:
+        columns.append(result.misfit)
+    if step.how == "inner":
+        columns = [column.filter(result.found) for column in columns]
+        keys = [key.filter(result.found) for key in keys]
+    return columns, keys
+
+
 def join_task(
     steps: Sequence[JoinStep], kept: int, names: list[str]
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
@@ -109,27 +144,9 @@ def join_task(
                 keys = [batch.column(step.key_index) for step in steps]
                 for number, (step, lookup) in enumerate(zip(steps, lookups, strict=True)):
                     if isinstance(lookup, IndexLookup):
-                        matches = lookup.lookup(keys[number], step.how)
-                        columns = [column.take(matches.parents) for column in columns]
-                        keys = [key.take(matches.parents) for key in keys]
-                        row_keys, bad_keys = decode(
-                            matches.keys, "bytes" if step.binary_row_keys else "string", None
-                        )
-                        count_misfits(step.counter, step.spec.store, pc.sum(bad_keys).as_py() or 0)
-                        count_misfits(step.counter, step.spec.store, matches.mismatched)
-                        columns.append(row_keys)
-                        columns.extend(_typed_columns(matches.values, step.spec))
-                        if step.flag:
-                            columns.append(pc.or_(matches.misfit, bad_keys))
-                        continue
-                    result = lookup.lookup(keys[number])
-                    count_misfits(step.counter, step.spec.store, result.mismatched)
-                    columns.extend(_typed_columns(result.values, step.spec))
-                    if step.flag:
-                        columns.append(result.misfit)
-                    if step.how == "inner":
-                        columns = [column.filter(result.found) for column in columns]
-                        keys = [key.filter(result.found) for key in keys]
+                        columns, keys = _index_step(step, lookup, keys[number], columns, keys)
+                    else:
+                        columns, keys = _key_step(step, lookup, keys[number], columns, keys)
                 yield pa.RecordBatch.from_arrays(columns, names=names)
 
     return run

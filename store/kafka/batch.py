@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError, Message
 
+_T = TypeVar("_T")
 Meta = tuple[int, int, int]  # (partition, offset, timestamp in ms) of one record
 Placer = Callable[[Sequence[bytes], int], Sequence[int]]
 """The producers' rule: the partition of each key among ``n`` partitions (``clients.partitioners``)."""
@@ -104,10 +106,8 @@ class RecordBatch:
         if None in keys:
             kept = [i for i, key in enumerate(keys) if key is not None]
             self.null_keys += len(keys) - len(kept)
-            keys = [keys[i] for i in kept]
-            values = [values[i] for i in kept]
-            metas = [metas[i] for i in kept] if metas is not None else None
-            partitions = [partitions[i] for i in kept] if partitions is not None else None
+            keys, values = [keys[i] for i in kept], [values[i] for i in kept]
+            metas, partitions = _kept(metas, kept), _kept(partitions, kept)
         self.keys.extend(keys)  # type: ignore[arg-type]  # the null keys were dropped above
         self.values.extend(values)
         if metas is not None and self.metas is not None:
@@ -155,6 +155,11 @@ class RecordBatch:
             if kind != TIMESTAMP_NOT_AVAILABLE and (oldest is None or timestamp < oldest):
                 oldest = timestamp
         self.oldest_timestamp_ms = oldest
+
+
+def _kept(items: list[_T] | None, kept: list[int]) -> list[_T] | None:
+    """The ``kept`` positions of ``items`` (``None`` stays ``None``)."""
+    return [items[i] for i in kept] if items is not None else None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

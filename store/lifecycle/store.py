@@ -201,7 +201,6 @@ class Store:
         copies, materializer = self._copies, self._materializer
         serving, writing, state = copies.serving, copies.writing, copies.state
         position = serving.position if serving is not None else Position()
-        engine = serving.engine if serving is not None else None
         progress = materializer.progress if materializer is not None else Progress()
         restore = None
         # The restore target is a lower bound of the end too: lag never shows less than remains.
@@ -210,6 +209,7 @@ class Store:
             end = end.merged(progress.restore_target)
             restore = _restore_progress(progress, writing.position if writing else position)
         last_contact = progress.last_contact
+        num_keys, disk_bytes = _size(serving)
         return StoreStatus(
             name=self.name,
             topic=self.config.topic,
@@ -220,8 +220,8 @@ class Store:
             restore=restore,
             records_applied_total=progress.applied_total,
             null_key_records=progress.null_keys,
-            approximate_num_keys=engine.approximate_num_keys() if engine else 0,
-            size_on_disk_bytes=engine.size_on_disk_bytes() if engine else 0,
+            approximate_num_keys=num_keys,
+            size_on_disk_bytes=disk_bytes,
             last_error=copies.failure or progress.last_error,
             memory=copies.memory(),
             seconds_since_last_contact=time.monotonic() - last_contact if last_contact else None,
@@ -233,6 +233,13 @@ class Store:
             sharding=materializer.placement.status() if materializer is not None else None,
             freshness=progress.freshness.snapshot,
         )
+
+
+def _size(serving: Replica | None) -> tuple[int, int]:
+    """The served copy's approximate key count and size on disk (0 while none serves)."""
+    if serving is None:
+        return 0, 0
+    return serving.engine.approximate_num_keys(), serving.engine.size_on_disk_bytes()
 
 
 def _restore_progress(progress: Progress, written: Position) -> RestoreProgress:

@@ -166,7 +166,7 @@ def block_cache(tuning: RocksDBOptions) -> rocksdict.Cache:
         return cache
 
 
-def _options(tuning: RocksDBOptions, write_buffer_bytes: int) -> rocksdict.Options:
+def database_options(tuning: RocksDBOptions, write_buffer_bytes: int) -> rocksdict.Options:
     options = rocksdict.Options(raw_mode=True)
     options.create_if_missing(True)
     options.create_missing_column_families(True)
@@ -203,7 +203,7 @@ class Engine:
                 self.write_buffer_bytes // 2**20,
                 options.write_buffer_bytes // 2**20,
             )
-        self._options = _options(options, self.write_buffer_bytes)
+        self._options = database_options(options, self.write_buffer_bytes)
         try:
             # Options given only to the constructor are ignored when reopening an existing
             # database unless they are also given per column family.

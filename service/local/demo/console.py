@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, TextIO
 
 
@@ -83,14 +83,7 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], max_width: int 
     cells = [[format_cell(v) for v in row] for row in rows]
     cells = [[c if len(c) <= max_width else c[: max_width - 1] + "…" for c in row] for row in cells]
     widths = [max([len(h)] + [len(row[i]) for row in cells]) for i, h in enumerate(headers)]
-    numeric = [
-        all(
-            (isinstance(row[i], int | float) and not isinstance(row[i], bool)) or row[i] is None
-            for row in rows
-        )
-        and any(row[i] is not None for row in rows)
-        for i in range(len(headers))
-    ]
+    numeric = [_numeric(row[i] for row in rows) for i in range(len(headers))]
 
     def line(values: Sequence[str]) -> str:
         return "  ".join(
@@ -98,6 +91,12 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], max_width: int 
         ).rstrip()
 
     return [line(headers), line(["-" * w for w in widths]), *(line(row) for row in cells)]
+
+
+def _numeric(column: Iterable[Any]) -> bool:
+    """Whether a column holds numbers (and nulls) only, one at least: those are right-aligned."""
+    values = [value for value in column if value is not None]
+    return bool(values) and all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
 
 
 def percent(part: int, whole: int) -> str:
