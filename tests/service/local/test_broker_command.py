@@ -17,7 +17,7 @@ from confluent_kafka.admin import AdminClient
 from service.local.broker import LocalBroker, free_port
 from tests.support.kafka import create_topic
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def broker_command(*args: str) -> list[str]:

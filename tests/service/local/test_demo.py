@@ -24,7 +24,7 @@ from service.local.demo.dataset import build_dataset
 from service.local.demo.serving import running_service
 from tests.support.kafka import Record, create_topic, latest_per_key
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 DEMO_PURCHASES = 20_000
 
 
