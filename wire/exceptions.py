@@ -3,7 +3,8 @@
 Hierarchy::
 
     WireError
-    └── InvalidPositionError    a position string or mapping is malformed (also a ValueError)
+    ├── InvalidPositionError    a position string or mapping is malformed (also a ValueError)
+    └── ProblemError            a request gets a problem answer (``wire.problems``, next to its catalogue)
 """
 
 from __future__ import annotations
