@@ -95,3 +95,54 @@ def test_the_check_sees_a_forbidden_import() -> None:
         "service.routes imports service.local.broker.LocalBroker",
     ]
     assert breaches("service.cli", "from service.local.broker import LocalBroker\n") == []
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the modules of ours it imports (a package's own ``__init__`` left aside)."""
+    names = {module_name(path): path for path in modules()}
+    graph: dict[str, set[str]] = {}
+    for name, path in names.items():
+        targets = imported(path.read_text(encoding="utf-8"))
+        graph[name] = {t for t in targets if t in names and t != name and not within(name, t)}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for target in graph[node]:
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_modules_import_each_other() -> None:
+    assert cycles(import_graph()) == []
+
+
+def test_the_cycle_check_sees_a_cycle() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(graph) == [["a", "b", "c"]]
