@@ -9,7 +9,6 @@ chunk past the bound, and has built nothing.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Sequence
 
 from service.bodies import too_large
@@ -56,24 +55,22 @@ def read_keys(view: ReadOnlyKeyValueStore, keys: list[bytes], budget: AnswerBudg
             values = view.get_many(keys)
             budget.spend(_size(values))
             return values
-        return _read_chunks(view, keys, budget, None)
-    distinct = list(dict.fromkeys(keys))
-    found = dict(zip(distinct, _read_chunks(view, distinct, budget, Counter(keys)), strict=True))
-    return [found[key] for key in keys]
+        return _read_chunks(view, keys, budget)
+    # Read each distinct key once (stopping early if even those pass the bound), then count the
+    # answer as asked: the list holds references, so nothing is copied before the count.
+    found: dict[bytes, bytes | None] = dict.fromkeys(keys)
+    distinct = list(found)
+    found.update(zip(distinct, _read_chunks(view, distinct, AnswerBudget(budget.limit)), strict=True))
+    values = list(map(found.__getitem__, keys))
+    budget.spend(_size(values))
+    return values
 
 
-def _read_chunks(
-    view: ReadOnlyKeyValueStore, keys: list[bytes], budget: AnswerBudget, asked: Counter[bytes] | None
-) -> list[bytes | None]:
+def _read_chunks(view: ReadOnlyKeyValueStore, keys: list[bytes], budget: AnswerBudget) -> list[bytes | None]:
     values: list[bytes | None] = []
     for start in range(0, len(keys), GET_CHUNK):
-        chunk = keys[start : start + GET_CHUNK]
-        read = view.get_many(chunk)
-        if asked is None:
-            budget.spend(_size(read))
-        else:
-            pairs = zip(chunk, read, strict=True)
-            budget.spend(sum(len(value) * asked[key] for key, value in pairs if value))
+        read = view.get_many(keys[start : start + GET_CHUNK])
+        budget.spend(_size(read))
         values += read
     return values
 

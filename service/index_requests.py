@@ -11,13 +11,11 @@ import orjson
 import pyarrow as pa
 from starlette.requests import Request
 
-from service.answers import AnswerBudget
 from service.arrow_body import read_column
 from service.bodies import JSON, batch_media_type, check_batch, check_key_length, malformed, read_body
 from service.codec import KeyEncoding, bad_key_encoding, decode_key_text, key_encoding
-from service.queries import Query, ReadOptions
-from service.read_requests import ReadRequests, checked_page_limit, page_limit
-from service.registry import ServedStore
+from service.queries import Query
+from service.read_requests import ReadRequests, StoreRead, checked_page_limit, page_limit
 from service.settings import LimitSettings
 
 DEFAULT_PAGE = 100
@@ -25,39 +23,27 @@ DEFAULT_LIMIT_PER_VALUE = 1000
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class IndexRead:
+class IndexRead(StoreRead):
     """``GET .../indexes/{index}/{value}``: one page of the rows whose indexed field is ``value``."""
 
-    served: ServedStore
     index: str
     value: bytes
     encoding: KeyEncoding
     after: bytes | None
     limit: int
-    options: ReadOptions
-    max_answer_bytes: int
-
-    def budget(self) -> AnswerBudget:
-        return AnswerBudget(self.max_answer_bytes)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class IndexBatchRead:
+class IndexBatchRead(StoreRead):
     """``POST .../indexes/{index}:batchGet``: the first page of each distinct value, in request order."""
 
-    served: ServedStore
     index: str
     media_type: str
     encoding: KeyEncoding
     texts: list[str]  # the values asked, each once
     values: list[bytes]  # the same, as bytes
     limit_per_value: int
-    options: ReadOptions
-    max_answer_bytes: int
     max_answer_rows: int
-
-    def budget(self) -> AnswerBudget:
-        return AnswerBudget(self.max_answer_bytes)
 
 
 def index_read(requests: ReadRequests, request: Request) -> IndexRead:
@@ -74,7 +60,7 @@ def index_read(requests: ReadRequests, request: Request) -> IndexRead:
     check_key_length("after", after or b"", limits.max_key_bytes)
     options = requests.options(query, request)
     index = request.path_params["index"]
-    return IndexRead(served, index, value, encoding, after, limit, options, limits.max_answer_bytes)
+    return IndexRead(served, options, limits.max_answer_bytes, index, value, encoding, after, limit)
 
 
 async def index_batch_read(requests: ReadRequests, request: Request) -> IndexBatchRead:
@@ -104,16 +90,16 @@ async def index_batch_read(requests: ReadRequests, request: Request) -> IndexBat
     limit = checked_page_limit(limit, limits)
     return IndexBatchRead(
         served,
-        request.path_params["index"],
-        media_type,
-        encoding,
-        # Each value is answered once, however often it was asked.
-        list(dict.fromkeys(texts)),
-        list(dict.fromkeys(values)),
-        limit,
         options,
         limits.max_answer_bytes,
-        limits.max_answer_rows,
+        index=request.path_params["index"],
+        media_type=media_type,
+        encoding=encoding,
+        # Each value is answered once, however often it was asked.
+        texts=list(dict.fromkeys(texts)),
+        values=list(dict.fromkeys(values)),
+        limit_per_value=limit,
+        max_answer_rows=limits.max_answer_rows,
     )
 
 

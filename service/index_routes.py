@@ -49,13 +49,13 @@ def add_index_routes(app: FastAPI, requests: ReadRequests, reader: Reader, bad_v
     )
     async def index_lookup(request: Request) -> Response:
         asked = index_read(requests, request)
-        served, encoding, budget = asked.served, asked.encoding, asked.budget()
+        served, encoding = asked.served, asked.encoding
 
         def read(view: ReadOnlyKeyValueStore) -> ScanPage:
             def scan_after(after: bytes | None, limit: int) -> ScanPage:
                 return view.index_scan(asked.index, asked.value, after=after, limit=limit)
 
-            return read_page(scan_after, asked.after, asked.limit, budget)
+            return read_page(scan_after, asked.after, asked.limit, asked.budget())
 
         page, position = await reader.read(served, asked.options, read)
         answer = JsonAnswer(served.name, served.value_format, encoding, bad_values)

@@ -40,44 +40,43 @@ from service.sharding import KeyCheck
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class KeyRead:
-    """``GET .../keys/{key}``: one key of one store."""
+class StoreRead:
+    """What every read request holds: its store, its read options, and its answer's bound in bytes."""
 
     served: ServedStore
-    key: bytes
     options: ReadOptions
+    max_answer_bytes: int
+
+    def budget(self) -> AnswerBudget:
+        """A fresh budget for the answer's values (one per answer)."""
+        return AnswerBudget(self.max_answer_bytes)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class BatchRead:
+class KeyRead(StoreRead):
+    """``GET .../keys/{key}``: one key of one store."""
+
+    key: bytes
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BatchRead(StoreRead):
     """``POST .../keys:batchGet``: keys in request order, as JSON (``key_column`` ``None``) or Arrow."""
 
-    served: ServedStore
     media_type: str
     encoding: KeyEncoding
     keys: list[bytes]
     key_column: pa.Array | None
-    options: ReadOptions
-    max_answer_bytes: int
-
-    def budget(self) -> AnswerBudget:
-        return AnswerBudget(self.max_answer_bytes)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class ScanRead:
+class ScanRead(StoreRead):
     """``GET .../scan``: one page of the keys starting with ``prefix``, after ``after``."""
 
-    served: ServedStore
     encoding: KeyEncoding
     prefix: bytes
     after: bytes | None
     limit: int
-    options: ReadOptions
-    max_answer_bytes: int
-
-    def budget(self) -> AnswerBudget:
-        return AnswerBudget(self.max_answer_bytes)
 
 
 def page_limit(query: Query, name: str, default: int, limits: LimitSettings) -> int:
@@ -120,7 +119,7 @@ class ReadRequests:
         key = decode_path_key(raw_segment, encoding)
         check_key_length("the key", key, self.limits.max_key_bytes)
         self.check_keys(served, [key])
-        return KeyRead(served, key, self.options(query, request))
+        return KeyRead(served, self.options(query, request), self.limits.max_answer_bytes, key)
 
     async def batch(self, request: Request) -> BatchRead:
         served = self.store(request)
@@ -141,7 +140,7 @@ class ReadRequests:
             column = await anyio.to_thread.run_sync(_arrow_keys, body, limits)
             self.check_keys(served, column)
             keys = column.to_pylist()
-        return BatchRead(served, media_type, encoding, keys, column, options, limits.max_answer_bytes)
+        return BatchRead(served, options, limits.max_answer_bytes, media_type, encoding, keys, column)
 
     def scan(self, request: Request) -> ScanRead:
         served = self.store(request)
@@ -154,7 +153,7 @@ class ReadRequests:
         check_key_length("prefix", prefix, self.limits.max_key_bytes)
         check_key_length("after", after or b"", self.limits.max_key_bytes)
         options = self.options(query, request)
-        return ScanRead(served, encoding, prefix, after, limit, options, self.limits.max_answer_bytes)
+        return ScanRead(served, options, self.limits.max_answer_bytes, encoding, prefix, after, limit)
 
 
 def _json_keys(body: bytes, query_encoding: str | None, max_keys: int) -> tuple[KeyEncoding, list[bytes]]:

@@ -1,4 +1,4 @@
-"""What every store read shares: finding the store, checking access, parameters, position waits.
+"""What every store read shares: finding the store (checking access), and reading at a position.
 
 Reads of a READY store run on the event loop: a view is a snapshot and a lookup takes
 microseconds, so a thread hop would cost more than the read. Reads that may run long (many

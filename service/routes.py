@@ -188,9 +188,10 @@ def add_store_routes(
     )
     async def batch_get(request: Request) -> Response:
         asked = await requests.batch(request)
-        served, keys, budget = asked.served, asked.keys, asked.budget()
+        served, keys = asked.served, asked.keys
+        # A budget per read: a read retried after a position wait starts afresh.
         values, position = await reader.read(
-            served, asked.options, lambda view: read_keys(view, keys, budget)
+            served, asked.options, lambda view: read_keys(view, keys, asked.budget())
         )
         if asked.key_column is None:
             answer = JsonAnswer(served.name, served.value_format, asked.encoding, bad_values)
@@ -215,13 +216,13 @@ def add_store_routes(
     )
     async def scan(request: Request) -> Response:
         asked = requests.scan(request)
-        served, encoding, budget = asked.served, asked.encoding, asked.budget()
+        served, encoding = asked.served, asked.encoding
 
         def read(view: ReadOnlyKeyValueStore) -> ScanPage:
             def scan_after(after: bytes | None, limit: int) -> ScanPage:
                 return view.prefix_scan(asked.prefix, after=after, limit=limit)
 
-            return read_page(scan_after, asked.after, asked.limit, budget)
+            return read_page(scan_after, asked.after, asked.limit, asked.budget())
 
         page, position = await reader.read(served, asked.options, read)
         answer = JsonAnswer(served.name, served.value_format, encoding, bad_values)

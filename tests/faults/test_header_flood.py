@@ -10,6 +10,7 @@ import httpx
 
 from tests.faults.conftest import ServiceFactory
 from tests.faults.test_request_bombs import peak_memory
+from tests.support.heads import read_until_closed, stream_huge_header
 
 FLOODERS = 8
 HEADER_BYTES = 64 * 1024 * 1024  # what each flooding head would be
@@ -21,22 +22,8 @@ MAX_GROWTH_BYTES = 32 * 1024 * 1024
 def _flood(url: str, answers: list[bytes], sent: list[int]) -> None:
     host, port = url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=30) as sock:
-        sock.sendall(b"GET /v1/stores HTTP/1.1\r\nHost: statestore\r\nX-Pad: ")
-        total = 0
-        chunk = b"a" * 65536
-        try:
-            while total < HEADER_BYTES:
-                total += sock.send(chunk)
-        except (BrokenPipeError, ConnectionResetError):
-            pass
-        sent.append(total)
-        answer = b""
-        try:
-            while data := sock.recv(65536):
-                answer += data
-        except ConnectionResetError:
-            pass
-        answers.append(answer)
+        sent.append(stream_huge_header(sock, "/v1/stores", HEADER_BYTES))
+        answers.append(read_until_closed(sock))
 
 
 def test_clients_streaming_huge_heads_are_refused_and_cost_no_memory(start_service: ServiceFactory) -> None:

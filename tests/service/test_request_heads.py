@@ -10,6 +10,7 @@ from collections.abc import Callable
 import pytest
 
 from tests.service.conftest import Service
+from tests.support.heads import read_until_closed, stream_huge_header
 
 HEAD_LIMIT = 8 * 1024
 URL_LIMIT = 2 * 1024
@@ -23,13 +24,7 @@ def _connect(url: str) -> socket.socket:
 
 def _answer(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
     """The status, headers and body of the answer on ``sock``, read until the server closes it."""
-    data = b""
-    try:
-        while chunk := sock.recv(65536):
-            data += chunk
-    except ConnectionResetError:  # the server closed with our unread bytes in its buffer: a reset
-        pass
-    head, _, body = data.partition(b"\r\n\r\n")
+    head, _, body = read_until_closed(sock).partition(b"\r\n\r\n")
     lines = head.decode("latin-1").split("\r\n")
     headers = {name.lower(): value.strip() for name, _, value in (line.partition(":") for line in lines[1:])}
     return int(lines[0].split()[1]), headers, body
@@ -47,19 +42,6 @@ def _problem(sock: socket.socket, status: int, slug: str) -> dict[str, object]:
     return problem
 
 
-def _stream_huge_header(sock: socket.socket) -> int:
-    """Send a request whose one header would be ``HUGE_HEADER`` bytes; the bytes the server let in."""
-    sock.sendall(b"GET /v1/stores/products/keys/p1 HTTP/1.1\r\nHost: statestore\r\nX-Pad: ")
-    sent = 0
-    chunk = b"a" * 65536
-    try:
-        while sent < HUGE_HEADER:
-            sent += sock.send(chunk)
-    except (BrokenPipeError, ConnectionResetError):
-        pass
-    return sent
-
-
 def test_a_huge_header_is_refused_with_431_once_the_head_passes_its_bound(
     make_service: Callable[..., Service],
 ) -> None:
@@ -72,7 +54,7 @@ def test_a_huge_header_is_refused_with_431_once_the_head_passes_its_bound(
         },
     )
     with _connect(service.url) as sock:
-        sent = _stream_huge_header(sock)
+        sent = stream_huge_header(sock, "/v1/stores/products/keys/p1", HUGE_HEADER)
         # Checked before auth (this request has no token): the head's size is the first thing known.
         problem = _problem(sock, 431, "request-head-too-large")
     assert problem["limit"] == HEAD_LIMIT
