@@ -42,7 +42,9 @@ class BoundedHeads(HttpToolsProtocol):
 
     A head is open from a connection's start, and again after each request's end, until its
     headers are complete; the bytes fed meanwhile count. Data larger than the room left is fed
-    in two parts, so the parser never holds more than the bound of one head.
+    in two parts, so a head is refused as soon as its bytes pass the bound. (The head of a request
+    pipelined behind another in one read is counted from the next read: the parser does not say
+    where in a read a request ended, so it may hold up to one read more than the bound.)
     """
 
     max_head_bytes: int = 64 * 1024
