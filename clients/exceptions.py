@@ -28,7 +28,9 @@ Hierarchy::
         │   ├── PageTooLargeError               413 page-too-large
         │   ├── KeyTooLargeError                413 key-too-large
         │   ├── BodyTooLargeError               413 body-too-large
-        │   └── AnswerTooLargeError             413 answer-too-large
+        │   ├── AnswerTooLargeError             413 answer-too-large
+        │   ├── UriTooLongError                 414 uri-too-long
+        │   └── RequestHeadTooLargeError        431 request-head-too-large
         ├── UnauthorizedError                   401 unauthorized
         ├── ForbiddenError                      403 forbidden
         ├── HistoryExpiredError                 410 history-expired (``floor``: the oldest position answered)
@@ -40,7 +42,8 @@ Hierarchy::
         │   ├── PositionNotReachedError         503 position-not-reached
         │   ├── IndexNotReadyError              503 index-not-ready
         │   ├── StoreCorruptError               503 store-corrupt
-        │   └── RequestTimeoutError             503 request-timeout
+        │   ├── RequestTimeoutError             503 request-timeout
+        │   └── ClientTooManyConnectionsError   503 client-too-many-connections
         ├── StoredValueNotJsonError (also ValueDecodeError)  502 value-not-json
         └── InternalServerError                 500 internal-error
 
@@ -202,9 +205,22 @@ class BodyTooLargeError(PayloadTooLargeError):
 
 
 class AnswerTooLargeError(PayloadTooLargeError):
-    """The answer would hold more rows than ``limits.max_answer_rows``: ask for fewer values or rows."""
+    """The answer would carry more than ``limits.max_answer_rows`` rows or ``limits.max_answer_bytes``
+    bytes of values: ask for fewer keys, values or rows at once."""
 
     slug = problems.ANSWER_TOO_LARGE.slug
+
+
+class UriTooLongError(PayloadTooLargeError):
+    """The request target (path and query) is longer than ``limits.max_url_bytes``."""
+
+    slug = "uri-too-long"
+
+
+class RequestHeadTooLargeError(PayloadTooLargeError):
+    """The request line and headers are longer than ``limits.max_request_head_bytes``."""
+
+    slug = "request-head-too-large"
 
 
 class UnauthorizedError(ProblemError):
@@ -284,6 +300,13 @@ class RequestTimeoutError(ServiceUnavailableError):
     slug = problems.REQUEST_TIMEOUT.slug
 
 
+class ClientTooManyConnectionsError(ServiceUnavailableError):
+    """This client's address has ``limits.max_connections_per_client`` connections open: the new one
+    was answered this and closed. Retried like other 503s; reuse connections rather than open more."""
+
+    slug = "client-too-many-connections"
+
+
 class IndexNotReadyError(ServiceUnavailableError):
     """The index is still being built; the client retries until its deadline like other 503s."""
 
@@ -328,11 +351,13 @@ _BY_STATUS: dict[int, type[ProblemError]] = {
     401: UnauthorizedError,
     403: ForbiddenError,
     413: PayloadTooLargeError,
+    414: PayloadTooLargeError,
     415: UnsupportedMediaTypeError,
     422: BadRequestError,
     410: HistoryExpiredError,
     421: WrongShardError,
     429: TooManyRequestsError,
+    431: PayloadTooLargeError,
     503: ServiceUnavailableError,
 }
 

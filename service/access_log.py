@@ -6,12 +6,17 @@ the status code, the bytes answered, the duration and, for reads, the position a
     127.0.0.1:50112 token "analytics" "GET /v1/stores/products/keys/p1 HTTP/1.1" 200 15 B 0.4 ms at 0:12,1:9
 
 In JSON (``logging.format: json``) the same figures are fields: ``client``, ``token``, ``method``,
-``path``, ``code``, ``bytes``, ``duration_ms``, ``position``. Tokens themselves are never logged.
+``path``, ``code``, ``bytes``, ``duration_ms``, ``position``. Tokens themselves are never logged:
+the values of query parameters named like a credential (``access_token=``, ``password=``) are
+replaced by ``REDACTED``. In a text line, the path (as decoded: ``%0A`` is a newline) and query
+have control characters, quotes and backslashes escaped as ``\\xNN``, so a request cannot write a
+line or a field of its choosing (JSON escapes them itself).
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -22,6 +27,31 @@ from service.openapi_docs import POSITION_HEADER
 logger = logging.getLogger("statestore.access")
 
 _POSITION = POSITION_HEADER.lower().encode()
+# What a text line must not carry raw: line breaks and other controls (C0, C1, the Unicode line
+# and paragraph separators), and the quote and backslash that delimit and escape its fields.
+_UNSAFE = re.compile(r'[\x00-\x1f\x7f-\x9f\u2028\u2029"\\]')
+_CREDENTIAL = re.compile(r"token|secret|passw|auth|credential|signature|api[_-]?key", re.I)
+
+
+def escaped(text: str) -> str:
+    """``text`` with every character a text log line must not carry raw written ``\\xNN``."""
+    return _UNSAFE.sub(_escape, text)
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def redacted_query(query: str) -> str:
+    """``query`` (as sent) with the value of every parameter named like a credential replaced."""
+    if not _CREDENTIAL.search(query):
+        return query
+    parts = []
+    for part in query.split("&"):
+        name, equals, _value = part.partition("=")
+        parts.append(f"{name}{equals}REDACTED" if equals and _CREDENTIAL.search(name) else part)
+    return "&".join(parts)
 
 
 class AccessLogMiddleware:
@@ -62,14 +92,14 @@ class AccessLogMiddleware:
         known = self.auth.token(scope)
         token = known.name if known is not None else None
         query = scope.get("query_string", b"")
-        path = scope.get("path", "") + (f"?{query.decode('latin-1')}" if query else "")
+        path = scope.get("path", "") + (f"?{redacted_query(query.decode('latin-1'))}" if query else "")
         method = scope.get("method", "")
         logger.info(
             '%s%s "%s %s HTTP/%s" %d %d B %.1f ms%s',
             client,
             f' token "{token}"' if token else "",
             method,
-            path,
+            escaped(path),
             scope.get("http_version", "1.1"),
             code,
             sent,

@@ -116,7 +116,7 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn  # noqa: PLC0415
 
     from service.app import create_app  # noqa: PLC0415
-    from service.connections import http_protocol  # noqa: PLC0415
+    from service.connections import server_options  # noqa: PLC0415
     from service.settings import load_settings  # noqa: PLC0415
     from service.startup import check_startup  # noqa: PLC0415
 
@@ -144,7 +144,7 @@ def _serve(args: argparse.Namespace) -> int:
         host=host,
         port=port,
         loop="uvloop",
-        http=http_protocol(settings.limits),
+        **server_options(settings),
         log_config=None,
         access_log=False,
         ssl_certfile=str(tls.certfile) if tls else None,

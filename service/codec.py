@@ -6,18 +6,17 @@ import base64
 import binascii
 import re
 from typing import Literal
-from urllib.parse import parse_qsl, unquote_to_bytes
-
-from starlette.requests import Request
+from urllib.parse import unquote_to_bytes
 
 from wire.problems import BAD_KEY_ENCODING, ProblemError
 
 KeyEncoding = Literal["utf8", "base64"]
 
+BYTES_MEDIA_TYPE = "application/octet-stream"
 VALUE_MEDIA_TYPES = {
     "json": "application/json",
     "string": "text/plain; charset=utf-8",
-    "bytes": "application/octet-stream",
+    "bytes": BYTES_MEDIA_TYPE,
 }
 
 _BASE64_TEXT = re.compile(r"^[A-Za-z0-9+/_-]*={0,2}$")
@@ -77,18 +76,6 @@ def decode_path_key(raw_segment: bytes, encoding: KeyEncoding) -> bytes:
             " send raw bytes with key_encoding=base64"
         ) from exc
     return decoded
-
-
-def strict_query(request: Request) -> dict[str, str]:
-    """The query parameters, refusing percent-encoded bytes that are not UTF-8 (last value wins)."""
-    raw = request.scope.get("query_string", b"")
-    try:
-        return dict(parse_qsl(raw.decode("latin-1"), keep_blank_values=True, errors="strict"))
-    except UnicodeDecodeError as exc:
-        raise bad_key_encoding(
-            "a query parameter is not valid UTF-8 once percent-decoded;"
-            " send raw bytes with key_encoding=base64"
-        ) from exc
 
 
 def encode_key(key: bytes, encoding: KeyEncoding) -> str:

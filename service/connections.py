@@ -13,9 +13,12 @@ reads its answers would keep each one in memory. Here, per connection:
   between two successful sends, as ``nginx``'s ``send_timeout``, not the whole transfer, so a big
   answer over a slow link is not cut while it moves); else it is aborted, unsent bytes dropped;
 - one address has at most ``limits.max_connections_per_client`` connections open: more are
-  closed as soon as they open (``nginx``'s ``limit_conn``), so one host cannot take every socket.
+  answered ``503 client-too-many-connections`` (with ``Retry-After``) and closed as soon as they
+  open (``nginx``'s ``limit_conn``), so one host cannot take every socket;
+- its request heads are bounded in bytes too (``service.heads``).
 
-Body reads are bounded by the request deadline (``service.guard``).
+Body reads are bounded by the request deadline (``service.guard``). Proxy headers
+(``X-Forwarded-For``) are believed only from the addresses ``http.forwarded_allow_ips`` names.
 """
 
 from __future__ import annotations
@@ -27,9 +30,10 @@ import socket
 import struct
 from typing import Any
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
-
-from service.settings import LimitSettings
+from wire.problems import CLIENT_TOO_MANY_CONNECTIONS
+from wire.problems import ProblemError
+from service.heads import BoundedHeads, raw_problem
+from service.settings import LimitSettings, Settings
 from service.throttled_log import ThrottledWarnings
 
 logger = logging.getLogger(__name__)
@@ -43,6 +47,7 @@ class ConnectionCounts:
         self.open: dict[str, int] = {}
         self.full = ThrottledWarnings(logger)  # addresses whose new connections were closed
         self.slow = ThrottledWarnings(logger)  # addresses whose request heads did not come in time
+        self.oversized = ThrottledWarnings(logger)  # addresses whose request heads were too large
 
     def admit(self, address: str) -> bool:
         """Count a new connection of ``address``; ``False`` (uncounted) when it has its limit open."""
@@ -50,7 +55,8 @@ class ConnectionCounts:
         if held >= self.limit:
             self.full.warn(
                 address,
-                "closed a new connection of %s at once: it has %d open, limits.max_connections_per_client"
+                "answered 503 to a new connection of %s and closed it: it has %d open,"
+                " limits.max_connections_per_client"
                 " (it should reuse its connections; behind a proxy that hides addresses, raise the limit)",
                 address,
                 held,
@@ -67,9 +73,10 @@ class ConnectionCounts:
             del self.open[address]
             self.full.forget(address)
             self.slow.forget(address)
+            self.oversized.forget(address)
 
 
-class GuardedProtocol(HttpToolsProtocol):
+class GuardedProtocol(BoundedHeads):
     """uvicorn's httptools protocol with the bounds above (see the module's docstring).
 
     Besides asyncio's protocol callbacks, only the parser callbacks that start and end a request
@@ -79,6 +86,7 @@ class GuardedProtocol(HttpToolsProtocol):
     send_timeout_seconds: float = 30.0
     head_timeout_seconds: float = 10.0
     idle_timeout_seconds: float = 5.0
+    retry_after_seconds: int = 1
     counts: ConnectionCounts = ConnectionCounts(1024)
     _stall: asyncio.TimerHandle | None = None
     _head_deadline: asyncio.TimerHandle | None = None
@@ -95,7 +103,9 @@ class GuardedProtocol(HttpToolsProtocol):
         super().connection_made(transport)
         address = _peer(transport)[0]
         if not self.counts.admit(address):
-            _drop(transport)
+            self._refused = True  # nothing it sends is read
+            transport.write(raw_problem(self._too_many_connections(), "/"))
+            transport.close()
             return
         self._address = address
         self._expect_head()
@@ -107,6 +117,24 @@ class GuardedProtocol(HttpToolsProtocol):
             self.counts.release(self._address)
             self._address = None
         super().connection_lost(exc)
+
+    def _too_many_connections(self) -> ProblemError:
+        return CLIENT_TOO_MANY_CONNECTIONS(
+            f"this address has {self.counts.limit} connections open, the most one client may have"
+            " (limits.max_connections_per_client); reuse open connections rather than opening more",
+            extras={"limit": self.counts.limit},
+            headers={"Retry-After": str(self.retry_after_seconds)},
+        )
+
+    def log_refusal(self, address: str, problem: ProblemError) -> None:
+        self.counts.oversized.warn(
+            address,
+            "answered %s %s to %s and closed the connection; further ones of this address are not"
+            " logged for a minute",
+            problem.status,
+            problem.slug,
+            address,
+        )
 
     # -- the request head ------------------------------------------------------------------
 
@@ -206,6 +234,24 @@ def http_protocol(limits: LimitSettings) -> type[asyncio.Protocol]:
             "send_timeout_seconds": limits.request_timeout_ms / 1000,
             "head_timeout_seconds": limits.request_head_timeout_ms / 1000,
             "idle_timeout_seconds": limits.idle_connection_timeout_ms / 1000,
+            "retry_after_seconds": limits.retry_after_seconds,
+            "max_head_bytes": int(limits.max_request_head_bytes),
+            "max_url_bytes": int(limits.max_url_bytes),
             "counts": ConnectionCounts(limits.max_connections_per_client),
         },
     )
+
+
+def server_options(settings: Settings) -> dict[str, Any]:
+    """The ``uvicorn`` settings of the service's HTTP server for ``settings`` (one server each).
+
+    Proxy headers are believed only from ``http.forwarded_allow_ips``; uvicorn would otherwise
+    believe them from 127.0.0.1, letting anything beside the service (a sidecar, a local process)
+    claim any address, and so escape the per-client limits and write any address into the log.
+    """
+    trusted = settings.http.forwarded_allow_ips
+    return {
+        "http": http_protocol(settings.limits),
+        "proxy_headers": bool(trusted),
+        "forwarded_allow_ips": list(trusted) if trusted else [],
+    }

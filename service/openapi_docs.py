@@ -83,11 +83,15 @@ _POSITION_HEADER_DOC = {
 _PROBLEM_CONTENT = {PROBLEM_MEDIA_TYPE: {"schema": problem_schema()}}
 
 
+# Any request may meet these, before its route is known: a target or head too long (414, 431).
+_EVERY_REQUEST = (414, 431)
+
+
 def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    """``responses`` entries for problem answers with the given statuses."""
+    """``responses`` entries for problem answers with the given statuses (and those of every request)."""
     return {
         status: {"description": "a problem (RFC 9457); clients map on `type`", "content": _PROBLEM_CONTENT}
-        for status in statuses
+        for status in sorted({*statuses, *_EVERY_REQUEST})
     }
 
 
@@ -188,7 +192,8 @@ STORE_INFO_RESPONSES = {
 
 GET_KEY_RESPONSES: dict[int | str, Any] = {
     200: {
-        "description": "the value; the content type follows the store's value format",
+        "description": "the value; the content type follows the store's value format (a `string`"
+        " store's value that is not UTF-8 comes as application/octet-stream)",
         "headers": _POSITION_HEADER_DOC,
         "content": {
             "application/json": {"schema": _ANY_JSON},

@@ -1,4 +1,4 @@
-"""What every store read shares: finding the store, checking access, parameters, position waits.
+"""What every store read shares: finding the store (checking access), and reading at a position.
 
 Reads of a READY store run on the event loop: a view is a snapshot and a lookup takes
 microseconds, so a thread hop would cost more than the read. Reads that may run long (many
@@ -9,39 +9,24 @@ problems by the handlers in ``service.problems``.
 
 from __future__ import annotations
 
-import re
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
 import anyio
-from starlette.datastructures import QueryParams
 from starlette.requests import Request
 
 from service.auth import Auth
-from service.guard import remaining_seconds, request_timeout
+from wire.problems import POSITION_NOT_REACHED, UNKNOWN_STORE
+from service.guard import request_timeout
 from service.problems import store_corrupt, store_not_ready
+from service.queries import ReadOptions
 from service.registry import ServedStore, StoreRegistry
 from service.settings import Settings
-from service.sharding import shard_part
 from service.waits import PositionWaits
-from store import (
-    InvalidPositionError,
-    Position,
-    PositionNotReachedError,
-    ReadOnlyKeyValueStore,
-)
-from wire.problems import (
-    INVALID_PARAMETER,
-    INVALID_POSITION,
-    POSITION_NOT_REACHED,
-    UNKNOWN_STORE,
-    ProblemError,
-)
+from store import Position, PositionNotReachedError, ReadOnlyKeyValueStore
 
 T = TypeVar("T")
-
-# Only ASCII digits: int() would also take "1_000" and digits of other scripts.
-_INTEGER = re.compile(r"-?[0-9]{1,18}")
 
 
 def find_store(registry: StoreRegistry, auth: Auth, request: Request) -> ServedStore:
@@ -56,42 +41,18 @@ def find_store(registry: StoreRegistry, auth: Auth, request: Request) -> ServedS
     return served
 
 
-def invalid_parameter(name: str, message: str) -> ProblemError:
-    return INVALID_PARAMETER(
-        f"{name}: {message}", extras={"errors": [{"loc": ["query", name], "msg": message}]}
-    )
-
-
-def int_param(query: QueryParams, name: str, default: int | None, minimum: int) -> int | None:
-    raw = query.get(name)
-    if raw is None:
-        return default
-    if not _INTEGER.fullmatch(raw):
-        raise invalid_parameter(name, f"must be an integer in ASCII digits, got {raw[:40]!r}")
-    value = int(raw)
-    if value < minimum:
-        raise invalid_parameter(name, f"must be at least {minimum}, got {value}")
-    return value
-
-
 class Reader:
     """Runs one read against a consistent view, honouring ``min_position`` and ``as_of``."""
 
     def __init__(self, registry: StoreRegistry, settings: Settings) -> None:
         self._registry = registry
         self._limits = settings.limits
-        self._sharding = settings.sharding
         self._waits = {served.name: PositionWaits(served.store) for served in registry.all()}
 
     def close(self) -> None:
         """Stop listening to the stores' changes."""
         for waits in self._waits.values():
             waits.close()
-
-    def _timeout(self, query: QueryParams) -> float:
-        limit = self._limits.min_position_timeout_seconds
-        timeout_ms = int_param(query, "timeout_ms", None, 0)
-        return limit if timeout_ms is None else min(limit, timeout_ms / 1000)
 
     def _once(
         self,
@@ -119,31 +80,24 @@ class Reader:
     async def read(
         self,
         served: ServedStore,
-        request: Request,
+        options: ReadOptions,
         read: Callable[[ReadOnlyKeyValueStore], T],
         *,
         in_thread: bool = False,
     ) -> tuple[T, Position]:
-        """``read(view)`` and the view's position, once the store has reached ``min_position``.
+        """``read(view)`` and the view's position, once the store has reached ``options.minimum``.
 
-        With ``as_of``, the view answers as of exactly that position, which is also the position
-        returned. ``in_thread`` runs the read on a worker thread (reads that may take long).
+        With ``options.as_of``, the view answers as of exactly that position, which is also the
+        position returned. ``in_thread`` runs the read on a worker thread (reads that may take long).
         """
-        query = request.query_params
-        # Of a sharded store, entries naming other shards' partitions are not this shard's to read.
-        minimum = shard_part(position_param(query, "min_position"), self._sharding)
-        as_of = shard_part(position_param(query, "as_of"), self._sharding)
-        if minimum is not None and as_of is not None:
-            raise invalid_parameter(
-                "as_of", "as_of and min_position exclude each other: an as_of read waits for its own position"
-            )
-        wanted = as_of if as_of is not None else minimum
-        timeout = self._timeout(query) if wanted is not None else 0.0
+        minimum, as_of = options.minimum, options.as_of
         answer = await self._attempt(served, read, minimum, as_of, in_thread)
         if isinstance(answer, tuple):
             return answer
+        wanted = options.wanted
         assert wanted is not None
-        budget = remaining_seconds(request.scope)
+        timeout = options.timeout
+        budget = None if options.deadline is None else max(0.0, options.deadline - time.monotonic())
         cut_by_deadline = budget is not None and budget < timeout
         if await self._waits[served.name].wait(wanted, timeout if budget is None else min(timeout, budget)):
             answer = await self._attempt(served, read, minimum, as_of, in_thread)
@@ -177,14 +131,3 @@ class Reader:
         if in_thread:
             return await anyio.to_thread.run_sync(self._once, served, read, minimum, as_of)
         return self._once(served, read, minimum, as_of)
-
-
-def position_param(query: QueryParams, name: str) -> Position | None:
-    """The position in query parameter ``name`` (``None`` when absent; empty is the empty position)."""
-    raw = query.get(name)
-    if raw is None:
-        return None
-    try:
-        return Position.parse(raw)
-    except InvalidPositionError as exc:
-        raise INVALID_POSITION(f"{name}: {exc}") from exc

@@ -4,42 +4,26 @@ from __future__ import annotations
 
 import dataclasses
 from typing import Any
-from urllib.parse import quote
 
-import anyio
 import orjson
 import pyarrow as pa
-import pyarrow.compute as pc
 from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import Response
 
 from service import openapi_docs as docs
+from service.answers import read_keys, read_page
 from service.arrow_arrays import binary_array
-from service.arrow_body import read_column
 from service.auth import Auth
-from service.bodies import (
-    JSON,
-    batch_media_type,
-    check_batch,
-    check_key_length,
-    malformed,
-    read_body,
-    too_large,
-)
-from service.codec import (
-    KeyEncoding,
-    decode_key_text,
-    decode_path_key,
-    encode_key,
-    key_encoding,
-    strict_query,
-)
+from service.bodies import JSON
+from wire.problems import KEY_NOT_FOUND, VALUE_NOT_JSON
+from service.codec import BYTES_MEDIA_TYPE, encode_key
 from service.index_routes import add_index_routes
-from service.reads import Reader, find_store, int_param
+from service.read_requests import ReadRequests
+from service.reads import Reader
 from service.registry import ServedStore, StoreRegistry
-from service.settings import LimitSettings, Settings
-from service.sharding import KeyCheck, sharding_info
+from service.settings import Settings
+from service.sharding import sharding_info
 from service.values import BadValues, JsonAnswer, not_json_detail
 from store import ReadOnlyKeyValueStore, ScanPage
 from wire.problems import KEY_NOT_FOUND, PAGE_TOO_LARGE, VALUE_NOT_JSON
@@ -129,34 +113,32 @@ def add_store_routes(
     They go on the app itself, not an included router: every router level costs a matching pass
     on each request. The key lookup comes first because it is the most frequent request.
     """
-    limits = settings.limits
-    check_keys = KeyCheck(registry)
+    requests = ReadRequests(settings, registry, auth)
 
     async def get_key(request: Request) -> Response:
-        served = find_store(registry, auth, request)
-        query = request.query_params
-        encoding = key_encoding(query.get("key_encoding"))
-        # The raw path keeps bytes that are not UTF-8 and slashes that were percent-encoded.
-        raw_path = request.scope.get("raw_path")
-        parts = raw_path.split(b"/", 5) if isinstance(raw_path, bytes) else []
-        raw_segment = parts[5] if len(parts) == 6 else quote(request.path_params["key"]).encode()
-        key = decode_path_key(raw_segment, encoding)
-        check_key_length("the key", key, limits.max_key_bytes)
-        check_keys(served, [key])
-        value, position = await reader.read(served, request, lambda view: view.get(key))
+        asked = requests.key(request)
+        served, key = asked.served, asked.key
+        value, position = await reader.read(served, asked.options, lambda view: view.get(key))
         if value is None:
             raise KEY_NOT_FOUND(
                 f'store "{served.name}" has no such key',
                 extras={"store": served.name},
                 headers={POSITION: str(position)},
             )
+        media_type = served.media_type
         if served.value_format == "json" and not bad_values.is_json(served.name, key, value):
             raise VALUE_NOT_JSON(
                 not_json_detail(served.name),
                 extras={"store": served.name},
                 headers={POSITION: str(position)},
             )
-        return Response(value, media_type=served.media_type, headers={POSITION: str(position)})
+        if served.value_format == "string" and not value.isascii():
+            # Labelled UTF-8 only when it is: the topic may hold a value of other bytes.
+            try:
+                value.decode("utf-8")
+            except UnicodeDecodeError:
+                media_type = BYTES_MEDIA_TYPE
+        return Response(value, media_type=media_type, headers={POSITION: str(position)})
 
     # The most frequent request skips FastAPI's per-request dependency solving: a plain Starlette
     # route serves it (it parses its own parameters anyway), registered first so it matches first;
@@ -191,7 +173,7 @@ def add_store_routes(
         summary="One store's status",
     )
     async def get_store(request: Request) -> Response:
-        served = find_store(registry, auth, request)
+        served = requests.store(request)
         info = store_info(registry, served)
         return Response(orjson.dumps(info), media_type=JSON, headers={POSITION: info["position"]})
 
@@ -206,25 +188,17 @@ def add_store_routes(
         summary="The values of many keys, in request order (JSON or Arrow)",
     )
     async def batch_get(request: Request) -> Response:
-        served = find_store(registry, auth, request)
-        media_type = batch_media_type(request, "keys")
-        body = await read_body(request, limits)
-        if media_type == JSON:
-            encoding, keys = _json_keys(body, request.query_params.get("key_encoding"), limits.max_batch_keys)
-            check_batch(
-                len(keys), max(map(len, keys), default=0), limits.max_batch_keys, limits.max_key_bytes
-            )
-            check_keys(served, keys)
-            values, position = await reader.read(served, request, lambda view: view.get_many(keys))
-            answer = JsonAnswer(served.name, served.value_format, encoding, bad_values)
+        asked = await requests.batch(request)
+        served, keys = asked.served, asked.keys
+        # A budget per read: a read retried after a position wait starts afresh.
+        values, position = await reader.read(
+            served, asked.options, lambda view: read_keys(view, keys, asked.budget())
+        )
+        if asked.key_column is None:
+            answer = JsonAnswer(served.name, served.value_format, asked.encoding, bad_values)
             document = {"values": answer.values(keys, values), "position": str(position)}
             return Response(answer.document(document), media_type=JSON, headers={POSITION: str(position)})
-        # Decoding a large Arrow body takes a while: off the event loop.
-        key_column = await anyio.to_thread.run_sync(_arrow_keys, body, limits)
-        check_keys(served, key_column)
-        keys = key_column.to_pylist()
-        values, position = await reader.read(served, request, lambda view: view.get_many(keys))
-        table = pa.table({"key": key_column, "value": binary_array(values)})
+        table = pa.table({"key": asked.key_column, "value": binary_array(values)})
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, table.schema) as writer:
             writer.write_table(table)
@@ -242,24 +216,16 @@ def add_store_routes(
         summary="One page of the keys starting with a prefix, byte-ordered",
     )
     async def scan(request: Request) -> Response:
-        served = find_store(registry, auth, request)
-        query = request.query_params
-        encoding = key_encoding(query.get("key_encoding"))
-        limit = int_param(query, "limit", 100, 1) or 100
-        if limit > limits.max_scan_limit:
-            raise too_large(PAGE_TOO_LARGE, f"limit {limit} is above the maximum", limits.max_scan_limit)
-        # Read from the raw query string: the parsed one replaces bytes that are not UTF-8.
-        strict = strict_query(request)
-        prefix = decode_key_text(strict.get("prefix", ""), encoding)
-        after_text = strict.get("after")
-        after = None if after_text is None else decode_key_text(after_text, encoding)
-        check_key_length("prefix", prefix, limits.max_key_bytes)
-        check_key_length("after", after or b"", limits.max_key_bytes)
+        asked = requests.scan(request)
+        served, encoding = asked.served, asked.encoding
 
         def read(view: ReadOnlyKeyValueStore) -> ScanPage:
-            return view.prefix_scan(prefix, after=after, limit=limit)
+            def scan_after(after: bytes | None, limit: int) -> ScanPage:
+                return view.prefix_scan(asked.prefix, after=after, limit=limit)
 
-        page, position = await reader.read(served, request, read)
+            return read_page(scan_after, asked.after, asked.limit, asked.budget())
+
+        page, position = await reader.read(served, asked.options, read)
         answer = JsonAnswer(served.name, served.value_format, encoding, bad_values)
         document = {
             "items": answer.items(page.items),
@@ -268,56 +234,4 @@ def add_store_routes(
         }
         return Response(answer.document(document), media_type=JSON, headers={POSITION: str(position)})
 
-    add_index_routes(app, settings, registry, auth, reader, bad_values)
-
-
-def _json_keys(body: bytes, query_encoding: str | None, max_keys: int) -> tuple[KeyEncoding, list[bytes]]:
-    """The key encoding and the keys of a JSON batch body."""
-    try:
-        document = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise malformed(f"the body is not valid JSON: {exc}") from exc
-    if not isinstance(document, dict) or not isinstance(document.get("keys"), list):
-        raise malformed(
-            'the body must be a JSON object {"keys": [...]}',
-            [{"loc": ["body", "keys"], "msg": "required list"}],
-        )
-    encoding = key_encoding(document.get("key_encoding", query_encoding))
-    texts = document["keys"]
-    # Refuse an oversized batch before doing any work per key.
-    check_batch(len(texts), 0, max_keys, 1)
-    not_strings = malformed(
-        "every key must be a string", [{"loc": ["body", "keys"], "msg": "list of strings"}]
-    )
-    if encoding == "utf8":
-        try:
-            return encoding, [t.encode() for t in texts]
-        except AttributeError as exc:  # only str has .encode() among JSON values
-            raise not_strings from exc
-        except UnicodeEncodeError as exc:
-            raise malformed(
-                "a key is not valid Unicode text; send raw bytes with key_encoding=base64"
-            ) from exc
-    if not all(isinstance(t, str) for t in texts):
-        raise not_strings
-    return encoding, [decode_key_text(t, encoding) for t in texts]
-
-
-def _is_key_type(data_type: pa.DataType) -> bool:
-    return bool(
-        pa.types.is_binary(data_type)
-        or pa.types.is_large_binary(data_type)
-        or pa.types.is_string(data_type)
-        or pa.types.is_large_string(data_type)
-    )
-
-
-def _arrow_keys(body: bytes, limits: LimitSettings) -> pa.Array:
-    """The ``key`` column of an Arrow batch body, as ``binary``, checked before decompressing."""
-    column = read_column(body, "key", _is_key_type, limits.max_batch_keys, limits.max_body_bytes)
-    if column.null_count:
-        raise malformed("the 'key' column holds nulls; every row needs a key")
-    keys = column.combine_chunks()
-    longest = pc.max(pc.binary_length(keys)).as_py() or 0
-    check_batch(len(keys), longest, limits.max_batch_keys, limits.max_key_bytes)
-    return keys if pa.types.is_binary(keys.type) else keys.cast(pa.binary())
+    add_index_routes(app, requests, reader, bad_values)

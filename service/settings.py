@@ -77,6 +77,10 @@ class HttpSettings(BaseModel):
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
     tls: TlsSettings | None = None
+    # Addresses (or networks, e.g. 10.0.0.0/8) of proxies whose X-Forwarded-For and
+    # X-Forwarded-Proto headers are believed: the client address then comes from them (limits, the
+    # access log). None by default: a header any client can send says nothing about who it is.
+    forwarded_allow_ips: list[str] = Field(default_factory=list)
 
 
 class IndexSettings(BaseModel):
@@ -250,6 +254,9 @@ class LimitSettings(BaseModel):
     max_scan_limit: int = Field(default=MAX_SCAN_LIMIT, ge=1, le=MAX_SCAN_LIMIT)
     max_key_bytes: int = Field(default=4096, ge=1)
     max_body_bytes: int = Field(default=16 * 1024 * 1024, ge=1)
+    # Bytes of stored values one answer may carry (batch get, scan, index reads; a key asked twice
+    # counts twice); more get 413 answer-too-large, refused before the answer is built.
+    max_answer_bytes: ByteSize = Field(default=ByteSize(64 * 1024 * 1024), ge=1)
     # Rows one index batch answer may hold (every value's matches, one row for a value without);
     # more get 413 answer-too-large, so a small request cannot ask for a huge answer.
     max_answer_rows: int = Field(default=100_000, ge=1)
@@ -267,6 +274,11 @@ class LimitSettings(BaseModel):
     # A connection whose request head (request line and headers) is not complete this long after
     # it opened, or after the request's first byte, is closed.
     request_head_timeout_ms: int = Field(default=10_000, ge=1)
+    # Bytes of one request head (request line and headers, as sent); a longer one gets 431
+    # request-head-too-large as soon as it passes the bound, before anything else is checked.
+    max_request_head_bytes: ByteSize = Field(default=ByteSize(64 * 1024), ge=1024)
+    # Bytes of one request's target (path and query string, as sent); a longer one gets 414 uri-too-long.
+    max_url_bytes: ByteSize = Field(default=ByteSize(32 * 1024), ge=256)
     # A keep-alive connection with no request in progress is closed after this long.
     idle_connection_timeout_ms: int = Field(default=5_000, ge=1)
     # Connections open at once from one address; more are closed as soon as they open. One

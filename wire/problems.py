@@ -109,6 +109,8 @@ PAGE_TOO_LARGE = _problem("page-too-large", 413, "Page too large")
 KEY_TOO_LARGE = _problem("key-too-large", 413, "Key too large")
 BODY_TOO_LARGE = _problem("body-too-large", 413, "Body too large")
 ANSWER_TOO_LARGE = _problem("answer-too-large", 413, "Answer too large")
+URI_TOO_LONG = _problem("uri-too-long", 414, "URI too long")
+REQUEST_HEAD_TOO_LARGE = _problem("request-head-too-large", 431, "Request head too large")
 TOO_MANY_REQUESTS = _problem("too-many-requests", 429, "Too many requests")
 CLIENT_TOO_MANY_REQUESTS = _problem("client-too-many-requests", 429, "Too many requests from this client")
 # The service cannot answer now; retry.
@@ -116,6 +118,9 @@ STORE_NOT_READY = _problem("store-not-ready", 503, "Store not ready")
 POSITION_NOT_REACHED = _problem("position-not-reached", 503, "Position not reached")
 INDEX_NOT_READY = _problem("index-not-ready", 503, "Index not ready")
 REQUEST_TIMEOUT = _problem("request-timeout", 503, "Request timeout")
+CLIENT_TOO_MANY_CONNECTIONS = _problem(
+    "client-too-many-connections", 503, "Too many connections from this client"
+)
 # The store found its files corrupt: it answers nothing from them and rebuilds from its topic.
 STORE_CORRUPT = _problem("store-corrupt", 503, "Store corrupt")
 # The service cannot answer correctly: the topic holds a value its format forbids, or a bug.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import socket
 import time
@@ -172,3 +173,34 @@ def test_one_address_holds_at_most_its_connections_and_others_are_served(
         others.close()
         for sock in held:
             sock.close()
+
+
+def test_a_connection_above_the_cap_is_answered_503_with_retry_after_before_it_is_closed(
+    make_service: Callable[..., Service],
+) -> None:
+    service = make_service(limits={"max_connections_per_client": 3, "retry_after_seconds": 7})
+    held = [_connect(service.url) for _ in range(3)]
+    try:
+        for sock in held:
+            assert _answered(sock, HEALTH)  # open, and counted by the server
+        refused = _connect(service.url)
+        refused.settimeout(10)
+        answer = b""
+        with contextlib.suppress(ConnectionResetError):
+            while chunk := refused.recv(65536):
+                answer += chunk
+        refused.close()
+    finally:
+        for sock in held:
+            sock.close()
+    head, _, body = answer.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {name.lower(): value.strip() for name, _, value in (line.partition(":") for line in lines[1:])}
+    assert lines[0] == "HTTP/1.1 503 Service Unavailable"
+    assert headers["retry-after"] == "7"
+    assert headers["content-type"] == "application/problem+json"
+    assert headers["connection"] == "close"
+    problem = json.loads(body)
+    assert problem["type"] == "urn:statestore:problem:client-too-many-connections"
+    assert problem["limit"] == 3
+    assert "limits.max_connections_per_client" in problem["detail"]

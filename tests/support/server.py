@@ -10,7 +10,7 @@ from typing import Any
 
 import uvicorn
 
-from service.connections import http_protocol
+from service.connections import server_options
 from service.local.broker import free_port
 from service.settings import Settings
 
@@ -19,12 +19,12 @@ from service.settings import Settings
 def serve_app(app: Any, *, host: str = "127.0.0.1", port: int | None = None, **config: Any) -> Iterator[str]:
     """Serve ``app`` with uvicorn (uvloop + httptools) and yield its base URL; stop on exit.
 
-    An app with settings (``create_app``'s) gets the protocol ``statestore serve`` uses.
+    An app with settings (``create_app``'s) gets the server options ``statestore serve`` uses.
     """
     port = port or free_port(host)
     settings = getattr(getattr(app, "state", None), "settings", None)
     if isinstance(settings, Settings):
-        config.setdefault("http", http_protocol(settings.limits))
+        config = {**server_options(settings), **config}
     config.setdefault("http", "httptools")
     server = uvicorn.Server(
         uvicorn.Config(app, host=host, port=port, log_level="warning", loop="uvloop", **config)

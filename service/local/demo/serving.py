@@ -62,7 +62,7 @@ def running_service(bootstrap_servers: str, state_dir: Path) -> Iterator[str]:
     import uvicorn  # noqa: PLC0415
 
     from service.app import create_app  # noqa: PLC0415
-    from service.connections import http_protocol  # noqa: PLC0415
+    from service.connections import server_options  # noqa: PLC0415
 
     port = free_port(HOST)
     settings = demo_settings(bootstrap_servers, state_dir, port)
@@ -72,7 +72,7 @@ def running_service(bootstrap_servers: str, state_dir: Path) -> Iterator[str]:
             host=HOST,
             port=port,
             loop="uvloop",
-            http=http_protocol(settings.limits),
+            **server_options(settings),
             log_config=None,
             access_log=False,
             log_level="warning",

@@ -1,0 +1,90 @@
+"""Reads bounded by the size of their answer (``limits.max_answer_bytes``), refused before it is built.
+
+A small request can ask for a huge answer: a batch naming a 1 MiB value 1,000 times, or a page of
+10,000 large values. So the values are read in chunks and their bytes counted as they come (a key
+asked several times counts each time, though it is read once); as soon as the answer would pass
+the bound, the read stops with ``413 answer-too-large``. A refused answer has read at most one
+chunk past the bound, and has built nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from service.bodies import too_large
+from wire.problems import ANSWER_TOO_LARGE
+from store import ReadOnlyKeyValueStore, ScanPage
+
+GET_CHUNK = 1024
+"""Distinct keys read at once by a batch get."""
+SCAN_CHUNK = 256
+"""Items read at once by a page of a scan or an index read."""
+
+
+class AnswerBudget:
+    """The bytes of values an answer may still carry; ``413 answer-too-large`` once they are spent."""
+
+    __slots__ = ("left", "limit")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.left = limit
+
+    def spend(self, size: int) -> None:
+        self.left -= size
+        if self.left < 0:
+            raise too_large(
+                ANSWER_TOO_LARGE,
+                f"the answer would carry more than {self.limit} bytes of values (limits.max_answer_bytes);"
+                " ask for fewer keys or a smaller page at once",
+                self.limit,
+            )
+
+
+def _size(values: Sequence[bytes | None]) -> int:
+    try:  # every key present (the usual batch): no test per value
+        return sum(map(len, values))  # type: ignore[arg-type]
+    except TypeError:  # len(None)
+        return sum(map(len, filter(None, values)))
+
+
+def read_keys(view: ReadOnlyKeyValueStore, keys: list[bytes], budget: AnswerBudget) -> list[bytes | None]:
+    """The values of ``keys`` in request order, each distinct key read once, within ``budget``."""
+    if len(set(keys)) == len(keys):
+        if len(keys) <= GET_CHUNK:  # the usual batch: one read, one sum
+            values = view.get_many(keys)
+            budget.spend(_size(values))
+            return values
+        return _read_chunks(view, keys, budget)
+    # Read each distinct key once (stopping early if even those pass the bound), then count the
+    # answer as asked: the list holds references, so nothing is copied before the count.
+    found: dict[bytes, bytes | None] = dict.fromkeys(keys)
+    distinct = list(found)
+    found.update(zip(distinct, _read_chunks(view, distinct, AnswerBudget(budget.limit)), strict=True))
+    values = list(map(found.__getitem__, keys))
+    budget.spend(_size(values))
+    return values
+
+
+def _read_chunks(view: ReadOnlyKeyValueStore, keys: list[bytes], budget: AnswerBudget) -> list[bytes | None]:
+    values: list[bytes | None] = []
+    for start in range(0, len(keys), GET_CHUNK):
+        read = view.get_many(keys[start : start + GET_CHUNK])
+        budget.spend(_size(read))
+        values += read
+    return values
+
+
+def read_page(
+    scan: Callable[[bytes | None, int], ScanPage], after: bytes | None, limit: int, budget: AnswerBudget
+) -> ScanPage:
+    """Up to ``limit`` items of ``scan(after, n)`` (a prefix or index scan of one view) after
+    ``after``, read ``SCAN_CHUNK`` at a time within ``budget``: the same page one call would give."""
+    items: list[tuple[bytes, bytes]] = []
+    while True:
+        page = scan(after, min(SCAN_CHUNK, limit - len(items)))
+        budget.spend(sum(len(value) for _, value in page.items))
+        items += page.items
+        if page.next_after is None or len(items) >= limit or page.next_after == after:
+            return ScanPage(items, page.next_after)
+        after = page.next_after

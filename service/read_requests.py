@@ -1,0 +1,208 @@
+"""Each read request checked once, whole, before any read: one object per route family.
+
+A route asks :class:`ReadRequests` for its request object (a single get, a batch get, a scan; the
+index routes: ``service.index_requests``), which finds the store (checking access), parses the
+query (each parameter once), the path and the body within ``limits``, and refuses anything wrong
+with its problem. The read then takes the object and nothing else of the request: keys, cursors,
+page sizes, the read options (positions, timeout) and the answer's budget are all in it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from urllib.parse import quote
+
+import anyio
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+from starlette.requests import Request
+
+from service.answers import AnswerBudget
+from service.arrow_body import read_column
+from service.auth import Auth
+from service.bodies import (
+    JSON,
+    batch_media_type,
+    check_batch,
+    check_key_length,
+    malformed,
+    read_body,
+    too_large,
+)
+from wire.problems import PAGE_TOO_LARGE
+from service.codec import KeyEncoding, decode_key_text, decode_path_key, key_encoding
+from service.queries import Query, ReadOptions, read_options
+from service.reads import find_store
+from service.registry import ServedStore, StoreRegistry
+from service.settings import LimitSettings, Settings
+from service.sharding import KeyCheck
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StoreRead:
+    """What every read request holds: its store, its read options, and its answer's bound in bytes."""
+
+    served: ServedStore
+    options: ReadOptions
+    max_answer_bytes: int
+
+    def budget(self) -> AnswerBudget:
+        """A fresh budget for the answer's values (one per answer)."""
+        return AnswerBudget(self.max_answer_bytes)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class KeyRead(StoreRead):
+    """``GET .../keys/{key}``: one key of one store."""
+
+    key: bytes
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BatchRead(StoreRead):
+    """``POST .../keys:batchGet``: keys in request order, as JSON (``key_column`` ``None``) or Arrow."""
+
+    media_type: str
+    encoding: KeyEncoding
+    keys: list[bytes]
+    key_column: pa.Array | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ScanRead(StoreRead):
+    """``GET .../scan``: one page of the keys starting with ``prefix``, after ``after``."""
+
+    encoding: KeyEncoding
+    prefix: bytes
+    after: bytes | None
+    limit: int
+
+
+def page_limit(query: Query, name: str, default: int, limits: LimitSettings) -> int:
+    """The page size in ``name``: at least 1, ``413 page-too-large`` above ``limits.max_scan_limit``."""
+    return checked_page_limit(query.integer(name, default, 1), limits)
+
+
+def checked_page_limit(limit: int, limits: LimitSettings) -> int:
+    """``limit``, or ``413 page-too-large`` above ``limits.max_scan_limit``."""
+    if limit > limits.max_scan_limit:
+        raise too_large(PAGE_TOO_LARGE, f"limit {limit} is above the maximum", limits.max_scan_limit)
+    return limit
+
+
+class ReadRequests:
+    """Builds the request objects of the key and scan routes, within ``settings.limits``."""
+
+    def __init__(self, settings: Settings, registry: StoreRegistry, auth: Auth) -> None:
+        self.limits = settings.limits
+        self.sharding = settings.sharding
+        self.registry = registry
+        self.auth = auth
+        self.check_keys = KeyCheck(registry)
+
+    def store(self, request: Request) -> ServedStore:
+        """The store named in the path, once the caller may read it."""
+        return find_store(self.registry, self.auth, request)
+
+    def options(self, query: Query, request: Request) -> ReadOptions:
+        return read_options(query, request.scope, self.limits, self.sharding)
+
+    def key(self, request: Request) -> KeyRead:
+        served = self.store(request)
+        query = Query.of(request.scope)
+        encoding = key_encoding(query.get("key_encoding"))
+        # The raw path keeps bytes that are not UTF-8 and slashes that were percent-encoded.
+        raw_path = request.scope.get("raw_path")
+        parts = raw_path.split(b"/", 5) if isinstance(raw_path, bytes) else []
+        raw_segment = parts[5] if len(parts) == 6 else quote(request.path_params["key"]).encode()
+        key = decode_path_key(raw_segment, encoding)
+        check_key_length("the key", key, self.limits.max_key_bytes)
+        self.check_keys(served, [key])
+        return KeyRead(served, self.options(query, request), self.limits.max_answer_bytes, key)
+
+    async def batch(self, request: Request) -> BatchRead:
+        served = self.store(request)
+        query = Query.of(request.scope)
+        media_type = batch_media_type(request, "keys")
+        options = self.options(query, request)
+        limits = self.limits
+        body = await read_body(request, limits)
+        if media_type == JSON:
+            encoding, keys = _json_keys(body, query.get("key_encoding"), limits.max_batch_keys)
+            longest = max(map(len, keys), default=0)
+            check_batch(len(keys), longest, limits.max_batch_keys, limits.max_key_bytes)
+            self.check_keys(served, keys)
+            column = None
+        else:
+            encoding = key_encoding(query.get("key_encoding"))
+            # Decoding a large Arrow body takes a while: off the event loop.
+            column = await anyio.to_thread.run_sync(_arrow_keys, body, limits)
+            self.check_keys(served, column)
+            keys = column.to_pylist()
+        return BatchRead(served, options, limits.max_answer_bytes, media_type, encoding, keys, column)
+
+    def scan(self, request: Request) -> ScanRead:
+        served = self.store(request)
+        query = Query.of(request.scope)
+        encoding = key_encoding(query.get("key_encoding"))
+        limit = page_limit(query, "limit", 100, self.limits)
+        prefix = decode_key_text(query.get("prefix") or "", encoding)
+        after_text = query.get("after")
+        after = None if after_text is None else decode_key_text(after_text, encoding)
+        check_key_length("prefix", prefix, self.limits.max_key_bytes)
+        check_key_length("after", after or b"", self.limits.max_key_bytes)
+        options = self.options(query, request)
+        return ScanRead(served, options, self.limits.max_answer_bytes, encoding, prefix, after, limit)
+
+
+def _json_keys(body: bytes, query_encoding: str | None, max_keys: int) -> tuple[KeyEncoding, list[bytes]]:
+    """The key encoding and the keys of a JSON batch body."""
+    try:
+        document = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise malformed(f"the body is not valid JSON: {exc}") from exc
+    if not isinstance(document, dict) or not isinstance(document.get("keys"), list):
+        raise malformed(
+            'the body must be a JSON object {"keys": [...]}',
+            [{"loc": ["body", "keys"], "msg": "required list"}],
+        )
+    encoding = key_encoding(document.get("key_encoding", query_encoding))
+    texts = document["keys"]
+    # Refuse an oversized batch before doing any work per key.
+    check_batch(len(texts), 0, max_keys, 1)
+    not_strings = malformed(
+        "every key must be a string", [{"loc": ["body", "keys"], "msg": "list of strings"}]
+    )
+    if encoding == "utf8":
+        try:
+            return encoding, [t.encode() for t in texts]
+        except AttributeError as exc:  # only str has .encode() among JSON values
+            raise not_strings from exc
+        except UnicodeEncodeError as exc:
+            raise malformed(
+                "a key is not valid Unicode text; send raw bytes with key_encoding=base64"
+            ) from exc
+    if not all(isinstance(t, str) for t in texts):
+        raise not_strings
+    return encoding, [decode_key_text(t, encoding) for t in texts]
+
+
+def _is_key_type(data_type: pa.DataType) -> bool:
+    return bool(
+        pa.types.is_binary(data_type)
+        or pa.types.is_large_binary(data_type)
+        or pa.types.is_string(data_type)
+        or pa.types.is_large_string(data_type)
+    )
+
+
+def _arrow_keys(body: bytes, limits: LimitSettings) -> pa.Array:
+    """The ``key`` column of an Arrow batch body, as ``binary``, checked before decompressing."""
+    column = read_column(body, "key", _is_key_type, limits.max_batch_keys, limits.max_body_bytes)
+    if column.null_count:
+        raise malformed("the 'key' column holds nulls; every row needs a key")
+    keys = column.combine_chunks()
+    longest = pc.max(pc.binary_length(keys)).as_py() or 0
+    check_batch(len(keys), longest, limits.max_batch_keys, limits.max_key_bytes)
+    return keys if pa.types.is_binary(keys.type) else keys.cast(pa.binary())
