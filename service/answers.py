@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from service.bodies import too_large
-from wire.problems import ANSWER_TOO_LARGE
 from store import ReadOnlyKeyValueStore, ScanPage
+from wire.problems import ANSWER_TOO_LARGE
 
 GET_CHUNK = 1024
 """Distinct keys read at once by a batch get."""

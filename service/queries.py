@@ -15,12 +15,11 @@ from urllib.parse import parse_qsl
 
 from starlette.types import Scope
 
-from wire.problems import INVALID_PARAMETER, INVALID_POSITION
-from wire.problems import ProblemError
 from service.guard import DEADLINE_KEY
 from service.settings import LimitSettings, ShardingSettings
 from service.sharding import shard_part
 from store import InvalidPositionError, Position
+from wire.problems import INVALID_PARAMETER, INVALID_POSITION, ProblemError
 
 # Only ASCII digits: int() would also take "1_000" and digits of other scripts.
 _INTEGER = re.compile(r"-?[0-9]{1,18}")

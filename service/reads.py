@@ -17,7 +17,6 @@ import anyio
 from starlette.requests import Request
 
 from service.auth import Auth
-from wire.problems import POSITION_NOT_REACHED, UNKNOWN_STORE
 from service.guard import request_timeout
 from service.problems import store_corrupt, store_not_ready
 from service.queries import ReadOptions
@@ -25,6 +24,7 @@ from service.registry import ServedStore, StoreRegistry
 from service.settings import Settings
 from service.waits import PositionWaits
 from store import Position, PositionNotReachedError, ReadOnlyKeyValueStore
+from wire.problems import POSITION_NOT_REACHED, UNKNOWN_STORE
 
 T = TypeVar("T")
 
