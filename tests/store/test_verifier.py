@@ -3,6 +3,9 @@ RocksDB files is tested in tests/faults/test_corruption.py."""
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 
 from store.verifier import Verifier, VerifyStep
@@ -63,3 +66,73 @@ def test_verification_needs_a_positive_interval_and_rate() -> None:
         Verifier(ScriptedTarget(), 0, 1)
     with pytest.raises(ValueError, match="disable"):
         Verifier(ScriptedTarget(), 1, 0)
+
+
+class FakeClock:
+    """A clock that moves only when told: by each pause of the verifier, and by ``step_seconds``
+    at every page read (the time the read itself takes)."""
+
+    def __init__(self, step_seconds: float = 0.0) -> None:
+        self.now = 0.0
+        self.step_seconds = step_seconds
+        self.pauses: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def pause(self, seconds: float) -> None:
+        self.pauses.append(seconds)
+        self.now += seconds
+
+
+class TimedTarget(ScriptedTarget):
+    """A scripted target whose every page read takes ``clock.step_seconds``."""
+
+    def __init__(self, clock: FakeClock, pages: int = 3) -> None:
+        super().__init__(pages=pages)
+        self.clock = clock
+
+    def verify_step(self, family: str, start: bytes | None, max_entries: int) -> VerifyStep | None:
+        self.clock.now += self.clock.step_seconds
+        return super().verify_step(family, start, max_entries)
+
+
+@pytest.mark.parametrize(("rate", "pause"), [(20, 0.5), (40, 0.25), (5, 2.0)])
+def test_a_pass_is_paced_to_the_byte_rate(rate: int, pause: float) -> None:
+    # Six pages of 10 bytes each: at ``rate`` bytes a second the pass takes 60 / rate seconds,
+    # every page waiting out its share.
+    clock = FakeClock()
+    target = TimedTarget(clock)
+    verifier = Verifier(target, 3600, rate, clock=clock, pause=clock.pause)
+    assert verifier.verify_once()
+    assert clock.pauses == pytest.approx([pause] * 6)
+    assert clock.now == pytest.approx(60 / rate)
+    assert verifier.last_pass_ended == pytest.approx(60 / rate)
+
+
+def test_reads_slower_than_the_rate_are_not_paused_and_faster_ones_wait_only_the_difference() -> None:
+    slow = FakeClock(step_seconds=1.0)  # 10 bytes a second, below the 20 allowed
+    assert Verifier(TimedTarget(slow), 3600, 20, clock=slow, pause=slow.pause).verify_once()
+    assert slow.pauses == []
+    assert slow.now == pytest.approx(6.0)
+    quick = FakeClock(step_seconds=0.125)  # each page may take 0.5 s at 20 bytes a second
+    assert Verifier(TimedTarget(quick), 3600, 20, clock=quick, pause=quick.pause).verify_once()
+    assert quick.pauses == pytest.approx([0.375] * 6)
+    assert quick.now == pytest.approx(3.0)
+
+
+def test_the_default_pause_is_cut_short_by_stop() -> None:
+    # One page of 10 bytes at 1 byte a second would pause 10 s; stop() ends the pass at once.
+    clock = FakeClock()
+    target = TimedTarget(clock, pages=2)
+    verifier = Verifier(target, 3600, 1, clock=clock)
+    outcome: list[bool] = []
+    worker = threading.Thread(target=lambda: outcome.append(verifier.verify_once()))
+    worker.start()
+    while not target.asked:
+        time.sleep(0.01)
+    verifier.stop()
+    worker.join(30)
+    assert outcome == [False]
+    assert target.asked == [("default", None)]
+    assert verifier.passes == 0
