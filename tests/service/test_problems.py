@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -22,7 +21,7 @@ from store import (
     StoreError,
     StoreState,
 )
-from tests.service.conftest import Service, assert_problem
+from tests.service.conftest import Service, WatchedStore, assert_problem
 from tests.service.test_indexes import BATCH, POSITIONS_CONFIG, URL, BuildingIndexStore
 from tests.service.test_metrics import samples
 
@@ -164,36 +163,24 @@ def test_retry_after_of_an_index_being_built_follows_the_setting(
 
 
 def test_retry_after_of_too_many_requests_follows_the_setting(patient: Callable[..., Service]) -> None:
-    service = patient(max_concurrent_requests=1)
-    store = service.stores["products"]
-    assert isinstance(store, InMemoryStore)
+    store = WatchedStore("products")
+    service = patient({"products": store}, max_concurrent_requests=1)
     waiting: list[int] = []
 
     def wait_in_flight() -> None:
         with httpx.Client(base_url=service.url, timeout=60) as other:
-            answer = other.get(f"{KEYS}/p1", params={"min_position": "0:100", "timeout_ms": 50_000})
+            answer = other.get(f"{KEYS}/p1", params={"min_position": "0:100", "timeout_ms": 30_000})
             waiting.append(answer.status_code)
 
     waiter = threading.Thread(target=wait_in_flight)
     waiter.start()
     try:
-        refused = _first_refusal(service, waiter)
+        # Listened to: the waiter's request is in its wait, holding the only slot until 0:100.
+        assert store.listened.wait(30), "the waiting request never reached the service"
+        refused = service.client.get(f"{KEYS}/p1")
         assert_problem(refused, 429, "too-many-requests")
         assert refused.headers["Retry-After"] == str(RETRY_AFTER)
     finally:
-        # The waiter's position comes: it answers, whatever the speed of the machine.
-        store.apply([(0, 99, b"p9", b"{}")])
+        store.apply([(0, 99, b"p1", b"{}")])
         waiter.join(60)
     assert waiting == [200]
-
-
-def _first_refusal(service: Service, waiter: threading.Thread) -> httpx.Response:
-    """The first 429 met while ``waiter`` holds the only request slot (it holds it until the store
-    moves, so this ends as soon as the waiter's request has reached the service)."""
-    while waiter.is_alive():
-        response = service.client.get(f"{KEYS}/p1")
-        if response.status_code == 429:
-            return response
-        assert response.status_code == 200, response.text
-        time.sleep(0.01)
-    raise AssertionError("the waiter ended before any request was refused")
