@@ -96,6 +96,41 @@ def test_acquire_gives_up_when_stopped() -> None:
     assert slots.running == 1
 
 
+class MeetingSlots(RestoreSlots):
+    """Restore slots whose first ``limit`` takers wait for each other before restoring: with as many
+    stores as slots, their bulk restores overlap by construction, not by the machine's timing."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(limit)
+        self._meeting = threading.Barrier(limit)
+        self._taken = 0
+        self._counting = threading.Lock()
+        self._inside = threading.local()
+
+    def try_acquire(self) -> bool:
+        got = super().try_acquire()
+        if got and not getattr(self._inside, "acquire", False):
+            self._meet()
+        return got
+
+    def acquire(self, stop: threading.Event, check_seconds: float = 0.1) -> bool:
+        self._inside.acquire = True  # its own try_acquire runs under the slots' lock: meet after
+        try:
+            got = super().acquire(stop, check_seconds)
+        finally:
+            self._inside.acquire = False
+        if got:
+            self._meet()
+        return got
+
+    def _meet(self) -> None:
+        with self._counting:
+            self._taken += 1
+            meets = self._taken <= self._meeting.parties
+        if meets:
+            self._meeting.wait(120)
+
+
 def _modes_until_ready(stores: list[Store], timeout: float) -> list[set[RestoreMode]]:
     """The restore modes each store showed in its status while restoring."""
     seen: list[set[RestoreMode]] = [set() for _ in stores]
@@ -119,11 +154,12 @@ def test_stores_sharing_slots_bulk_restore_at_most_the_limit_at_once(
     stores: int,
     limit: int,
 ) -> None:
-    # With two slots the restores must overlap: the limit, not chance, keeps one slot to one.
+    # With two slots the restores are made to overlap (the first two takers meet): two at once
+    # shows the limit lets them; with one slot, the limit alone keeps them to one at a time.
     records = mixed_records(30_000, keys=8_000, seed=41)
     topics = [make_topic(partitions=3) for _ in range(stores)]
     ends = [produce_tracked(producer, topic, records) for topic in topics]
-    slots = RestoreSlots(limit)
+    slots = MeetingSlots(limit)
     tuning = bulk_tuning(min_records=500, chunk_records=4_000)
     restoring = [
         make_store(topic, name=f"s{i}", tuning=tuning, restore_slots=slots) for i, topic in enumerate(topics)
