@@ -1,14 +1,20 @@
-"""The verifier's pass logic (pure: a scripted target). Corruption found by a real pass over real
-RocksDB files is tested in tests/faults/test_corruption.py."""
+"""The verifier's pass logic and pacing (a scripted target and a clock the test moves), and the
+byte rate a real store's tuning sets. Corruption found by a real pass over real RocksDB files is
+tested in tests/faults/test_corruption.py."""
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
+from confluent_kafka import Producer
 
-from store.verifier import Verifier, VerifyStep
+import store.store as store_module
+from store import Store
+from store.verifier import Verifier, VerifyStep, VerifyTarget
+from tests.support.stores import FAST, produce_tracked
 
 
 class ScriptedTarget:
@@ -136,3 +142,55 @@ def test_the_default_pause_is_cut_short_by_stop() -> None:
     assert outcome == [False]
     assert target.asked == [("default", None)]
     assert verifier.passes == 0
+
+
+def test_a_real_store_is_verified_at_the_byte_rate_its_tuning_sets(
+    make_topic: Callable[..., str],
+    make_store: Callable[..., Store],
+    producer: Producer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    topic = make_topic(partitions=2)
+    records = [(b"key-%05d" % i, b"v" * 200) for i in range(3_000)]
+    end = produce_tracked(producer, topic, records)
+    clock = FakeClock()
+    made: list[PacedVerifier] = []
+
+    class PacedVerifier(Verifier):
+        """The store's verifier, on the test's clock, counting the bytes of every page it reads."""
+
+        def __init__(self, target: VerifyTarget, interval_seconds: float, bytes_per_second: int) -> None:
+            self.settings = (interval_seconds, bytes_per_second)
+            self.read = 0
+            verify_step = target.verify_step
+
+            def counted(family: str, start: bytes | None, max_entries: int) -> VerifyStep | None:
+                step = verify_step(family, start, max_entries)
+                self.read += step.bytes if step is not None else 0
+                return step
+
+            monkeypatch.setattr(target, "verify_step", counted)
+            super().__init__(target, interval_seconds, bytes_per_second, clock=clock, pause=clock.pause)
+            made.append(self)
+
+    monkeypatch.setattr(store_module, "Verifier", PacedVerifier)
+    rate = 256 * 1024
+    store = make_store(
+        topic, tuning=FAST.replace(verify_interval_seconds=3_600, verify_bytes_per_second=rate)
+    )
+    assert store.wait_for_position(end, 60), store.status()
+    [verifier] = made
+    assert verifier.settings == (3_600, rate)
+    # The store's own first pass (begun at its start, on the same clock) ends before this one;
+    # the next waits an hour.
+    deadline = time.monotonic() + 60
+    while verifier.passes < 1:
+        assert time.monotonic() < deadline, "the store's first verification pass never ended"
+        time.sleep(0.01)
+    # A pass over the whole copy (the first may have found it nearly empty).
+    read_before, paused_before = verifier.read, clock.now
+    assert verifier.verify_once()
+    read = verifier.read - read_before
+    assert read >= sum(len(key) + len(value) for key, value in records)
+    # Every byte read was paid for at the configured rate, to the byte.
+    assert clock.now - paused_before == pytest.approx(read / rate)
