@@ -18,6 +18,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from store import (
     HistoryExpiredError,
@@ -236,10 +237,43 @@ async def _on_validation_error(request: Request, exc: Exception) -> Response:
     return problem_response(problem, _instance(request))
 
 
+def _internal_error() -> ProblemError:
+    return INTERNAL_ERROR("the service failed unexpectedly; the error is in its log")
+
+
 async def _on_unexpected(request: Request, exc: Exception) -> Response:
     logger.exception("unexpected error answering %s %s", request.method, request.url.path)
-    problem = INTERNAL_ERROR("the service failed unexpectedly; the error is in its log")
-    return problem_response(problem, _instance(request))
+    return problem_response(_internal_error(), _instance(request))
+
+
+class AnswerUnexpectedErrors:
+    """ASGI middleware answering an error that no handler knows with ``500 internal-error``, and
+    keeping the connection: the framework's last-resort handler answers it too, but then hands
+    the error on to the server, which closes the connection under the client."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def send_noting_start(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_noting_start)
+        except Exception:
+            if started:  # part of an answer is out: only a closed connection tells the client
+                raise
+            logger.exception("unexpected error answering %s %s", scope.get("method"), scope.get("path"))
+            raw_path = scope.get("raw_path")
+            instance = raw_path.decode("latin-1") if isinstance(raw_path, bytes) else str(scope["path"])
+            await problem_response(_internal_error(), instance)(scope, receive, send)
 
 
 async def _on_store_error(request: Request, exc: Exception) -> Response:
@@ -256,7 +290,8 @@ def install_problem_handlers(app: FastAPI) -> None:
     app.add_exception_handler(StarletteHTTPException, _on_http_exception)
     app.add_exception_handler(RequestValidationError, _on_validation_error)
     app.add_exception_handler(StoreError, _on_store_error)
-    app.add_exception_handler(Exception, _on_unexpected)
+    app.add_exception_handler(Exception, _on_unexpected)  # errors of the outer middleware
+    app.add_middleware(AnswerUnexpectedErrors)  # added first: innermost, inside metrics and guard
 
 
 def problem_schema() -> dict[str, Any]:

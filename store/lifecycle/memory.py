@@ -11,6 +11,7 @@ import contextlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from store.exceptions import (
+    HistoryExpiredError,
     HistoryNotKeptError,
     PositionNotReachedError,
     ScanLimitError,
@@ -28,6 +29,7 @@ from store.protocol import (
     StoreStatus,
 )
 from store.state import StoreState
+from store.table.history import HistorySpec
 from store.table.indexes import IndexSpec
 from wire.position import Position
 
@@ -87,8 +89,10 @@ class _FrozenView:
 class InMemoryStore:
     """A dict-backed ``ServableStore``; every view is a copy-on-write snapshot.
 
-    ``sharding`` is what its status reports about shards (a test sets it); the store itself holds
-    whatever is applied to it.
+    ``sharding`` is what its status reports about shards (a test sets it; by default one shard of
+    a topic whose partition count is not known); the store itself holds
+    whatever is applied to it. History is kept from the start with ``keeps_history`` or ``history``;
+    of a ``history`` spec only ``retention_offsets`` applies (records carry no timestamps here).
     """
 
     def __init__(
@@ -99,9 +103,13 @@ class InMemoryStore:
         indexes: Sequence[IndexSpec] = (),
         keeps_history: bool = False,
         sharding: ShardingStatus | None = None,
+        history: HistorySpec | None = None,
     ) -> None:
         self._name = name
-        self.sharding = sharding
+        # As the real store: unsharded is one shard holding every partition.
+        self.sharding = sharding or ShardingStatus(
+            shards=1, shard=0, partitioner="murmur2", topic_partitions=None
+        )
         self._indexes = {spec.name: spec for spec in indexes}
         self._topic = topic or name
         self._state = state
@@ -111,7 +119,8 @@ class InMemoryStore:
         self._changed = ListenedCondition()
         self._applied = 0
         self._log: list[tuple[int, int, bytes, bytes | None]] = []
-        self.keeps_history = keeps_history
+        self.keeps_history = keeps_history or history is not None
+        self._retention_offsets = history.retention_offsets if history is not None else None
 
     @property
     def name(self) -> str:
@@ -169,6 +178,9 @@ class InMemoryStore:
             raise HistoryNotKeptError(f'store "{self._name}" keeps no history')
         if not self._position.reaches(as_of):
             raise PositionNotReachedError(f'store "{self._name}" is at {self._position}, not yet at {as_of}')
+        floor = self.history_floor()
+        if floor is not None and not Position({p: as_of.get(p, 0) for p in self._position}).reaches(floor):
+            raise HistoryExpiredError(self._name, as_of, floor)
         data: dict[bytes, bytes] = {}
         for partition, offset, key, value in self._log:
             if offset < as_of.get(partition, 0):
@@ -179,7 +191,10 @@ class InMemoryStore:
         return _FrozenView(data, Position({p: as_of.get(p, 0) for p in self._position}), self._indexes)
 
     def history_floor(self) -> Position | None:
-        return Position(dict.fromkeys(self._position, 0)) if self.keeps_history else None
+        if not self.keeps_history:
+            return None
+        kept = self._retention_offsets
+        return Position({p: 0 if kept is None else max(0, n - kept) for p, n in self._position.items()})
 
     def status(self) -> StoreStatus:
         with self._changed:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from store.freshness import FreshnessHistogram
 from store.state import RestoreMode
@@ -16,14 +16,15 @@ class Progress:
     """Counters shared with readers of the store's status (updated by the materializer only).
 
     Mappings are replaced, never changed in place, so a reader on another thread always sees a
-    whole one.
+    whole one. ``clock`` (seconds, monotonic) times errors, restores and the rate.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
         self.end_offsets: Mapping[int, int] = {}
         self.restore_target: Mapping[int, int] = {}
         self.restore_target_refined = False  # whether fetches, not only ListOffsets, set the target
-        self.restore_started_at = time.monotonic()
+        self.restore_started_at = self._clock()
         self.restore_applied = 0
         self.applied_total = 0
         self.null_keys = 0
@@ -37,7 +38,7 @@ class Progress:
     def note_error(self, message: str) -> None:
         """Record the problem the store has now (shown in its status until it goes away)."""
         self.last_error = message
-        self.last_error_at = time.monotonic()
+        self.last_error_at = self._clock()
 
     def note_healthy(self, since: float) -> None:
         """Work begun at ``since`` went through: an error noted before then no longer holds."""
@@ -47,7 +48,7 @@ class Progress:
     def begin_restore(self, target: Mapping[int, int]) -> None:
         self.restore_target = dict(target)
         self.restore_target_refined = False
-        self.restore_started_at = time.monotonic()
+        self.restore_started_at = self._clock()
         self.restore_applied = 0
         self._rate_window = [(self.restore_started_at, self.applied_total)]
 
@@ -62,7 +63,7 @@ class Progress:
     def count(self, applied: int) -> None:
         self.applied_total += applied
         self.restore_applied += applied
-        now = time.monotonic()
+        now = self._clock()
         window = self._rate_window
         window.append((now, self.applied_total))
         while len(window) > 2 and now - window[0][0] > _RATE_WINDOW_SECONDS:

@@ -16,6 +16,7 @@ import dataclasses
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Protocol
 
 logger = logging.getLogger(__name__)
@@ -55,19 +56,30 @@ class Verifier:
     """Runs verification passes over a store's served copy until ``stop()``.
 
     ``interval_seconds`` is the pause between the end of a pass and the start of the next;
-    ``bytes_per_second`` caps the rate of a pass (keys and values read).
+    ``bytes_per_second`` caps the rate of a pass (keys and values read). ``clock`` and ``pause``
+    (seconds; by default a wait that ``stop()`` cuts short) are what the pacing reads and calls.
     """
 
-    def __init__(self, target: VerifyTarget, interval_seconds: float, bytes_per_second: int) -> None:
+    def __init__(
+        self,
+        target: VerifyTarget,
+        interval_seconds: float,
+        bytes_per_second: int,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        pause: Callable[[float], object] | None = None,
+    ) -> None:
         if interval_seconds <= 0 or bytes_per_second <= 0:
             raise ValueError("verification needs a positive interval and rate; leave it out to disable it")
         self._target = target
         self._interval = interval_seconds
         self._rate = bytes_per_second
         self._stop = threading.Event()
+        self._clock = clock
+        self._pause = pause if pause is not None else self._stop.wait
         self._thread = threading.Thread(target=self._run, name=f"verifier-{target.name}", daemon=True)
         self.passes = 0  # passes completed without finding corruption
-        self.last_pass_ended: float | None = None  # time.monotonic() of the last completed pass
+        self.last_pass_ended: float | None = None  # the clock's time of the last completed pass
 
     def start(self) -> None:
         self._thread.start()
@@ -90,7 +102,7 @@ class Verifier:
         """One paced pass over every column family, on the calling thread; ``False`` if it could
         not complete (stop, no copy, corruption found, or the copy was replaced meanwhile)."""
         target = self._target
-        started = time.monotonic()
+        started = self._clock()
         copy: object | None = None
         entries = size = 0
         for family in target.column_families:
@@ -108,14 +120,14 @@ class Verifier:
                 entries += step.entries
                 size += step.bytes
                 # Paced: never ahead of the time the bytes read so far may take.
-                ahead = size / self._rate - (time.monotonic() - started)
+                ahead = size / self._rate - (self._clock() - started)
                 if ahead > 0:
-                    self._stop.wait(ahead)
+                    self._pause(ahead)
                 if step.next_start is None:
                     break
                 start = step.next_start
         self.passes += 1
-        self.last_pass_ended = time.monotonic()
+        self.last_pass_ended = self._clock()
         logger.info(
             'store "%s": verified its copy (%d entries, %.1f MiB, checksums checked) in %.1fs; no corruption',
             target.name,

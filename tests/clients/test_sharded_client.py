@@ -2,7 +2,8 @@
 
 :class:`FakeShards` answers like the HTTP API from a dict per shard, on hosts ``shard-N.test``: the
 sharding in ``StoreInfo``, 421 ``wrong-shard`` for a key of another shard, positions naming only the
-shard's partitions. The real shard processes are exercised in tests/service/test_sharded.py.
+shard's partitions. Against real shard processes (each a shard of a real store, with the 421 and the
+re-read after it) in tests/clients/test_sharded_service.py.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from clients import StatestoreClient
-from clients.exceptions import StatestoreClientError, TransportError
+from clients.exceptions import ShardingError, StatestoreClientError, TransportError
 from clients.partitioners import PARTITIONERS
 from clients.spark import lookup_join, lookup_udf, read_store
 from service.local.broker import LocalBroker
@@ -289,6 +289,91 @@ def test_spark_lookups_route_every_key_from_the_executors(
     assert {row["account"]: row["name"] for row in names} == {
         key: (model[key]["name"] if key in model else None) for key in keys
     }
+
+
+class Misrouting(httpx.BaseTransport):
+    """Real HTTP to the real shards, except that the next ``misroute`` key reads are sent to the
+    shard after the one the client chose: the shard that gets them answers its own 421."""
+
+    def __init__(self, deployment: Deployment) -> None:
+        self._real = httpx.HTTPTransport()
+        self._base_port = deployment.shards.base_port
+        self.misroute = 0
+        self.sent: list[tuple[int, str, int]] = []  # (shard, path, status)
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        shard = (request.url.port or 0) - self._base_port
+        if self.misroute and "/keys" in request.url.path:
+            self.misroute -= 1
+            shard = (shard + 1) % SHARDS
+            request = httpx.Request(
+                request.method,
+                request.url.copy_with(port=self._base_port + shard),
+                headers=request.headers,
+                content=request.read(),
+            )
+        response = self._real.handle_request(request)
+        self.sent.append((shard, request.url.path, response.status_code))
+        return response
+
+    def close(self) -> None:
+        self._real.close()
+
+
+def shard_of(key: str) -> int:
+    return PARTITIONERS["murmur2"](key.encode(), PARTITIONS) % SHARDS
+
+
+def test_after_a_real_421_the_client_reads_the_sharding_again_and_reads_the_right_shard(
+    deployment: Deployment,
+) -> None:
+    model = decoded(deployment.models["profiles"])
+    key = "prof-0002"
+    right = shard_of(key)
+    transport = Misrouting(deployment)
+    with StatestoreClient(deployment.url, transport=transport, deadline=20) as client:
+        assert client.get("profiles", "prof-0001") == model.get("prof-0001")  # reads the sharding
+        transport.sent.clear()
+        transport.misroute = 1
+        assert client.get("profiles", key) == model.get(key)
+        wrong = (right + 1) % SHARDS
+        path = f"/v1/stores/profiles/keys/{key}"
+        assert [(shard, sent, status) for shard, sent, status in transport.sent if sent == path] == [
+            (wrong, path, 421),
+            (right, path, 200 if key in model else 404),
+        ]
+        # Between the two: the sharding read again, from a real shard.
+        between = transport.sent[1:-1]
+        assert [(sent, status) for _, sent, status in between] == [("/v1/stores/profiles", 200)]
+
+
+def test_after_a_real_421_for_a_batch_every_key_is_answered_from_its_shard(deployment: Deployment) -> None:
+    model = decoded(deployment.models["profiles"])
+    keys = every_key(deployment, "profiles")[:60]
+    transport = Misrouting(deployment)
+    with StatestoreClient(deployment.url, transport=transport, deadline=20) as client:
+        assert client.get("profiles", keys[0]) == model.get(keys[0])
+        transport.sent.clear()
+        transport.misroute = 1
+        assert client.get_many("profiles", keys) == [model.get(key) for key in keys]
+    sent = [(sent, status) for _, sent, status in transport.sent]
+    batch = "/v1/stores/profiles/keys:batchGet"
+    # The misrouted batch is refused whole, the sharding read again, and then every shard answers
+    # one batch of its own keys.
+    reread = sent.index(("/v1/stores/profiles", 200))
+    assert (batch, 421) in sent[:reread]
+    after = [(shard, status) for shard, path, status in transport.sent[reread + 1 :] if path == batch]
+    assert sorted(after) == [(shard, 200) for shard in range(SHARDS)]
+
+
+def test_a_plain_url_to_one_real_shard_of_many_says_to_use_a_template(deployment: Deployment) -> None:
+    keys = every_key(deployment, "profiles")[:30]
+    assert {shard_of(key) for key in keys} == set(range(SHARDS))
+    with (
+        StatestoreClient(deployment.shards.url_of(0), deadline=20) as client,
+        pytest.raises(ShardingError, match=r"URL template holding \{shard\}"),
+    ):
+        client.get_many("profiles", keys)
 
 
 def test_one_shard_stopped_fails_its_keys_naming_it_while_the_others_answer(

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Callable, Iterator, Mapping
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -35,6 +36,35 @@ class RestoringStore(InMemoryStore):
 
     def status(self) -> StoreStatus:
         return dataclasses.replace(super().status(), restore=self.progress)
+
+
+class WatchedStore(InMemoryStore):
+    """An in-memory store that tells when the service starts listening to it, which it does when a
+    read first waits for a position the store has not reached."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.listened = threading.Event()
+
+    def add_listener(self, listener: Callable[[], None]) -> Callable[[], None]:
+        remove = super().add_listener(listener)
+        self.listened.set()
+        return remove
+
+
+def apply_once_waited(
+    store: WatchedStore, records: Sequence[tuple[int, int, bytes, bytes | None]]
+) -> threading.Thread:
+    """Start a thread that applies ``records`` once a read waits for the store (the read was
+    answered after the write because it waited, whatever the speed of the machine); join it."""
+
+    def apply() -> None:
+        if store.listened.wait(60):  # else the read, never waiting, fails the test by itself
+            store.apply(records)
+
+    thread = threading.Thread(target=apply, name="apply-once-waited")
+    thread.start()
+    return thread
 
 
 def product_store() -> InMemoryStore:

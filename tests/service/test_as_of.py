@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Callable, Iterator
 
 import orjson
@@ -11,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from store import HistoryExpiredError, IndexSpec, InMemoryStore, Position, ReadOnlyKeyValueStore
-from tests.service.conftest import Service, assert_problem, product_store
+from tests.service.conftest import Service, WatchedStore, apply_once_waited, assert_problem, product_store
 
 ARROW = "application/vnd.apache.arrow.stream"
 KEYS = "/v1/stores/positions/keys"
@@ -28,14 +27,14 @@ def row(ticker: str, qty: int) -> bytes:
     return orjson.dumps({"ticker": ticker, "qty": qty})
 
 
-def history_store() -> InMemoryStore:
+def history_store() -> WatchedStore:
     """Three versions of a small table over two partitions.
 
     at 0:2,1:1  p1=AAPL/1 p2=AAPL/2 p3=MSFT/3
     at 0:3,1:2  p1 moved to MSFT, p3 deleted
     at 0:4,1:2  p4=AAPL/4
     """
-    store = InMemoryStore("positions", indexes=[IndexSpec("by_ticker", "ticker")], keeps_history=True)
+    store = WatchedStore("positions", indexes=[IndexSpec("by_ticker", "ticker")], keeps_history=True)
     store.apply([(0, 0, b"p1", row("AAPL", 1)), (0, 1, b"p2", row("AAPL", 2)), (1, 0, b"p3", row("MSFT", 3))])
     store.apply([(0, 2, b"p1", row("MSFT", 1)), (1, 1, b"p3", None)])
     store.apply([(0, 3, b"p4", row("AAPL", 4))])
@@ -43,12 +42,12 @@ def history_store() -> InMemoryStore:
 
 
 @pytest.fixture
-def history(make_service: Callable[..., Service]) -> tuple[Service, InMemoryStore]:
+def history(make_service: Callable[..., Service]) -> tuple[Service, WatchedStore]:
     store = history_store()
     return make_service({"positions": store, "products": product_store()}, configs=[CONFIG]), store
 
 
-def test_get_as_of_answers_the_value_below_the_position(history: tuple[Service, InMemoryStore]) -> None:
+def test_get_as_of_answers_the_value_below_the_position(history: tuple[Service, WatchedStore]) -> None:
     service, _ = history
     old = service.client.get(f"{KEYS}/p1", params={"as_of": "0:2,1:1"})
     assert old.status_code == 200
@@ -66,7 +65,7 @@ def test_get_as_of_answers_the_value_below_the_position(history: tuple[Service, 
     assert service.client.get(f"{KEYS}/p1", params={"as_of": ""}).status_code == 404
 
 
-def test_batch_get_as_of_json_and_arrow(history: tuple[Service, InMemoryStore]) -> None:
+def test_batch_get_as_of_json_and_arrow(history: tuple[Service, WatchedStore]) -> None:
     service, _ = history
     response = service.client.post(
         f"{KEYS}:batchGet", params={"as_of": "0:2,1:1"}, json={"keys": ["p1", "p3", "p4"]}
@@ -91,7 +90,7 @@ def test_batch_get_as_of_json_and_arrow(history: tuple[Service, InMemoryStore]) 
     assert values == [None, row("MSFT", 1)]
 
 
-def test_scan_as_of(history: tuple[Service, InMemoryStore]) -> None:
+def test_scan_as_of(history: tuple[Service, WatchedStore]) -> None:
     service, _ = history
     body = service.client.get("/v1/stores/positions/scan", params={"as_of": "0:2,1:1", "prefix": "p"}).json()
     assert [item["key"] for item in body["items"]] == ["p1", "p2", "p3"]
@@ -100,7 +99,7 @@ def test_scan_as_of(history: tuple[Service, InMemoryStore]) -> None:
     assert [item["key"] for item in now["items"]] == ["p1", "p2", "p4"]
 
 
-def test_index_lookups_as_of(history: tuple[Service, InMemoryStore]) -> None:
+def test_index_lookups_as_of(history: tuple[Service, WatchedStore]) -> None:
     service, _ = history
     url = "/v1/stores/positions/indexes/by_ticker"
     at = {"as_of": "0:2,1:1"}
@@ -114,12 +113,9 @@ def test_index_lookups_as_of(history: tuple[Service, InMemoryStore]) -> None:
     assert [[item["key"] for item in result["items"]] for result in results] == [["p3"], ["p1", "p2"]]
 
 
-def test_as_of_waits_until_the_store_reaches_it(history: tuple[Service, InMemoryStore]) -> None:
+def test_as_of_waits_until_the_store_reaches_it(history: tuple[Service, WatchedStore]) -> None:
     service, store = history
-    writer = threading.Timer(
-        0.3, lambda: store.apply([(1, 2, b"p5", row("IBM", 5)), (1, 3, b"p5", row("IBM", 6))])
-    )
-    writer.start()
+    writer = apply_once_waited(store, [(1, 2, b"p5", row("IBM", 5)), (1, 3, b"p5", row("IBM", 6))])
     try:
         response = service.client.get(f"{KEYS}/p5", params={"as_of": "0:4,1:3", "timeout_ms": 10_000})
     finally:
@@ -129,7 +125,7 @@ def test_as_of_waits_until_the_store_reaches_it(history: tuple[Service, InMemory
     assert response.headers["Statestore-Position"] == "0:4,1:3"
 
 
-def test_as_of_not_reached_in_time_is_503(history: tuple[Service, InMemoryStore]) -> None:
+def test_as_of_not_reached_in_time_is_503(history: tuple[Service, WatchedStore]) -> None:
     service, _ = history
     for response in (
         service.client.get(f"{KEYS}/p1", params={"as_of": "0:100", "timeout_ms": 50}),
@@ -146,7 +142,7 @@ def test_as_of_not_reached_in_time_is_503(history: tuple[Service, InMemoryStore]
         assert response.headers["Statestore-Position"] == "0:4,1:2"
 
 
-def test_as_of_problems(history: tuple[Service, InMemoryStore]) -> None:
+def test_as_of_problems(history: tuple[Service, WatchedStore]) -> None:
     service, _ = history
     client = service.client
     both = client.get(f"{KEYS}/p1", params={"as_of": "0:1", "min_position": "0:1"})
@@ -201,7 +197,7 @@ def test_as_of_below_the_floor_is_410_with_the_floor(make_service: Callable[...,
     assert info["history"] == {"floor": "0:2,1:1", "retention_ms": 86_400_000, "retention_offsets": 1000}
 
 
-def test_store_info_history(history: tuple[Service, InMemoryStore]) -> None:
+def test_store_info_history(history: tuple[Service, WatchedStore]) -> None:
     positions, _ = history
     info = positions.client.get("/v1/stores/positions").json()
     assert info["history"] == {"floor": "0:0,1:0", "retention_ms": 86_400_000, "retention_offsets": 1000}

@@ -32,27 +32,46 @@ def scope(
 
 
 class HeldApp:
-    """An ASGI app whose requests stay in flight until released (or fail when told to)."""
+    """An ASGI app whose requests stay in flight until released (or fail when told to); counts the
+    requests that reached it, and keeps every request sent through the guard (``requests``)."""
 
     def __init__(self) -> None:
         self.release = asyncio.Event()
+        self.entered = 0
+        self.requests: list[asyncio.Future[None]] = []
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        self.entered += 1
         await self.release.wait()
         if scope["path"].endswith("/boom"):
             raise RuntimeError("handler failed")
 
+    async def finish(self) -> None:
+        """Release every request and wait until each has ended."""
+        self.release.set()
+        await asyncio.gather(*self.requests, return_exceptions=True)
 
-async def refusal(guard: RequestGuard, request: dict[str, Any]) -> tuple[int, dict[str, Any]] | None:
+
+async def send_through(guard: RequestGuard, app: HeldApp, request: dict[str, Any], send: Any) -> bool:
+    """Send ``request`` through ``guard``; whether it reached ``app`` (else the guard answered it)."""
+    entered = app.entered
+    task = asyncio.ensure_future(guard(request, None, send))
+    app.requests.append(task)
+    while not task.done() and app.entered == entered:
+        await asyncio.sleep(0)  # one step of the event loop: no time involved
+    return app.entered > entered
+
+
+async def refusal(
+    guard: RequestGuard, request: dict[str, Any], app: HeldApp
+) -> tuple[int, dict[str, Any]] | None:
     """The status and problem body the guard answers by itself, or ``None`` if it let the request in."""
     sent: list[dict[str, Any]] = []
 
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
 
-    task = asyncio.ensure_future(guard(request, None, send))  # type: ignore[arg-type]
-    await asyncio.sleep(0.01)
-    if not task.done():
+    if await send_through(guard, app, request, send):
         return None
     return sent[0]["status"], json.loads(sent[1]["body"])
 
@@ -71,22 +90,22 @@ def test_one_client_gets_its_share_and_others_still_get_in() -> None:
         app = HeldApp()
         refused: list[str] = []
         guard = guard_for(app, refused, max_concurrent_requests=5, max_concurrent_requests_per_client=2)
-        assert await refusal(guard, scope(token=GREEDY)) is None
+        assert await refusal(guard, scope(token=GREEDY), app) is None
         # The same token from another host is the same client (another executor of the job).
-        assert await refusal(guard, scope(token=GREEDY, host="10.0.0.9")) is None
-        answer = await refusal(guard, scope(token=GREEDY))
+        assert await refusal(guard, scope(token=GREEDY, host="10.0.0.9"), app) is None
+        answer = await refusal(guard, scope(token=GREEDY), app)
         assert slug(answer) == (429, "client-too-many-requests")
         assert answer is not None
         assert 'token "greedy-job"' in answer[1]["detail"]
         assert "limits.max_concurrent_requests_per_client" in answer[1]["detail"]
         # Another token, and clients without one (known by their address), are let in.
-        assert await refusal(guard, scope(token=POLITE)) is None
-        assert await refusal(guard, scope(host="10.0.0.2")) is None
-        assert await refusal(guard, scope(host="10.0.0.3")) is None
+        assert await refusal(guard, scope(token=POLITE), app) is None
+        assert await refusal(guard, scope(host="10.0.0.2"), app) is None
+        assert await refusal(guard, scope(host="10.0.0.3"), app) is None
         # The instance is full now (5 in flight): the instance's limit answers.
-        assert slug(await refusal(guard, scope(host="10.0.0.4"))) == (429, "too-many-requests")
+        assert slug(await refusal(guard, scope(host="10.0.0.4"), app)) == (429, "too-many-requests")
         # Probes never count.
-        assert await refusal(guard, scope(path="/healthz")) is None
+        assert await refusal(guard, scope(path="/healthz"), app) is None
         assert guard.per_client == {
             'token "greedy-job"': 2,
             'token "dashboard"': 1,
@@ -94,8 +113,7 @@ def test_one_client_gets_its_share_and_others_still_get_in() -> None:
             "address 10.0.0.3": 1,
         }
         assert refused == ["client-too-many-requests", "too-many-requests"]
-        app.release.set()
-        await asyncio.sleep(0.01)
+        await app.finish()
         assert (guard.in_flight, guard.per_client) == (0, {})
 
     asyncio.run(run())
@@ -106,10 +124,10 @@ def test_a_client_at_its_share_is_told_so_even_when_the_instance_is_full() -> No
         app = HeldApp()
         guard = guard_for(app, max_concurrent_requests=2, max_concurrent_requests_per_client=2)
         for _ in range(2):
-            assert await refusal(guard, scope(token=GREEDY)) is None
+            assert await refusal(guard, scope(token=GREEDY), app) is None
         # Both limits are reached; the client's own is the one it can act on.
-        assert slug(await refusal(guard, scope(token=GREEDY))) == (429, "client-too-many-requests")
-        assert slug(await refusal(guard, scope(token=POLITE))) == (429, "too-many-requests")
+        assert slug(await refusal(guard, scope(token=GREEDY), app)) == (429, "client-too-many-requests")
+        assert slug(await refusal(guard, scope(token=POLITE), app)) == (429, "too-many-requests")
         app.release.set()
 
     asyncio.run(run())
@@ -119,11 +137,10 @@ def test_a_failing_request_gives_its_slots_back() -> None:
     async def run() -> None:
         app = HeldApp()
         guard = guard_for(app, max_concurrent_requests_per_client=1)
-        task = asyncio.ensure_future(guard(scope(path="/v1/stores/s/boom"), None, None))  # type: ignore[arg-type]
-        await asyncio.sleep(0.01)
+        assert await send_through(guard, app, scope(path="/v1/stores/s/boom"), None)
         assert guard.per_client == {"address 10.0.0.1": 1}
-        app.release.set()
-        await asyncio.gather(task, return_exceptions=True)
+        await app.finish()
+        assert isinstance(app.requests[0].exception(), RuntimeError)
         assert (guard.in_flight, guard.per_client) == (0, {})
 
     asyncio.run(run())
@@ -148,16 +165,15 @@ def test_a_client_kept_at_its_share_is_logged_once_a_minute_not_per_refusal(
     async def run() -> None:
         app = HeldApp()
         guard = guard_for(app, max_concurrent_requests_per_client=1)
-        assert await refusal(guard, scope(token=GREEDY)) is None
+        assert await refusal(guard, scope(token=GREEDY), app) is None
         for _ in range(5):
-            assert slug(await refusal(guard, scope(token=GREEDY))) == (429, "client-too-many-requests")
-        assert slug(await refusal(guard, scope(token=GREEDY))) == (429, "client-too-many-requests")
-        app.release.set()
-        await asyncio.sleep(0.01)
+            assert slug(await refusal(guard, scope(token=GREEDY), app)) == (429, "client-too-many-requests")
+        assert slug(await refusal(guard, scope(token=GREEDY), app)) == (429, "client-too-many-requests")
+        await app.finish()
         # Once its requests are done the client starts afresh, and is logged again if it comes back.
         app.release.clear()
-        assert await refusal(guard, scope(token=GREEDY)) is None
-        assert slug(await refusal(guard, scope(token=GREEDY))) == (429, "client-too-many-requests")
+        assert await refusal(guard, scope(token=GREEDY), app) is None
+        assert slug(await refusal(guard, scope(token=GREEDY), app)) == (429, "client-too-many-requests")
         app.release.set()
 
     with caplog.at_level(logging.WARNING, logger="service.guard"):

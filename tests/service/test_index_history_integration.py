@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import random
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,7 +21,8 @@ from confluent_kafka import KafkaError, Message
 from service.app import create_app
 from service.local.broker import LocalBroker
 from service.settings import Settings, store_configs
-from store import Position, Store, StoreTuning
+from store import IndexSpec, Position, Store, StoreTuning
+from store.table.replica import Replica
 from tests.service.test_integration import wait_ready
 from tests.support.kafka import make_producer
 from tests.support.server import serve_app
@@ -348,3 +350,57 @@ def test_retention_expiry_is_410_with_the_floor(
     assert at_floor.status_code == 200
     assert at_floor.json() == orjson.loads(table_at(log, floor)[b"pos-1"])
     assert at_floor.json()["v"] == floor[0] - 1  # the record at offset v holds v
+
+
+def test_an_index_being_built_on_a_real_store_is_503_index_not_ready_then_answers(
+    make_topic: Callable[..., str],
+    broker: LocalBroker,
+    serve: Callable[..., Any],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    topic = make_topic(partitions=2)
+    log = produce_logged(
+        broker.bootstrap_servers, topic, [(b"pos-%d" % i, b'{"ticker":"AAPL"}') for i in range(50)]
+    )
+    # A copy made without the index: the service below adds it, so it is built after the start.
+    plain = {"name": "positions", "value_format": "json", "topic": topic}
+    settings = Settings(
+        kafka={"bootstrap_servers": broker.bootstrap_servers}, state_dir=tmp_path, stores=[plain]
+    )
+    first = Store(dataclasses.replace(store_configs(settings)[0], tuning=TUNING))
+    first.start()
+    assert first.wait_for_position(end_of(log), 60), first.status()
+    first.stop()
+    building, go_on = threading.Event(), threading.Event()
+    build_index = Replica._build_index
+
+    def held_build(replica: Replica, spec: IndexSpec, stop: threading.Event) -> None:
+        building.set()
+        go_on.wait(120)
+        build_index(replica, spec, stop)
+
+    monkeypatch.setattr(Replica, "_build_index", held_build)
+    client, _ = serve([{**POSITIONS, "topic": topic}], tmp_path)
+    assert building.wait(120), "the index build never began"
+    try:
+        for response in (
+            client.get("/v1/stores/positions/indexes/by_ticker/AAPL"),
+            client.post("/v1/stores/positions/indexes/by_ticker:batchGet", json={"values": ["AAPL"]}),
+        ):
+            assert response.status_code == 503, response.text
+            body = response.json()
+            assert body["type"] == "urn:statestore:problem:index-not-ready"
+            assert (body["store"], body["index"]) == ("positions", "by_ticker")
+            assert response.headers["Retry-After"] == "1"
+        info = client.get("/v1/stores/positions").json()
+        assert info["indexes"]["by_ticker"]["state"] == "building"
+        assert client.get("/v1/stores/positions/keys/pos-7").json() == {"ticker": "AAPL"}
+    finally:
+        go_on.set()
+    deadline = time.monotonic() + 60
+    while client.get("/v1/stores/positions").json()["indexes"]["by_ticker"]["state"] != "ready":
+        assert time.monotonic() < deadline, "the index was never built"
+        time.sleep(0.05)
+    found = client.get("/v1/stores/positions/indexes/by_ticker/AAPL", params={"limit": 1000}).json()
+    assert sorted(item["key"] for item in found["items"]) == sorted(f"pos-{i}" for i in range(50))

@@ -3,34 +3,31 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 
 import httpx
 import pytest
 
-from store import InMemoryStore
-from tests.service.conftest import Service, assert_problem
+from tests.service.conftest import Service, WatchedStore, apply_once_waited, assert_problem
 
 
 @pytest.fixture
-def behind(make_service: Callable[..., Service]) -> tuple[Service, InMemoryStore]:
-    store = InMemoryStore("products")
+def behind(make_service: Callable[..., Service]) -> tuple[Service, WatchedStore]:
+    store = WatchedStore("products")
     store.apply([(0, 0, b"p1", b'{"v":1}'), (1, 0, b"p2", b'{"v":1}')])
     return make_service({"products": store}), store
 
 
-def test_reached_position_answers_at_once(behind: tuple[Service, InMemoryStore]) -> None:
+def test_reached_position_answers_at_once(behind: tuple[Service, WatchedStore]) -> None:
     service, _ = behind
     response = service.client.get("/v1/stores/products/keys/p1", params={"min_position": "0:1,1:1"})
     assert response.status_code == 200
     assert response.headers["Statestore-Position"] == "0:1,1:1"
 
 
-def test_read_waits_until_the_position_is_reached(behind: tuple[Service, InMemoryStore]) -> None:
+def test_read_waits_until_the_position_is_reached(behind: tuple[Service, WatchedStore]) -> None:
     service, store = behind
-    writer = threading.Timer(0.3, lambda: store.apply([(0, 1, b"p1", b'{"v":2}'), (0, 2, b"p3", b"{}")]))
-    writer.start()
+    writer = apply_once_waited(store, [(0, 1, b"p1", b'{"v":2}'), (0, 2, b"p3", b"{}")])
     try:
         response = service.client.get(
             "/v1/stores/products/keys/p1", params={"min_position": "0:3", "timeout_ms": 10_000}
@@ -42,10 +39,9 @@ def test_read_waits_until_the_position_is_reached(behind: tuple[Service, InMemor
     assert response.headers["Statestore-Position"] == "0:3,1:1"
 
 
-def test_batch_and_scan_wait_too(behind: tuple[Service, InMemoryStore]) -> None:
+def test_batch_and_scan_wait_too(behind: tuple[Service, WatchedStore]) -> None:
     service, store = behind
-    writer = threading.Timer(0.2, lambda: store.apply([(2, 0, b"p9", b'{"v":9}')]))
-    writer.start()
+    writer = apply_once_waited(store, [(2, 0, b"p9", b'{"v":9}')])
     try:
         batch = service.client.post(
             "/v1/stores/products/keys:batchGet", params={"min_position": "2:1"}, json={"keys": ["p9"]}
@@ -57,7 +53,7 @@ def test_batch_and_scan_wait_too(behind: tuple[Service, InMemoryStore]) -> None:
     assert [item["key"] for item in scan.json()["items"]] == ["p9"]
 
 
-def test_position_not_reached_in_time_is_503(behind: tuple[Service, InMemoryStore]) -> None:
+def test_position_not_reached_in_time_is_503(behind: tuple[Service, WatchedStore]) -> None:
     service, _ = behind
     response = service.client.get(
         "/v1/stores/products/keys/p1", params={"min_position": "0:100", "timeout_ms": 100}
@@ -81,7 +77,7 @@ def test_configured_timeout_bounds_the_wait(make_service: Callable[..., Service]
 @pytest.mark.parametrize(
     "position", ["zz", "0:1,0:2", "0:-1", "a:b", "0:1,", "\uff11:1", "0:\u0661", "0:1_0", "0:1,,1:2"]
 )
-def test_malformed_min_position(behind: tuple[Service, InMemoryStore], position: str) -> None:
+def test_malformed_min_position(behind: tuple[Service, WatchedStore], position: str) -> None:
     service, _ = behind
     response = service.client.get("/v1/stores/products/keys/p1", params={"min_position": position})
     assert_problem(response, 400, "invalid-position")
@@ -89,7 +85,7 @@ def test_malformed_min_position(behind: tuple[Service, InMemoryStore], position:
 
 @pytest.mark.parametrize("timeout_ms", ["1_000", "\uff11", "1e3", "0x10"])
 def test_integer_parameters_take_ascii_digits_only(
-    behind: tuple[Service, InMemoryStore], timeout_ms: str
+    behind: tuple[Service, WatchedStore], timeout_ms: str
 ) -> None:
     service, _ = behind
     response = service.client.get(
@@ -98,7 +94,7 @@ def test_integer_parameters_take_ascii_digits_only(
     assert_problem(response, 422, "invalid-parameter")
 
 
-def test_malformed_timeout(behind: tuple[Service, InMemoryStore]) -> None:
+def test_malformed_timeout(behind: tuple[Service, WatchedStore]) -> None:
     service, _ = behind
     response = service.client.get(
         "/v1/stores/products/keys/p1", params={"min_position": "0:1", "timeout_ms": "x"}
@@ -116,33 +112,31 @@ def test_request_timeout_cuts_a_long_wait(make_service: Callable[..., Service]) 
 
 
 def test_too_many_requests_in_flight(make_service: Callable[..., Service]) -> None:
-    service = make_service(limits={"max_concurrent_requests": 1})
+    store = WatchedStore("products")
+    store.apply([(0, 0, b"p1", b'{"v":1}')])
+    service = make_service({"products": store}, limits={"max_concurrent_requests": 1})
     waiting: list[int] = []
 
     def wait_long() -> None:
-        with httpx.Client(base_url=service.url, timeout=30) as other:
+        with httpx.Client(base_url=service.url, timeout=60) as other:
             answer = other.get(
-                "/v1/stores/products/keys/p1", params={"min_position": "0:100", "timeout_ms": 3000}
+                "/v1/stores/products/keys/p1", params={"min_position": "0:100", "timeout_ms": 30_000}
             )
             waiting.append(answer.status_code)
 
     waiter = threading.Thread(target=wait_long)
     waiter.start()
     try:
-        deadline = time.monotonic() + 10
-        refused = None
-        while time.monotonic() < deadline and waiter.is_alive():
-            response = service.client.get("/v1/stores/products/keys/p1")
-            if response.status_code == 429:
-                refused = response
-                break
-            time.sleep(0.01)
-        assert refused is not None, "no request was refused while another was in flight"
+        # Once the store is listened to, the waiter's request is in its wait: it holds the only slot
+        # until the store reaches 0:100.
+        assert store.listened.wait(30), "the waiting request never reached the service"
+        refused = service.client.get("/v1/stores/products/keys/p1")
         assert_problem(refused, 429, "too-many-requests")
         assert refused.headers["Retry-After"] == "1"
         # Probes are never refused.
         assert service.client.get("/healthz").status_code == 200
     finally:
-        waiter.join()
-    assert waiting == [503]
+        store.apply([(0, 99, b"p2", b"{}")])
+        waiter.join(60)
+    assert waiting == [200]
     assert service.client.get("/v1/stores/products/keys/p1").status_code == 200

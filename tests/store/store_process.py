@@ -2,7 +2,9 @@
 
 CONFIG is JSON: ``bootstrap_servers``, ``topic``, ``state_dir``, ``name`` and optional ``tuning``
 (``StoreTuning`` field names, flat), ``indexes`` (``[name, field]`` pairs) and ``history`` (``HistorySpec``
-fields). The process opens the store and writes one JSON status line to stdout
+fields), and ``hold_at_applied``: once the restore has applied that many records, the store's
+materializer stops before its next write and waits to be killed (a kill mid-bootstrap by
+construction). The process opens the store and writes one JSON status line to stdout
 every few milliseconds until it is killed or its stdin closes; then it stops the store cleanly.
 """
 
@@ -12,8 +14,11 @@ import json
 import sys
 import threading
 import time
+from collections.abc import Callable
+from typing import Any
 
 from store import HistorySpec, IndexSpec, Store, StoreConfig, StoreLockedError, StoreTuning
+from store.table.replica import Replica
 
 
 def main(raw: str) -> int:
@@ -30,6 +35,8 @@ def main(raw: str) -> int:
             history=HistorySpec(**history) if history is not None else None,
         )
     )
+    if settings.get("hold_at_applied") is not None:
+        hold_at(store, settings["hold_at_applied"])
     try:
         store.start()
     except StoreLockedError as exc:
@@ -54,6 +61,23 @@ def main(raw: str) -> int:
         time.sleep(0.005)
     store.stop()
     return 0
+
+
+def hold_at(store: Store, applied: int) -> None:
+    """Hold the materializer before any write once the restore has applied ``applied`` records."""
+    never = threading.Event()
+
+    def held(write: Callable[..., None]) -> Callable[..., None]:
+        def write_unless_held(*args: Any) -> None:
+            restore = store.status().restore
+            if restore is not None and restore.records_applied >= applied:
+                never.wait()
+            write(*args)
+
+        return write_unless_held
+
+    Replica.apply = held(Replica.apply)  # type: ignore[method-assign]
+    Replica.ingest = held(Replica.ingest)  # type: ignore[method-assign]
 
 
 if __name__ == "__main__":

@@ -18,6 +18,8 @@ from confluent_kafka import Producer
 from service.local.broker import LocalBroker
 from store import (
     MAX_SCAN_LIMIT,
+    HistorySpec,
+    IndexSpec,
     InMemoryStore,
     Position,
     ScanLimitError,
@@ -41,24 +43,30 @@ class Backend:
     stop: Callable[[], None]
 
 
-def memory_backend() -> Backend:
-    store = InMemoryStore("contract")
-    offset = 0
+def memory_backend(indexes: Sequence[IndexSpec] = (), history: HistorySpec | None = None) -> Backend:
+    store = InMemoryStore("contract", indexes=indexes, history=history)
+    offsets: dict[int, int] = {}
 
     def write(records: Sequence[Record], partition: int = 0) -> Position:
-        nonlocal offset
         batch = []
         for key, value in records:
             assert key is not None
+            offset = offsets.get(partition, 0)
             batch.append((partition, offset, key, value))
-            offset += 1
+            offsets[partition] = offset + 1
         store.apply(batch)
         return store.status().position
 
     return Backend(store, write, store.stop)
 
 
-def rocksdb_backend(broker: LocalBroker, directory: Path, producer: Producer) -> Backend:
+def rocksdb_backend(
+    broker: LocalBroker,
+    directory: Path,
+    producer: Producer,
+    indexes: Sequence[IndexSpec] = (),
+    history: HistorySpec | None = None,
+) -> Backend:
     topic = unique_topic("contract")
     create_topic(broker.bootstrap_servers, topic, partitions=3)
     store = Store(
@@ -67,7 +75,10 @@ def rocksdb_backend(broker: LocalBroker, directory: Path, producer: Producer) ->
             topic=topic,
             kafka={"bootstrap.servers": broker.bootstrap_servers},
             state_dir=directory,
-            tuning=FAST,
+            # History retention is applied often, so that a test can wait for it.
+            tuning=FAST.replace(history_prune_interval_seconds=0.05),
+            indexes=tuple(indexes),
+            history=history,
         )
     )
     store.start()
@@ -82,13 +93,19 @@ def rocksdb_backend(broker: LocalBroker, directory: Path, producer: Producer) ->
 
 
 @contextlib.contextmanager
-def opened_backend(kind: str, broker: LocalBroker, directory: Path) -> Iterator[Backend]:
-    """An empty, serving store of ``kind``, stopped on exit."""
+def opened_backend(
+    kind: str,
+    broker: LocalBroker,
+    directory: Path,
+    indexes: Sequence[IndexSpec] = (),
+    history: HistorySpec | None = None,
+) -> Iterator[Backend]:
+    """An empty, serving store of ``kind`` with ``indexes`` and ``history``, stopped on exit."""
     if kind == "memory":
-        yield memory_backend()
+        yield memory_backend(indexes, history)
         return
     producer = make_producer(broker.bootstrap_servers, **{"enable.idempotence": "true"})
-    backend = rocksdb_backend(broker, directory, producer)
+    backend = rocksdb_backend(broker, directory, producer, indexes, history)
     try:
         yield backend
     finally:
@@ -318,3 +335,28 @@ def test_a_stopped_store_refuses_new_views(backend: Backend) -> None:
     assert states == [StoreState.READY, StoreState.STOPPED]
     with pytest.raises(StoreClosedError), backend.store.view():
         pass
+
+
+def test_status_after_writes_shows_the_position_no_lag_and_every_record_applied(backend: Backend) -> None:
+    backend.write([(b"a", b"1"), (b"b", b"2")], partition=0)
+    written = backend.write([(b"a", None), (b"c", b"3")], partition=1)
+    status = backend.store.status()
+    assert (status.name, status.state, status.restore, status.last_error) == (
+        "contract",
+        StoreState.READY,
+        None,
+        None,
+    )
+    assert backend.store.readable
+    assert backend.store.corruption is None
+    assert status.position == written == backend.store.position()
+    # The end offsets may also name partitions without records yet (at 0).
+    assert status.end_offsets.reaches(status.position)
+    assert status.position.reaches(status.end_offsets)
+    assert status.total_lag == 0
+    assert set(status.lag.values()) == {0}
+    assert status.records_applied_total == 4
+    assert status.null_key_records == 0
+    assert status.indexes == {}
+    assert status.sharding is not None
+    assert (status.sharding.shards, status.sharding.shard, status.sharding.misplaced_records) == (1, 0, 0)

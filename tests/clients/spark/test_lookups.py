@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pandas as pd
@@ -15,6 +14,7 @@ from pyspark.sql import functions as F
 from clients import exceptions as e
 from clients.spark import lookup_join, lookup_udf, lookups
 from service.local.broker import LocalBroker, free_port
+from store import Store
 from tests.clients.conftest import real_service
 from tests.clients.shop import (
     BAD_PRODUCTS,
@@ -172,8 +172,19 @@ def test_the_driver_fails_fast_on_unusable_lookups(spark: SparkSession, service:
 
 
 def test_tasks_read_at_least_the_pinned_position_while_the_dimension_changes(
-    spark: SparkSession, broker: LocalBroker, tmp_path: Path
+    spark: SparkSession, broker: LocalBroker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The service listens to a store once a read waits for a position: the updates are produced
+    # only then, so the tasks are seen waiting for them, whatever the speed of the machine.
+    waited = threading.Event()
+    add_listener = Store.add_listener
+
+    def noting_waits(store: Store, listener: Callable[[], None]) -> Callable[[], None]:
+        remove = add_listener(store, listener)
+        waited.set()
+        return remove
+
+    monkeypatch.setattr(Store, "add_listener", noting_waits)
     topic = unique_topic("prices")
     create_topic(broker.bootstrap_servers, topic, partitions=1)
     produce(broker.bootstrap_servers, topic, [(f"k{i}".encode(), b'{"version": 1}') for i in range(50)])
@@ -186,7 +197,8 @@ def test_tasks_read_at_least_the_pinned_position_while_the_dimension_changes(
         assert lookups(joined)[0].position == "0:100"
 
         def update() -> None:
-            time.sleep(1.0)
+            if not waited.wait(120):  # no task waited: the job fails on its own
+                return
             produce(
                 broker.bootstrap_servers, topic, [(f"k{i}".encode(), b'{"version": 2}') for i in range(50)]
             )

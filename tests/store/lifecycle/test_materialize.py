@@ -16,6 +16,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from service.local.broker import LocalBroker
 from store import Position, Store, StoreState, StoreTuning
+from tests.support.held import HeldApplies
 from tests.support.kafka import Record, latest_per_key, make_producer
 from tests.support.stores import (
     FAST,
@@ -173,37 +174,37 @@ def test_null_keys_are_skipped_and_counted(
 
 
 def test_restore_progress_is_reported_while_restoring_and_cleared_when_ready(
-    make_topic: Callable[..., str], make_store: Callable[..., Store], producer: Producer
+    make_topic: Callable[..., str],
+    make_store: Callable[..., Store],
+    producer: Producer,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     topic = make_topic(partitions=3)
     records = mixed_records(60_000, keys=20_000, seed=6)
     end = produce_tracked(producer, topic, records)
+    # At most 50 records a batch: by its 60th batch the store has applied at most 3,000 of 60,000,
+    # so each hold below is mid-restore whatever the speed of the machine.
+    held = HeldApplies(monkeypatch, at=(3, 20, 60))
     store = make_store(topic, tuning=FAST.replace(poll_max_records=50))
 
-    restoring = []
-    deadline = time.monotonic() + 120
-    while store.state is not StoreState.READY and time.monotonic() < deadline:
-        status = store.status()
-        if status.state is StoreState.RESTORING and status.restore is not None:
-            restoring.append(status)
-        assert status.state in (StoreState.CREATED, StoreState.RESTORING, StoreState.READY), status
-        time.sleep(0.001)
-    # Only statuses with records still to apply: the last ones may have applied them all but wait
-    # for every partition to report its end.
-    progressing = [
-        s
-        for s in restoring
-        if s.restore and s.restore.records_applied > 0 and s.restore.records_remaining > 0
-    ]
-    assert progressing, "no status showed restore progress while RESTORING"
-    sample = progressing[len(progressing) // 2]
-    assert sample.restore is not None
-    assert sample.restore.records_remaining > 0
-    assert set(sample.restore.target) == {0, 1, 2}
-    assert sample.restore.records_applied + sample.restore.records_remaining <= len(records)
-    assert sample.total_lag > 0
+    progressing = [held.observe(store.status) for _ in range(3)]
+    for status in progressing:
+        assert status.state is StoreState.RESTORING, status
+        assert status.restore is not None
+        assert status.restore.records_applied > 0
+        assert status.restore.records_remaining > 0
+        assert set(status.restore.target) == {0, 1, 2}
+        assert status.restore.records_applied + status.restore.records_remaining <= len(records)
+        assert status.total_lag > 0
     applied = [s.restore.records_applied for s in progressing if s.restore]
     assert applied == sorted(applied)
+    assert applied[0] < applied[-1]
+    # Every state shown on the way to READY is one of the restore's.
+    deadline = time.monotonic() + 120
+    while (status := store.status()).state is not StoreState.READY:
+        assert status.state in (StoreState.CREATED, StoreState.RESTORING), status
+        assert time.monotonic() < deadline, status
+        time.sleep(0.001)
 
     assert store.wait_until_ready(120), store.status()
     ready = store.status()

@@ -12,22 +12,40 @@ from store.lifecycle.progress import Progress
 from store.lifecycle.timing import Backoff, Every
 
 
+class Clock:
+    """A monotonic clock that moves only when told."""
+
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def test_an_error_shows_until_work_begun_after_it_succeeds() -> None:
-    progress = Progress()
-    before = time.monotonic()
+    clock = Clock()
+    progress = Progress(clock)
+    before = clock.now
+    clock.now += 1
     progress.note_error("kafka: broker down")
     assert progress.last_error == "kafka: broker down"
     # A poll that began before the error (the error came during it) proves nothing.
     progress.note_healthy(before)
     assert progress.last_error == "kafka: broker down"
-    progress.note_healthy(time.monotonic())
+    progress.note_healthy(clock.now)  # begun at the same instant as the error: not after it
+    assert progress.last_error == "kafka: broker down"
+    clock.now += 1
+    progress.note_healthy(clock.now)
     assert progress.last_error is None
 
 
 def test_a_newer_error_replaces_the_older_one_and_needs_its_own_recovery() -> None:
-    progress = Progress()
+    clock = Clock()
+    progress = Progress(clock)
     progress.note_error("first")
-    between = time.monotonic()
+    clock.now += 1
+    between = clock.now
+    clock.now += 1
     progress.note_error("second")
     progress.note_healthy(between)
     assert progress.last_error == "second"
@@ -40,38 +58,54 @@ def test_healthy_work_without_an_error_changes_nothing() -> None:
 
 
 def test_the_restore_line_says_at_least_until_fetches_refine_the_target_then_the_real_one() -> None:
-    progress = Progress()
+    clock = Clock()
+    progress = Progress(clock)
     progress.begin_restore({0: 600, 1: 400})
     line = progress.describe_restore({})
     assert "0% (0 records applied, 1,000 to go to at least 0:600,1:400)" in line
     assert "time left unknown yet" in line
     # The broker's ListOffsets answer was low for partition 1: fetches show 600.
     progress.raise_target({0: 600, 1: 600}, refined=True)
+    clock.now += 1
     progress.count(300)
-    time.sleep(0.01)
+    clock.now += 1
     progress.count(300)
     line = progress.describe_restore({0: 600})
-    assert "50% (600 records applied, 600 to go to 0:600,1:600)" in line
+    assert "50% (600 records applied, 600 to go to 0:600,1:600), 300 records/s, about 2s left" in line
     assert "at least" not in line
-    assert "left" in line
     assert "time left unknown" not in line
 
 
 def test_fraction_and_eta_follow_the_remaining_records_and_the_rate() -> None:
-    progress = Progress()
+    clock = Clock()
+    progress = Progress(clock)
     progress.begin_restore({0: 1000})
     assert progress.fraction({}) == 0.0
     assert progress.eta_seconds({}) is None  # nothing applied yet: no rate
+    clock.now += 2
     progress.count(250)
-    time.sleep(0.05)
+    clock.now += 3
     progress.count(250)
     assert progress.fraction({0: 500}) == 0.5
-    eta = progress.eta_seconds({0: 500})
-    assert eta is not None
-    assert eta == pytest.approx(500 / progress.rate())
+    assert progress.rate() == 100.0  # 500 records in 5 s
+    assert progress.eta_seconds({0: 500}) == 5.0
     # A target that only grows: the remaining records count against the same applied ones.
     progress.raise_target({0: 1500}, refined=True)
     assert progress.fraction({0: 500}) == pytest.approx(500 / 1500)
+
+
+def test_the_rate_counts_the_last_ten_seconds_or_so() -> None:
+    clock = Clock()
+    progress = Progress(clock)
+    progress.begin_restore({0: 100_000})
+    for _ in range(20):  # 1,000 records a second for 20 s
+        clock.now += 1
+        progress.count(1_000)
+    for _ in range(4):  # then 100 a second
+        clock.now += 1
+        progress.count(100)
+    # The window keeps the samples of the last ten seconds: 6 s at 1,000/s and 4 s at 100/s.
+    assert progress.rate() == pytest.approx((6 * 1_000 + 4 * 100) / 10)
 
 
 def test_every_is_due_once_per_interval() -> None:

@@ -27,6 +27,7 @@ from store import (
     Store,
     UnknownIndexError,
 )
+from store.table.replica import Replica
 from tests.support.kafka import Record, latest_per_key, make_producer
 from tests.support.stores import (
     FAST,
@@ -335,7 +336,10 @@ def test_indexes_equal_the_model_after_kill_9_during_bootstrap_and_while_records
 
 
 def test_an_index_added_to_an_existing_store_is_built_while_reads_go_on_and_a_dropped_one_disappears(
-    make_topic: Callable[..., str], make_store: Callable[..., Store], producer: Producer
+    make_topic: Callable[..., str],
+    make_store: Callable[..., Store],
+    producer: Producer,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     topic = make_topic(partitions=3)
     rows = json_rows(30_000, keys=12_000, seed=41)
@@ -346,11 +350,33 @@ def test_an_index_added_to_an_existing_store_is_built_while_reads_go_on_and_a_dr
     assert first.wait_until_ready(60), first.status()
     first.stop()
 
+    # Index builds wait for the test once begun: the building state is seen on any machine.
+    building_begun, go_on = threading.Event(), threading.Event()
+    build_index = Replica._build_index
+
+    def held_build(replica: Replica, spec: IndexSpec, stop: threading.Event) -> None:
+        building_begun.set()
+        go_on.wait(120)
+        build_index(replica, spec, stop)
+
+    monkeypatch.setattr(Replica, "_build_index", held_build)
     grown = make_store(topic, indexes=(BY_TICKER, BY_REF))
     # The new index is unknown to the stored copy, so it starts out building.
     statuses = grown.status().indexes
     assert statuses["by_ticker"].state == "ready"
     assert statuses["by_ref"].state == "building"
+    assert building_begun.wait(120), grown.status()
+    # Being built: the other index and every read answer, the new index is refused as not ready.
+    assert grown.status().indexes["by_ref"].state == "building"
+    with grown.view() as view:
+        assert view.position() == end
+        assert view.get_many(sample) == [table[key] for key in sample]
+        assert read_index(view, "by_ticker", b"T7") == {
+            key: table[key] for key in index_model(table, BY_TICKER)[b"T7"]
+        }
+        with pytest.raises(IndexNotReadyError):
+            read_index(view, "by_ref", b"t7")
+    go_on.set()
     deadline = time.monotonic() + 120
     while True:
         assert time.monotonic() < deadline, f"by_ref was never built: {grown.status()}"
