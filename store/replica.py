@@ -29,7 +29,7 @@ from store.exceptions import (
 )
 from store.history import HistoryRecorder, floor_from
 from store.hot_keys import HotKeyCache, read_misses
-from store.indexes import STATE_PREFIX, IndexSpec, index_changes, parse_states, state_entry
+from store.indexes import OUTDATED, STATE_PREFIX, IndexSpec, index_changes, parse_states, state_entry
 from store.position import Position
 from store.protocol import MAX_SCAN_LIMIT, MemoryUsage, ScanPage
 from store.records import RecordBatch
@@ -332,6 +332,13 @@ class Replica:
         for spec in self.indexes.values():
             if spec.name in ready or stop.is_set():
                 continue
+            if states.get(spec.name) == (spec.field, OUTDATED):
+                logger.info(
+                    'store "%s": index "%s" was stored by an older statestore (numbers as parsed, not'
+                    " as written); rebuilding it",
+                    self.name,
+                    spec.name,
+                )
             self._build_index(spec, stop)
 
     def _build_index(self, spec: IndexSpec, stop: threading.Event) -> None:
