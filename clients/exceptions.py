@@ -42,6 +42,7 @@ Hierarchy::
         │   ├── StoreCorruptError               503 store-corrupt
         │   └── RequestTimeoutError             503 request-timeout
         ├── StoredValueNotJsonError (also ValueDecodeError)  502 value-not-json
+        ├── StoredValueNotUtf8Error (also ValueDecodeError)  502 value-not-utf8
         └── InternalServerError                 500 internal-error
 
 A key that is absent is not an error: ``get`` answers ``None``. Errors are mapped on the problem
@@ -300,6 +301,12 @@ class StoredValueNotJsonError(ProblemError, ValueDecodeError):
     """The key's value in a JSON store is not a JSON document (the topic holds a bad record)."""
 
     slug = "value-not-json"
+
+
+class StoredValueNotUtf8Error(ProblemError, ValueDecodeError):
+    """The key's value in a ``string`` store is not UTF-8 text (the topic holds a bad record)."""
+
+    slug = "value-not-utf8"
 
 
 class InternalServerError(ProblemError):

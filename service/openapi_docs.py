@@ -224,14 +224,19 @@ BATCH_REQUEST_BODY: dict[str, Any] = {
 
 BATCH_RESPONSES: dict[int | str, Any] = {
     200: {
-        "description": "the values in request order (null for absent keys)",
+        "description": "the values in request order (null for absent keys, whose places `absent` lists;"
+        " a null elsewhere is a stored JSON null)",
         "headers": _POSITION_HEADER_DOC,
         "content": {
             "application/json": {
                 "schema": {
                     "type": "object",
-                    "required": ["values", "position"],
-                    "properties": {"values": {"type": "array"}, "position": {"type": "string"}},
+                    "required": ["values", "absent", "position"],
+                    "properties": {
+                        "values": {"type": "array"},
+                        "absent": {"type": "array", "items": {"type": "integer"}},
+                        "position": {"type": "string"},
+                    },
                 }
             },
             ARROW_MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}},

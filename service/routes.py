@@ -27,7 +27,7 @@ from service.bodies import (
     read_body,
     too_large,
 )
-from service.catalogue import KEY_NOT_FOUND, PAGE_TOO_LARGE, VALUE_NOT_JSON
+from service.catalogue import KEY_NOT_FOUND, PAGE_TOO_LARGE, VALUE_NOT_JSON, VALUE_NOT_UTF8
 from service.codec import (
     KeyEncoding,
     decode_key_text,
@@ -41,7 +41,7 @@ from service.reads import Reader, find_store, int_param
 from service.registry import ServedStore, StoreRegistry
 from service.settings import LimitSettings, Settings
 from service.sharding import KeyCheck, sharding_info
-from service.values import BadValues, JsonAnswer, not_json_detail
+from service.values import BadValues, JsonAnswer, absent_indexes, not_json_detail, not_utf8_detail
 from store import ReadOnlyKeyValueStore, ScanPage
 
 POSITION = docs.POSITION_HEADER
@@ -156,6 +156,12 @@ def add_store_routes(
                 extras={"store": served.name},
                 headers={POSITION: str(position)},
             )
+        if served.value_format == "string" and not bad_values.is_utf8(served.name, key, value):
+            raise VALUE_NOT_UTF8(
+                not_utf8_detail(served.name),
+                extras={"store": served.name},
+                headers={POSITION: str(position)},
+            )
         return Response(value, media_type=served.media_type, headers={POSITION: str(position)})
 
     # The most frequent request skips FastAPI's per-request dependency solving: a plain Starlette
@@ -217,7 +223,11 @@ def add_store_routes(
             check_keys(served, keys)
             values, position = await reader.read(served, request, lambda view: view.get_many(keys))
             answer = JsonAnswer(served.name, served.value_format, encoding, bad_values)
-            document = {"values": answer.values(keys, values), "position": str(position)}
+            document = {
+                "values": answer.values(keys, values),
+                "absent": absent_indexes(values),
+                "position": str(position),
+            }
             return Response(answer.document(document), media_type=JSON, headers={POSITION: str(position)})
         # Decoding a large Arrow body takes a while: off the event loop.
         key_column = await anyio.to_thread.run_sync(_arrow_keys, body, limits)
