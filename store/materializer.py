@@ -30,7 +30,7 @@ import time
 from confluent_kafka import OFFSET_BEGINNING
 
 from store.apply_loop import ApplyLoop
-from store.bulkload import BulkPhase
+from store.bulkload import BulkPhase, BulkVolumeFullError
 from store.child_source import ChildConsumerSource, SourceCrashedError
 from store.config import StoreConfig
 from store.exceptions import (
@@ -91,6 +91,8 @@ class Materializer:
         # The same broker or topic problem is logged once a minute, not at every retry.
         self._warnings = OncePerInterval(self._log)
         self._write_errors = WriteErrors(config, copies, self.progress, self._log, self._stop)
+        # Off once the volume was found full: the rest of the restore goes record by record.
+        self._bulk_allowed = True
 
     def start(self) -> None:
         self._thread.start()
@@ -131,6 +133,7 @@ class Materializer:
                 )
                 self.progress.note_error(signal.reason)
                 self.placement.reset()
+                self._bulk_allowed = True
                 self._copies.rebuild(signal.reason)
             except StoreReadError as exc:
                 # Before write errors: a write refused for corruption is both. The copy is marked
@@ -140,7 +143,19 @@ class Materializer:
                     backoff.wait(self._stop)
             except StoreWriterClosedError:
                 backoff.wait(self._stop)  # the store is stopping: nothing to say
+            except BulkVolumeFullError as exc:
+                # Said once; the records path then pauses (and says so) only if the volume is
+                # still full, as any write does.
+                self._bulk_allowed = False
+                self.progress.note_error(str(exc))
+                self._log.error(
+                    'store "%s": %s; reads go on at position %s',
+                    self._config.name,
+                    exc,
+                    self._written_position() or "none",
+                )
             except StoreFullError as exc:
+                self._bulk_allowed = False  # a bulk restore would fill the volume again
                 self._write_errors.wait_for_space(exc, backoff)
             except StoreWriteError as exc:
                 if not self._write_errors.retry_after_failure(exc, backoff):
@@ -333,7 +348,8 @@ class Materializer:
     def _wants_bulk(self) -> bool:
         minimum = self._tuning.restore.bulk_load_min_records
         return (
-            self._copies.state is not StoreState.READY
+            self._bulk_allowed
+            and self._copies.state is not StoreState.READY
             and minimum > 0
             and self.progress.remaining(self._written_position()) >= minimum
         )
