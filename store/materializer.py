@@ -91,6 +91,7 @@ class Materializer:
         # The same broker or topic problem is logged once a minute, not at every retry.
         self._warnings = OncePerInterval(self._log)
         self._write_errors = WriteErrors(config, copies, self.progress, self._log, self._stop)
+        self._silence: str | None = None  # the error noted while the Kafka client's process is silent
         # Off once the volume was found full: the rest of the restore goes record by record.
         self._bulk_allowed = True
 
@@ -187,6 +188,20 @@ class Materializer:
         self._log.error('store "%s": %s', self._config.name, message)
         self._stop.wait(delay)
 
+    def _child_silence(self, message: str | None) -> None:
+        """The Kafka client's process stopped answering (``message``), or answers again (``None``)."""
+        if message is None:
+            if self._silence is not None and self.progress.last_error == self._silence:
+                self.progress.last_error = None
+            self._silence = None
+            self._log.info('store "%s": the Kafka client process answers again', self._config.name)
+            return
+        self._silence = message
+        self.progress.note_error(message)
+        self._warnings.log(
+            logging.WARNING, _NUMBERS.sub("#", message), f'store "{self._config.name}": {message}'
+        )
+
     # -- one session --------------------------------------------------------------------------
 
     def _session(self, writer: TableWriter, backoff: Backoff) -> None:
@@ -218,6 +233,7 @@ class Materializer:
                 reporter.kafka_log,
                 tuning,
                 always_metas=config.history is not None,
+                on_silence=self._child_silence,
             )
         return ConsumerSource(
             config.name,
