@@ -16,6 +16,8 @@ from service.exceptions import ConfigError
 def bind_listeners(host: str, port: int) -> list[socket.socket]:
     """Sockets bound to every address ``host`` resolves to (as uvicorn would bind them), not yet
     listening; ``ConfigError`` naming the setting when that cannot be done."""
+    if not 0 <= port <= 65535:  # the resolver would wrap it around, to some other port
+        raise ConfigError(f"http.port: {port} is not a port; give one from 1 to 65535 (0: any free port)")
     try:
         found = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except (socket.gaierror, UnicodeError) as exc:

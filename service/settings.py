@@ -431,7 +431,10 @@ class Settings(BaseSettings):
         names = [s.name for s in self.stores]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
-            raise ValueError(f"store names must be unique; repeated: {', '.join(duplicates)}")
+            raise ValueError(
+                f"store names must be unique (a name is one store's directory, URL and token scope);"
+                f" repeated: {', '.join(duplicates)}: rename one of each"
+            )
         for token in self.auth.tokens:
             if token.reads_every_store:
                 continue

@@ -24,10 +24,12 @@ def _config(state_dir: Path, host: str, port: int) -> str:
     )
 
 
-def _serve(config: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def _serve(
+    config: Path, env: dict[str, str] | None = None, *options: str
+) -> subprocess.CompletedProcess[str]:
     environment = {k: v for k, v in os.environ.items() if not k.startswith("STATESTORE_")}
     return subprocess.run(
-        [str(STATESTORE), "serve", "--config", str(config)],
+        [str(STATESTORE), "serve", "--config", str(config), *options],
         capture_output=True,
         text=True,
         timeout=120,
@@ -57,6 +59,14 @@ def test_a_port_in_use_is_one_line_and_no_store_is_opened(tmp_path: Path) -> Non
     assert "choose another port" in line
     # Refused before any store was opened: no store directory, no lock, no restore.
     assert not (state_dir / "products").exists()
+
+
+@pytest.mark.parametrize("port", ["99999", "-1"])
+def test_a_port_out_of_range_on_the_command_line_is_one_line(tmp_path: Path, port: str) -> None:
+    config = tmp_path / "statestore.yaml"
+    config.write_text(_config(tmp_path / "state", "127.0.0.1", free_port()))
+    line = _one_error_line(_serve(config, None, f"--port={port}"))
+    assert f"http.port: {port} is not a port" in line
 
 
 def test_an_unresolvable_host_is_one_line(tmp_path: Path) -> None:
