@@ -4,18 +4,16 @@ answers again, the error clears, and the records written meanwhile are applied e
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import signal
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 
 from service.local_broker import LocalBroker
-from store import RestoreSlots, Store, StoreConfig, StoreError
+from tests.faults.conftest import StoreFactory
 from tests.support.kafka import latest_per_key, make_producer
 from tests.support.processes import wait_for_consumer_process
 from tests.support.stores import FAST, produce_tracked, read_table
@@ -33,7 +31,7 @@ def _wait(condition: Callable[[], bool], what: str, timeout: float = 60) -> None
 def test_a_stopped_consumer_process_is_reported_and_caught_up_once_continued(
     broker: LocalBroker,
     make_topic: Callable[..., str],
-    tmp_path: Path,
+    start_store: StoreFactory,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, logger="store")
@@ -42,25 +40,15 @@ def test_a_stopped_consumer_process_is_reported_and_caught_up_once_continued(
     records = [(b"k-%03d" % i, b"v%d" % i) for i in range(100)]
     end = produce_tracked(producer, topic, records)
     # Reported after 1 s of silence; killed only after 10 minutes, so the test continues it first.
-    tuning = FAST.replace(child_silence_seconds=1.0, child_answer_margin_seconds=600.0)
-    config = StoreConfig(
-        name="s",
-        topic=topic,
-        kafka={"bootstrap.servers": broker.bootstrap_servers},
-        state_dir=tmp_path / "state",
-        tuning=tuning,
+    store = start_store(
+        topic, tuning=FAST.replace(child_silence_seconds=1.0, child_answer_margin_seconds=600.0)
     )
-    store = Store(config, RestoreSlots(1))
-    child: int | None = None
-    with contextlib.ExitStack() as cleanup:
-        cleanup.callback(_stop, store)
-        store.start()
-        assert store.wait_until_ready(60), store.status()
-        assert store.wait_for_position(end, 60), store.status()
-        assert store.status().last_error is None
-        child = wait_for_consumer_process(os.getpid())
-        os.kill(child, signal.SIGSTOP)
-        cleanup.callback(os.kill, child, signal.SIGCONT)
+    assert store.wait_until_ready(60), store.status()
+    assert store.wait_for_position(end, 60), store.status()
+    assert store.status().last_error is None
+    child = wait_for_consumer_process(os.getpid())
+    os.kill(child, signal.SIGSTOP)
+    try:
         more = [(b"k-%03d" % i, b"w%d" % i) for i in range(50, 150)]
         end = end.merged(produce_tracked(producer, topic, more))
 
@@ -81,17 +69,12 @@ def test_a_stopped_consumer_process_is_reported_and_caught_up_once_continued(
         assert store.status().state.name == "READY"  # reads go on from the copy as it is
         logged = [r.getMessage() for r in caplog.records if "has not answered" in r.getMessage()]
         assert len(logged) == 1, logged  # once a minute, not at every check
-
+    finally:
         os.kill(child, signal.SIGCONT)
-        assert store.wait_for_position(end, 60), store.status()
-        _wait(lambda: store.status().last_error is None, "the error to clear")
-        with store.view() as view:
-            assert read_table(view) == latest_per_key(records + more)
-        # The same process answered again: it was never replaced.
-        assert wait_for_consumer_process(os.getpid()) == child
-        assert "answers again" in caplog.text
-
-
-def _stop(store: Store) -> None:
-    with contextlib.suppress(StoreError):
-        store.stop()
+    assert store.wait_for_position(end, 60), store.status()
+    _wait(lambda: store.status().last_error is None, "the error to clear")
+    with store.view() as view:
+        assert read_table(view) == latest_per_key(records + more)
+    # The same process answered again: it was never replaced.
+    assert wait_for_consumer_process(os.getpid()) == child
+    assert "answers again" in caplog.text

@@ -3,7 +3,6 @@ no other process can take the directory), says so in its status and log, and rea
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import shutil
 import subprocess
@@ -15,9 +14,10 @@ from pathlib import Path
 import pytest
 
 from service.local_broker import LocalBroker
-from store import RestoreSlots, Store, StoreConfig, StoreError, StoreLockedError
+from store import RestoreSlots, Store, StoreLockedError
+from tests.faults.conftest import StoreFactory
 from tests.support.kafka import make_producer
-from tests.support.stores import FAST, produce_tracked
+from tests.support.stores import produce_tracked
 
 pytestmark = pytest.mark.slow
 
@@ -41,49 +41,34 @@ def _locked_elsewhere(lock: Path) -> bool:
 def test_a_removed_store_directory_gets_its_lock_back_and_the_store_says_so(
     broker: LocalBroker,
     make_topic: Callable[..., str],
-    tmp_path: Path,
+    start_store: StoreFactory,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, logger="store")
     topic = make_topic(partitions=1)
     end = produce_tracked(make_producer(broker.bootstrap_servers), topic, [(b"k1", b"v1"), (b"k2", b"v2")])
-    config = StoreConfig(
-        name="s",
-        topic=topic,
-        kafka={"bootstrap.servers": broker.bootstrap_servers},
-        state_dir=tmp_path / "state",
-        tuning=FAST,
-    )
-    store = Store(config, RestoreSlots(1))
-    with contextlib.ExitStack() as cleanup:
-        cleanup.callback(_stop, store)
-        store.start()
-        assert store.wait_until_ready(60), store.status()
-        assert store.wait_for_position(end, 60), store.status()
-        lock = config.path / "statestore.lock"
-        assert _locked_elsewhere(lock)
+    store = start_store(topic)
+    assert store.wait_until_ready(60), store.status()
+    assert store.wait_for_position(end, 60), store.status()
+    lock = store.config.path / "statestore.lock"
+    assert _locked_elsewhere(lock)
 
-        shutil.rmtree(config.path)
-        deadline = time.monotonic() + 60
-        while "was removed while the store was serving" not in (store.status().last_error or ""):
-            assert time.monotonic() < deadline, f"the store never noticed: {store.status()}"
-            time.sleep(0.05)
-        assert lock.is_file()
-        assert _locked_elsewhere(lock)
-        # A second store on the same directory is refused, as before the removal.
-        second = Store(config, RestoreSlots(1))
-        with pytest.raises(StoreLockedError):
-            second.start()
-        assert "restart the service" in (store.status().last_error or "")
-        logged = [r.getMessage() for r in caplog.records if "was removed while" in r.getMessage()]
-        assert len(logged) == 1, logged
-        # Reads go on from the files the store holds open.
-        with store.view() as view:
-            assert view.get_many([b"k1", b"k2"]) == [b"v1", b"v2"]
+    shutil.rmtree(store.config.path)
+    deadline = time.monotonic() + 60
+    while "was removed while the store was serving" not in (store.status().last_error or ""):
+        assert time.monotonic() < deadline, f"the store never noticed: {store.status()}"
+        time.sleep(0.05)
+    assert lock.is_file()
+    assert _locked_elsewhere(lock)
+    # A second store on the same directory is refused, as before the removal.
+    with pytest.raises(StoreLockedError):
+        Store(store.config, RestoreSlots(1)).start()
+    assert "restart the service" in (store.status().last_error or "")
+    logged = [r.getMessage() for r in caplog.records if "was removed while" in r.getMessage()]
+    assert len(logged) == 1, logged
+    # Reads go on from the files the store holds open.
+    with store.view() as view:
+        assert view.get_many([b"k1", b"k2"]) == [b"v1", b"v2"]
+    store.stop()
     # Stopped, the store lets the lock go.
     assert not _locked_elsewhere(lock)
-
-
-def _stop(store: Store) -> None:
-    with contextlib.suppress(StoreError):
-        store.stop()
