@@ -41,7 +41,7 @@ from service.reads import Reader, find_store, int_param
 from service.registry import ServedStore, StoreRegistry
 from service.settings import LimitSettings, Settings
 from service.sharding import KeyCheck, sharding_info
-from service.values import BadValues, JsonAnswer, absent_indexes, not_json_detail, not_utf8_detail
+from service.values import BadValues, JsonAnswer, not_json_detail, not_utf8_detail
 from store import ReadOnlyKeyValueStore, ScanPage
 
 POSITION = docs.POSITION_HEADER
@@ -223,11 +223,8 @@ def add_store_routes(
             check_keys(served, keys)
             values, position = await reader.read(served, request, lambda view: view.get_many(keys))
             answer = JsonAnswer(served.name, served.value_format, encoding, bad_values)
-            document = {
-                "values": answer.values(keys, values),
-                "absent": absent_indexes(values),
-                "position": str(position),
-            }
+            answered = answer.values(keys, values)
+            document = {"values": answered, "absent": answer.absent, "position": str(position)}
             return Response(answer.document(document), media_type=JSON, headers={POSITION: str(position)})
         # Decoding a large Arrow body takes a while: off the event loop.
         key_column = await anyio.to_thread.run_sync(_arrow_keys, body, limits)

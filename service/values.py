@@ -71,12 +71,22 @@ class BadValues:
         """Whether ``value`` is one JSON document; reports it when not."""
         return not self.not_json(store, (key,), (value,))
 
-    def not_json(self, store: str, keys: Sequence[bytes], values: Sequence[bytes | None]) -> list[int]:
+    def not_json(
+        self,
+        store: str,
+        keys: Sequence[bytes],
+        values: Sequence[bytes | None],
+        absent: list[int] | None = None,
+    ) -> list[int]:
         """The indexes of ``values`` (of ``keys``) that are not one JSON document, each reported
-        (``None`` is absent, not bad)."""
+        (``None`` is absent, not bad: its index is added to ``absent``, on the same pass)."""
         checked, loads, bad = self._checked, orjson.loads, []
         for index, value in enumerate(values):
-            if value is None or checked.get(id(value)) is value:
+            if value is None:
+                if absent is not None:
+                    absent.append(index)
+                continue
+            if checked.get(id(value)) is value:
                 continue
             try:
                 loads(value)
@@ -87,11 +97,22 @@ class BadValues:
             self._remember(value)
         return bad
 
-    def not_utf8(self, store: str, keys: Sequence[bytes], values: Sequence[bytes | None]) -> list[int]:
-        """The indexes of ``values`` (of ``keys``) that are not UTF-8 text, each reported."""
+    def not_utf8(
+        self,
+        store: str,
+        keys: Sequence[bytes],
+        values: Sequence[bytes | None],
+        absent: list[int] | None = None,
+    ) -> list[int]:
+        """The indexes of ``values`` (of ``keys``) that are not UTF-8 text, each reported (the
+        indexes of ``None``, absent keys, are added to ``absent``)."""
         bad = []
         for index, value in enumerate(values):
-            if value is None or value.isascii():
+            if value is None:
+                if absent is not None:
+                    absent.append(index)
+                continue
+            if value.isascii():
                 continue
             try:
                 value.decode("utf-8")
@@ -141,6 +162,9 @@ class JsonAnswer:
         self.encoding = encoding
         self._bad = bad
         self.errors: list[dict[str, Any]] = []
+        # The places of the absent keys of a batch (:meth:`values`): a ``null`` elsewhere in it is
+        # a stored JSON ``null`` (or, listed in ``errors``, a value that could not be answered).
+        self.absent: list[int] = []
 
     def _error(self, key: bytes, **where: Any) -> dict[str, Any]:
         utf8 = self._format == "string"
@@ -180,17 +204,21 @@ class JsonAnswer:
         return answered
 
     def values(self, keys: Sequence[bytes], values: Sequence[bytes | None]) -> list[Any]:
-        """Batch values in request order: ``None`` for absent keys and (with an error entry) bad values."""
+        """Batch values in request order: ``None`` for absent keys (their places then in
+        :attr:`absent`) and, with an error entry, for bad values."""
+        absent = self.absent
         if self._format == "string":
-            bad = set(self._bad.not_utf8(self._store, keys, values))
+            bad = set(self._bad.not_utf8(self._store, keys, values, absent))
             for index in sorted(bad):
                 self._error(keys[index], index=index)
             return [None if i in bad else json_value(value, "string") for i, value in enumerate(values)]
         if self._format != "json":
+            absent += [index for index, value in enumerate(values) if value is None]
             return [json_value(value, self._format) for value in values]
         fragment = orjson.Fragment
         answered: list[Any] = [None if value is None else fragment(value) for value in values]
-        for index in self._bad.not_json(self._store, keys, values):
+        # The pass checking the values finds the absent ones too: no pass of its own on the hot path.
+        for index in self._bad.not_json(self._store, keys, values, absent):
             self._error(keys[index], index=index)
             answered[index] = None
         return answered
@@ -200,14 +228,6 @@ class JsonAnswer:
         if self.errors:
             body["errors"] = self.errors
         return orjson.dumps(body)
-
-
-def absent_indexes(values: Sequence[bytes | None]) -> list[int]:
-    """The places of the absent keys of a batch: a ``null`` elsewhere is a stored JSON ``null``
-    (or, listed in ``errors``, a value that could not be answered)."""
-    if None not in values:  # the usual hot batch: one pass in C
-        return []
-    return [index for index, value in enumerate(values) if value is None]
 
 
 def json_value(value: bytes | None, value_format: str) -> Any:
