@@ -145,16 +145,8 @@ class Materializer:
             except StoreWriterClosedError:
                 backoff.wait(self._stop)  # the store is stopping: nothing to say
             except BulkVolumeFullError as exc:
-                # Said once; the records path then pauses (and says so) only if the volume is
-                # still full, as any write does.
                 self._bulk_allowed = False
-                self.progress.note_error(str(exc))
-                self._log.error(
-                    'store "%s": %s; reads go on at position %s',
-                    self._config.name,
-                    exc,
-                    self._written_position() or "none",
-                )
+                self._write_errors.bulk_volume_full(exc)
             except StoreFullError as exc:
                 self._bulk_allowed = False  # a bulk restore would fill the volume again
                 self._write_errors.wait_for_space(exc, backoff)
