@@ -97,15 +97,24 @@ class AsyncStatestoreClient(BaseClient[httpx.AsyncClient, httpx.AsyncBaseTranspo
         """The store's value format, asked once and cached."""
         return await self._run(self._value_format_flow(store))
 
-    async def get(self, store: str, key: Key, *, raw: bool = False, **read: Unpack[ReadAt]) -> Any:
-        """The value of ``key`` (decoded, or bytes if ``raw``), ``None`` if absent."""
-        return await self._run(self._get_flow(store, key, raw, read))
+    async def get(
+        self, store: str, key: Key, *, raw: bool = False, default: Any = None, **read: Unpack[ReadAt]
+    ) -> Any:
+        """The value of ``key`` (decoded, or bytes if ``raw``), ``default`` if absent (a stored JSON
+        ``null`` is ``None``: pass a ``default`` of your own to tell them apart)."""
+        return await self._run(self._get_flow(store, key, raw, read, default))
 
     async def get_many(
-        self, store: str, keys: Sequence[Key], *, raw: bool = False, **read: Unpack[ReadAt]
+        self,
+        store: str,
+        keys: Sequence[Key],
+        *,
+        raw: bool = False,
+        default: Any = None,
+        **read: Unpack[ReadAt],
     ) -> list[Any]:
-        """The values of ``keys`` in request order (``None`` for absent keys), deduped and batched."""
-        return await self._run(self._get_many_flow(store, keys, raw, read))
+        """The values of ``keys`` in request order (``default`` for absent keys), deduped and batched."""
+        return await self._run(self._get_many_flow(store, keys, raw, read, default))
 
     async def get_arrow(self, store: str, keys: pa.Array, **read: Unpack[ReadAt]) -> pa.Array:
         """Stored values (``binary``, null when absent) for an Arrow array of keys, row for row."""
@@ -137,11 +146,11 @@ class AsyncStoreView(View[AsyncIterator[Row]]):
 
     client: AsyncStatestoreClient
 
-    async def get(self, key: Key, *, raw: bool = False) -> Any:
-        return await self.client.get(self.store, key, raw=raw, **self._read)
+    async def get(self, key: Key, *, raw: bool = False, default: Any = None) -> Any:
+        return await self.client.get(self.store, key, raw=raw, default=default, **self._read)
 
-    async def get_many(self, keys: Sequence[Key], *, raw: bool = False) -> list[Any]:
-        return await self.client.get_many(self.store, keys, raw=raw, **self._read)
+    async def get_many(self, keys: Sequence[Key], *, raw: bool = False, default: Any = None) -> list[Any]:
+        return await self.client.get_many(self.store, keys, raw=raw, default=default, **self._read)
 
     async def get_arrow(self, keys: pa.Array) -> pa.Array:
         return await self.client.get_arrow(self.store, keys, **self._read)

@@ -210,10 +210,10 @@ class BaseClient(ShardRouting, ABC, Generic[HttpT, TransportT, RowsT]):
 
     # -- flows: every read, routed to its shards (see clients.routing) ----------------------------
 
-    def _get_flow(self, store: str, key: Key, raw: bool, read: ReadAt) -> Flow[Any]:
+    def _get_flow(self, store: str, key: Key, raw: bool, read: ReadAt, default: Any = None) -> Flow[Any]:
         if key in ("", b""):
             # The empty key has no path segment: the batch route asks for it.
-            found = yield from self._get_many_flow(store, [key], raw, read)
+            found = yield from self._get_many_flow(store, [key], raw, read, default)
             return found[0]
         min_position, as_of = pinned_at(read)
         deadline = self._deadline(read.get("deadline"))
@@ -224,19 +224,24 @@ class BaseClient(ShardRouting, ABC, Generic[HttpT, TransportT, RowsT]):
             try:
                 response = yield from self._sent(call.to(self._target(shard)), deadline)
             except KeyNotFoundError:
-                return None
+                return default
             self._notice_growth(store, sharding, response)
             return wire.decode_get(response, raw)
 
         return (yield from self._routed(store, deadline, read_key))
 
-    def _get_many_flow(self, store: str, keys: Sequence[Key], raw: bool, read: ReadAt) -> Flow[list[Any]]:
+    def _get_many_flow(
+        self, store: str, keys: Sequence[Key], raw: bool, read: ReadAt, default: Any = None
+    ) -> Flow[list[Any]]:
         unique, index = wire.dedupe([wire.key_bytes(k) for k in keys])
         value_format = None if raw else (yield from self._value_format_flow(store))
         array = yield from self._get_arrow_flow(store, pa.array(unique, type=pa.binary()), read)
+        # Arrow answers null only for an absent key; a stored JSON null is the bytes ``null``.
         found = array.to_pylist()
         if value_format is not None:
-            found = [None if v is None else wire.decode_value(v, value_format) for v in found]
+            found = [default if v is None else wire.decode_value(v, value_format) for v in found]
+        elif default is not None:
+            found = [default if v is None else v for v in found]
         return [found[i] for i in index]
 
     def _batches(self, values: pa.Array, deadline: Deadline, what: str) -> Iterator[pa.Array]:

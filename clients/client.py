@@ -131,22 +131,32 @@ class StatestoreClient(BaseClient[httpx.Client, httpx.BaseTransport, Iterator[Ro
         """The store's value format, asked once and cached."""
         return self._run(self._value_format_flow(store))
 
-    def get(self, store: str, key: Key, *, raw: bool = False, **read: Unpack[ReadAt]) -> Any:
-        """The value of ``key`` (decoded per the value format, or bytes if ``raw``), ``None`` if absent.
+    def get(
+        self, store: str, key: Key, *, raw: bool = False, default: Any = None, **read: Unpack[ReadAt]
+    ) -> Any:
+        """The value of ``key`` (decoded per the value format, or bytes if ``raw``), ``default`` if absent.
 
+        A JSON store may hold the value ``null``, decoded as ``None``: pass a sentinel of your own
+        as ``default`` to tell it from an absent key.
         ``as_of=`` reads the value exactly as of that position (the store must keep history);
         ``min_position=`` only demands a table at least that new. They exclude each other.
         """
-        return self._run(self._get_flow(store, key, raw, read))
+        return self._run(self._get_flow(store, key, raw, read, default))
 
     def get_many(
-        self, store: str, keys: Sequence[Key], *, raw: bool = False, **read: Unpack[ReadAt]
+        self,
+        store: str,
+        keys: Sequence[Key],
+        *,
+        raw: bool = False,
+        default: Any = None,
+        **read: Unpack[ReadAt],
     ) -> list[Any]:
-        """The values of ``keys`` in request order (``None`` for absent keys).
+        """The values of ``keys`` in request order (``default`` for absent keys: see :meth:`get`).
 
         Duplicates are asked once; keys go in Arrow batches of ``batch_size``.
         """
-        return self._run(self._get_many_flow(store, keys, raw, read))
+        return self._run(self._get_many_flow(store, keys, raw, read, default))
 
     def get_arrow(self, store: str, keys: pa.Array, **read: Unpack[ReadAt]) -> pa.Array:
         """Stored values (``binary``, null when absent) for an Arrow array of keys, row for row.
@@ -199,11 +209,11 @@ class StoreView(View[Iterator[Row]]):
 
     client: StatestoreClient
 
-    def get(self, key: Key, *, raw: bool = False) -> Any:
-        return self.client.get(self.store, key, raw=raw, **self._read)
+    def get(self, key: Key, *, raw: bool = False, default: Any = None) -> Any:
+        return self.client.get(self.store, key, raw=raw, default=default, **self._read)
 
-    def get_many(self, keys: Sequence[Key], *, raw: bool = False) -> list[Any]:
-        return self.client.get_many(self.store, keys, raw=raw, **self._read)
+    def get_many(self, keys: Sequence[Key], *, raw: bool = False, default: Any = None) -> list[Any]:
+        return self.client.get_many(self.store, keys, raw=raw, default=default, **self._read)
 
     def get_arrow(self, keys: pa.Array) -> pa.Array:
         return self.client.get_arrow(self.store, keys, **self._read)

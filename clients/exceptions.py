@@ -45,6 +45,7 @@ Hierarchy::
         │   ├── RequestTimeoutError             503 request-timeout
         │   └── ClientTooManyConnectionsError   503 client-too-many-connections
         ├── StoredValueNotJsonError (also ValueDecodeError)  502 value-not-json
+        ├── StoredValueNotUtf8Error (also ValueDecodeError)  502 value-not-utf8
         └── InternalServerError                 500 internal-error
 
 A key that is absent is not an error: ``get`` answers ``None``. Errors are mapped on the problem
@@ -324,6 +325,12 @@ class StoredValueNotJsonError(ProblemError, ValueDecodeError):
     """The key's value in a JSON store is not a JSON document (the topic holds a bad record)."""
 
     slug = problems.VALUE_NOT_JSON.slug
+
+
+class StoredValueNotUtf8Error(ProblemError, ValueDecodeError):
+    """The key's value in a ``string`` store is not UTF-8 text (the topic holds a bad record)."""
+
+    slug = "value-not-utf8"
 
 
 class InternalServerError(ProblemError):

@@ -32,7 +32,12 @@ INDEX_ANSWER = pa.schema(
 
 
 def index_text(value: IndexValue) -> str:
-    """The text an index compares: a string as itself, a number or boolean as its JSON text."""
+    """The text an index compares: a string as itself, a number or boolean as its JSON text.
+
+    The index holds each number as its producer wrote it: an ``int`` matches exactly, a ``float``
+    only where it was written as Python writes it (``1.5``, ``100.0``); give the text itself for
+    other spellings (``"1e2"``, ``"1.50"``).
+    """
     if isinstance(value, str):
         return value
     if isinstance(value, bool | int | float):

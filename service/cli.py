@@ -117,6 +117,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     from service.app import create_app  # noqa: PLC0415
     from service.connections import server_options  # noqa: PLC0415
+    from service.listener import bind_listeners  # noqa: PLC0415
     from service.settings import load_settings  # noqa: PLC0415
     from service.startup import check_startup  # noqa: PLC0415
 
@@ -128,6 +129,8 @@ def _serve(args: argparse.Namespace) -> int:
     check_startup(settings)
     host = args.host or settings.http.host
     port = settings.http.port if args.port is None else args.port
+    # Bound before the app exists: a port in use stops the start before any store is opened.
+    listeners = bind_listeners(host, port)
     tls = settings.http.tls
     logger.info(
         "statestore %s: %d store(s) from %s, state in %s, listening on %s:%d%s",
@@ -136,21 +139,23 @@ def _serve(args: argparse.Namespace) -> int:
         args.config or "the environment",
         settings.state_dir,
         host,
-        port,
+        listeners[0].getsockname()[1],
         " (TLS)" if tls else "",
     )
-    uvicorn.run(
-        create_app(settings),
-        host=host,
-        port=port,
-        loop="uvloop",
-        **server_options(settings),
-        log_config=None,
-        access_log=False,
-        ssl_certfile=str(tls.certfile) if tls else None,
-        ssl_keyfile=str(tls.keyfile) if tls else None,
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(settings),
+            loop="uvloop",
+            **server_options(settings),
+            log_config=None,
+            access_log=False,
+            ssl_certfile=str(tls.certfile) if tls else None,
+            ssl_keyfile=str(tls.keyfile) if tls else None,
+        )
     )
-    return 0
+    server.run(sockets=listeners)
+    # The app did not start (its lifespan failed, and said why).
+    return 0 if server.started else 3
 
 
 def _broker(args: argparse.Namespace) -> int:

@@ -230,7 +230,8 @@ class Metrics:
             self.refusals.labels(refusal.slug)  # shown as 0 before the first refusal
         self.invalid_values = Counter(
             "statestore_invalid_values",
-            "Values of JSON stores answered as value-not-json because they are not JSON documents",
+            "Values answered as an error entry because their store's format forbids them"
+            " (value-not-json, value-not-utf8)",
             ["store"],
             registry=self.registry,
         )

@@ -193,7 +193,7 @@ STORE_INFO_RESPONSES = {
 GET_KEY_RESPONSES: dict[int | str, Any] = {
     200: {
         "description": "the value; the content type follows the store's value format (a `string`"
-        " store's value that is not UTF-8 comes as application/octet-stream)",
+        " store's value that is not UTF-8 is a 502 value-not-utf8 problem)",
         "headers": _POSITION_HEADER_DOC,
         "content": {
             "application/json": {"schema": _ANY_JSON},
@@ -229,14 +229,19 @@ BATCH_REQUEST_BODY: dict[str, Any] = {
 
 BATCH_RESPONSES: dict[int | str, Any] = {
     200: {
-        "description": "the values in request order (null for absent keys)",
+        "description": "the values in request order (null for absent keys, whose places `absent` lists;"
+        " a null elsewhere is a stored JSON null)",
         "headers": _POSITION_HEADER_DOC,
         "content": {
             "application/json": {
                 "schema": {
                     "type": "object",
-                    "required": ["values", "position"],
-                    "properties": {"values": {"type": "array"}, "position": {"type": "string"}},
+                    "required": ["values", "absent", "position"],
+                    "properties": {
+                        "values": {"type": "array"},
+                        "absent": {"type": "array", "items": {"type": "integer"}},
+                        "position": {"type": "string"},
+                    },
                 }
             },
             ARROW_MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}},

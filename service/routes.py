@@ -16,16 +16,16 @@ from service.answers import read_keys, read_page
 from service.arrow_arrays import binary_array
 from service.auth import Auth
 from service.bodies import JSON
-from service.codec import BYTES_MEDIA_TYPE, encode_key
+from service.codec import encode_key
 from service.index_routes import add_index_routes
 from service.read_requests import ReadRequests
 from service.reads import Reader
 from service.registry import ServedStore, StoreRegistry
 from service.settings import Settings
 from service.sharding import sharding_info
-from service.values import BadValues, JsonAnswer, not_json_detail
+from service.values import BadValues, JsonAnswer, not_json_detail, not_utf8_detail
 from store import ReadOnlyKeyValueStore, ScanPage
-from wire.problems import KEY_NOT_FOUND, VALUE_NOT_JSON
+from wire.problems import KEY_NOT_FOUND, VALUE_NOT_JSON, VALUE_NOT_UTF8
 
 POSITION = docs.POSITION_HEADER
 KEY_ROUTE = "/v1/stores/{store}/keys/{key:path}"
@@ -124,20 +124,19 @@ def add_store_routes(
                 extras={"store": served.name},
                 headers={POSITION: str(position)},
             )
-        media_type = served.media_type
         if served.value_format == "json" and not bad_values.is_json(served.name, key, value):
             raise VALUE_NOT_JSON(
                 not_json_detail(served.name),
                 extras={"store": served.name},
                 headers={POSITION: str(position)},
             )
-        if served.value_format == "string" and not value.isascii():
-            # Labelled UTF-8 only when it is: the topic may hold a value of other bytes.
-            try:
-                value.decode("utf-8")
-            except UnicodeDecodeError:
-                media_type = BYTES_MEDIA_TYPE
-        return Response(value, media_type=media_type, headers={POSITION: str(position)})
+        if served.value_format == "string" and not bad_values.is_utf8(served.name, key, value):
+            raise VALUE_NOT_UTF8(
+                not_utf8_detail(served.name),
+                extras={"store": served.name},
+                headers={POSITION: str(position)},
+            )
+        return Response(value, media_type=served.media_type, headers={POSITION: str(position)})
 
     # The most frequent request skips FastAPI's per-request dependency solving: a plain Starlette
     # route serves it (it parses its own parameters anyway), registered first so it matches first;
@@ -195,7 +194,8 @@ def add_store_routes(
         )
         if asked.key_column is None:
             answer = JsonAnswer(served.name, served.value_format, asked.encoding, bad_values)
-            document = {"values": answer.values(keys, values), "position": str(position)}
+            answered = answer.values(keys, values)
+            document = {"values": answered, "absent": answer.absent, "position": str(position)}
             return Response(answer.document(document), media_type=JSON, headers={POSITION: str(position)})
         table = pa.table({"key": asked.key_column, "value": binary_array(values)})
         sink = pa.BufferOutputStream()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -25,7 +26,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, SettingsError
 
 from clients.partitioners import PartitionerName, place
 from service.exceptions import ConfigError
@@ -356,7 +357,30 @@ class AuthSettings(BaseModel):
             raise ValueError("auth.mode is 'tokens' but auth.tokens is empty: list at least one token")
         if self.metrics == "token" and self.mode != "tokens":
             raise ValueError("auth.metrics is 'token' but auth.mode is 'open': set auth.mode to 'tokens'")
+        _refuse_ambiguous_tokens(self.tokens)
         return self
+
+
+def _refuse_ambiguous_tokens(tokens: list[TokenSettings]) -> None:
+    """Refuse two entries for one token (same digest) or one name for two tokens.
+
+    Either would make one credential mean two things: a token would get the stores of whichever
+    entry is looked up, and a name in the logs and metrics would stand for two clients.
+    """
+    for field, what, advice in (
+        ("sha256", "the same sha256 (one token)", "give each entry a token of its own, or merge them"),
+        ("name", "the same name", "give each token a name of its own"),
+    ):
+        first: dict[str, int] = {}
+        for position, token in enumerate(tokens):
+            value = getattr(token, field)
+            if value in first:
+                earlier = first[value]
+                raise ValueError(
+                    f"auth.tokens[{earlier}] ({tokens[earlier].name!r}) and auth.tokens[{position}]"
+                    f" ({token.name!r}) have {what}, so one credential would mean two things: {advice}"
+                )
+            first[value] = position
 
 
 class Settings(BaseSettings):
@@ -419,7 +443,10 @@ class Settings(BaseSettings):
         names = [s.name for s in self.stores]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
-            raise ValueError(f"store names must be unique; repeated: {', '.join(duplicates)}")
+            raise ValueError(
+                f"store names must be unique (a name is one store's directory, URL and token scope);"
+                f" repeated: {', '.join(duplicates)}: rename one of each"
+            )
         for token in self.auth.tokens:
             if token.reads_every_store:
                 continue
@@ -453,6 +480,11 @@ def load_settings(path: Path | str | None = None) -> Settings:
             loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
         except OSError as exc:
             raise ConfigError(f"cannot read configuration file {path}: {exc.strerror}") from exc
+        except UnicodeDecodeError as exc:
+            raise ConfigError(
+                f"configuration file {path} is not UTF-8 text (byte {exc.start} is"
+                f" {exc.object[exc.start]:#04x}); save it as UTF-8"
+            ) from exc
         except yaml.YAMLError as exc:
             raise ConfigError(f"configuration file {path} is not valid YAML: {exc}") from exc
         if loaded is not None and not isinstance(loaded, dict):
@@ -460,12 +492,27 @@ def load_settings(path: Path | str | None = None) -> Settings:
         data = loaded or {}
     try:
         return Settings(**data)
+    except SettingsError as exc:
+        # A STATESTORE_ variable holding a list or mapping that is not JSON.
+        raise ConfigError(f"{_unparsable_variable(exc)}; give lists and mappings as JSON") from exc
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in error['loc']) or '(top level)'}: {error['msg']}"
             for error in exc.errors()
         )
         raise ConfigError(f"invalid configuration in {source}: {problems}") from exc
+
+
+def _unparsable_variable(exc: SettingsError) -> str:
+    """What pydantic-settings could not parse, named as the variable the operator set."""
+    field = re.search(r'field "([^"]+)"', str(exc))
+    if field is None:
+        return f"invalid configuration in the environment: {exc}"
+    variable = next(
+        (name for name in os.environ if name.upper() == f"{ENV_PREFIX}{field.group(1)}".upper()),
+        f"{ENV_PREFIX}{field.group(1).upper()}",
+    )
+    return f"invalid configuration in the environment: {variable} is not valid JSON"
 
 
 def store_configs(settings: Settings) -> list[StoreConfig]:

@@ -1,4 +1,4 @@
-"""Stored values in JSON answers, and what a JSON store answers for a value that is not JSON.
+"""Stored values in JSON answers, and what a store answers for a value its format forbids.
 
 A ``json`` store's values are spliced into answers as they are stored (no re-encoding), so each
 is first checked to be one JSON document: a topic can hold a bad record, and one bad value must
@@ -6,7 +6,9 @@ not turn every answer that includes it into invalid JSON. A value that is not JS
 as an error entry of problem type ``value-not-json`` (docs/http-api.md): ``null`` in a batch's
 ``values`` with an ``errors`` entry naming its index and key; an item without ``value`` but with
 an ``error`` in scans and index pages, listed in their ``errors`` too; ``502`` for a single get.
-Each is counted (``statestore_invalid_values{store}``) and logged once per store.
+A ``string`` store's value that is not UTF-8 is answered the same way as problem type
+``value-not-utf8``: never as text with replacement characters, which would be a wrong answer.
+Each is counted (``statestore_invalid_values{store}``) and logged once per store and type.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any
 import orjson
 
 from service.codec import KeyEncoding, encode_key
-from wire.problems import VALUE_NOT_JSON
+from wire.problems import VALUE_NOT_JSON, VALUE_NOT_UTF8, ProblemType
 
 logger = logging.getLogger(__name__)
 
@@ -29,6 +31,14 @@ def not_json_detail(store: str) -> str:
     return (
         f'store "{store}" holds a value for this key that is not a JSON document: its topic has a bad'
         " record; the producer must write valid JSON (the next record for the key replaces it)"
+    )
+
+
+def not_utf8_detail(store: str) -> str:
+    return (
+        f'store "{store}" holds a value for this key that is not UTF-8 text: its topic has a bad'
+        " record; the producer must write UTF-8 text (the next record for the key replaces it),"
+        " or serve the topic with value_format: bytes"
     )
 
 
@@ -52,7 +62,7 @@ class BadValues:
 
     def __init__(self, on_bad: Callable[[str], None] | None = None) -> None:
         self._on_bad = on_bad
-        self._logged: set[str] = set()
+        self._logged: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
         self._checked: dict[int, bytes] = {}
         self._checked_bytes = 0
@@ -61,12 +71,22 @@ class BadValues:
         """Whether ``value`` is one JSON document; reports it when not."""
         return not self.not_json(store, (key,), (value,))
 
-    def not_json(self, store: str, keys: Sequence[bytes], values: Sequence[bytes | None]) -> list[int]:
+    def not_json(
+        self,
+        store: str,
+        keys: Sequence[bytes],
+        values: Sequence[bytes | None],
+        absent: list[int] | None = None,
+    ) -> list[int]:
         """The indexes of ``values`` (of ``keys``) that are not one JSON document, each reported
-        (``None`` is absent, not bad)."""
+        (``None`` is absent, not bad: its index is added to ``absent``, on the same pass)."""
         checked, loads, bad = self._checked, orjson.loads, []
         for index, value in enumerate(values):
-            if value is None or checked.get(id(value)) is value:
+            if value is None:
+                if absent is not None:
+                    absent.append(index)
+                continue
+            if checked.get(id(value)) is value:
                 continue
             try:
                 loads(value)
@@ -76,6 +96,34 @@ class BadValues:
                 continue
             self._remember(value)
         return bad
+
+    def not_utf8(
+        self,
+        store: str,
+        keys: Sequence[bytes],
+        values: Sequence[bytes | None],
+        absent: list[int] | None = None,
+    ) -> list[int]:
+        """The indexes of ``values`` (of ``keys``) that are not UTF-8 text, each reported (the
+        indexes of ``None``, absent keys, are added to ``absent``)."""
+        bad = []
+        for index, value in enumerate(values):
+            if value is None:
+                if absent is not None:
+                    absent.append(index)
+                continue
+            if value.isascii():
+                continue
+            try:
+                value.decode("utf-8")
+            except UnicodeDecodeError:
+                self._report(store, keys[index], VALUE_NOT_UTF8)
+                bad.append(index)
+        return bad
+
+    def is_utf8(self, store: str, key: bytes, value: bytes) -> bool:
+        """Whether ``value`` is UTF-8 text; reports it when not."""
+        return not self.not_utf8(store, (key,), (value,))
 
     def _remember(self, value: bytes) -> None:
         if len(value) > _CHECKED_VALUE_BYTES:
@@ -87,19 +135,21 @@ class BadValues:
         checked[id(value)] = value
         self._checked_bytes += len(value)
 
-    def _report(self, store: str, key: bytes) -> None:
+    def _report(self, store: str, key: bytes, problem: ProblemType = VALUE_NOT_JSON) -> None:
         if self._on_bad is not None:
             self._on_bad(store)
         with self._lock:
-            first = store not in self._logged
-            self._logged.add(store)
+            first = (store, problem.slug) not in self._logged
+            self._logged.add((store, problem.slug))
         if first:
             logger.error(
-                'store "%s" holds a value that is not JSON (key %s, base64); reads answer it as an error'
-                " (value-not-json) until the topic has a valid record for the key; statestore_invalid_values"
+                'store "%s" holds a value that is not %s (key %s, base64); reads answer it as an error'
+                " (%s) until the topic has a valid record for the key; statestore_invalid_values"
                 " counts them, this is logged once per store",
                 store,
+                "JSON" if problem is VALUE_NOT_JSON else "UTF-8 text",
                 base64.b64encode(key[:48]).decode("ascii"),
+                problem.slug,
             )
 
 
@@ -112,24 +162,34 @@ class JsonAnswer:
         self.encoding = encoding
         self._bad = bad
         self.errors: list[dict[str, Any]] = []
+        # The places of the absent keys of a batch (:meth:`values`): a ``null`` elsewhere in it is
+        # a stored JSON ``null`` (or, listed in ``errors``, a value that could not be answered).
+        self.absent: list[int] = []
 
     def _error(self, key: bytes, **where: Any) -> dict[str, Any]:
+        utf8 = self._format == "string"
+        problem = VALUE_NOT_UTF8 if utf8 else VALUE_NOT_JSON
         error = {
             **where,
             "key": encode_key(key, self.encoding),
-            "type": VALUE_NOT_JSON.uri,
-            "title": VALUE_NOT_JSON.title,
-            "status": VALUE_NOT_JSON.status,
-            "detail": not_json_detail(self._store),
+            "type": problem.uri,
+            "title": problem.title,
+            "status": problem.status,
+            "detail": not_utf8_detail(self._store) if utf8 else not_json_detail(self._store),
         }
         self.errors.append(error)
         return error
+
+    def _is_bad(self, key: bytes, value: bytes) -> bool:
+        if self._format == "json":
+            return not self._bad.is_json(self._store, key, value)
+        return self._format == "string" and not self._bad.is_utf8(self._store, key, value)
 
     def items(self, items: Sequence[tuple[bytes, bytes]]) -> list[dict[str, Any]]:
         """Scan or index page items: ``{"key", "value"}``, or ``{"key", "error"}`` for a bad value."""
         answered: list[dict[str, Any]] = []
         for key, value in items:
-            if self._format == "json" and not self._bad.is_json(self._store, key, value):
+            if self._is_bad(key, value):
                 error = self._error(key)
                 answered.append(
                     {
@@ -144,12 +204,21 @@ class JsonAnswer:
         return answered
 
     def values(self, keys: Sequence[bytes], values: Sequence[bytes | None]) -> list[Any]:
-        """Batch values in request order: ``None`` for absent keys and (with an error entry) bad values."""
+        """Batch values in request order: ``None`` for absent keys (their places then in
+        :attr:`absent`) and, with an error entry, for bad values."""
+        absent = self.absent
+        if self._format == "string":
+            bad = set(self._bad.not_utf8(self._store, keys, values, absent))
+            for index in sorted(bad):
+                self._error(keys[index], index=index)
+            return [None if i in bad else json_value(value, "string") for i, value in enumerate(values)]
         if self._format != "json":
+            absent += [index for index, value in enumerate(values) if value is None]
             return [json_value(value, self._format) for value in values]
         fragment = orjson.Fragment
         answered: list[Any] = [None if value is None else fragment(value) for value in values]
-        for index in self._bad.not_json(self._store, keys, values):
+        # The pass checking the values finds the absent ones too: no pass of its own on the hot path.
+        for index in self._bad.not_json(self._store, keys, values, absent):
             self._error(keys[index], index=index)
             answered[index] = None
         return answered
@@ -168,5 +237,5 @@ def json_value(value: bytes | None, value_format: str) -> Any:
     if value_format == "json":
         return orjson.Fragment(value)
     if value_format == "string":
-        return value.decode("utf-8", errors="replace")
+        return value.decode("utf-8")  # checked first (JsonAnswer): never a replacement character
     return base64.b64encode(value).decode("ascii")

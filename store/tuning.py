@@ -42,6 +42,10 @@ class ConsumerTuning:
     # The Kafka client runs in a child process, so that a crash inside it ends that process, not
     # the reads (``store.kafka.child_source``); off, it runs in the store's own process.
     consumer_in_child_process: bool = True
+    # How long past a request's own timeout that child may stay silent before the store reports it
+    # (stopped, overloaded), and how long before it is killed and replaced.
+    child_silence_seconds: float = 10.0
+    child_answer_margin_seconds: float = 30.0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -125,4 +125,5 @@ CLIENT_TOO_MANY_CONNECTIONS = _problem(
 STORE_CORRUPT = _problem("store-corrupt", 503, "Store corrupt")
 # The service cannot answer correctly: the topic holds a value its format forbids, or a bug.
 VALUE_NOT_JSON = _problem("value-not-json", 502, "Stored value is not JSON")
+VALUE_NOT_UTF8 = _problem("value-not-utf8", 502, "Stored value is not UTF-8 text")
 INTERNAL_ERROR = _problem("internal-error", 500, "Internal error")

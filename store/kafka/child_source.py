@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 from store.kafka.batch import KafkaErrorReport
@@ -24,9 +25,6 @@ from store.kafka.polls import Poll
 from store.tuning import ConsumerTuning
 
 _MODULE = "store.kafka.consumer_process"
-# How much longer than a request's own timeout the child may take to answer before it is taken
-# for hung, killed and replaced: a loaded machine can pause a process for seconds.
-_ANSWER_MARGIN_SECONDS = 30.0
 
 
 class SourceCrashedError(TransientSourceError):
@@ -41,6 +39,11 @@ class ChildConsumerSource:
     unreachable, ...); librdkafka's log lines go to ``kafka_log``. ``always_metas``: every poll
     brings each record's partition, offset and timestamp (a store that keeps history needs them
     from the poll on that its history begins, and polls are asked one ahead).
+
+    ``on_silence`` is told when the child has not answered for ``tuning.child_silence_seconds``
+    past a request's timeout (a message saying so: it may be stopped, or starved of CPU), and
+    again with ``None`` once it answers; after ``child_answer_margin_seconds`` it is killed and
+    the call raises :class:`SourceCrashedError`, as a loaded machine can pause a process for seconds.
     """
 
     def __init__(
@@ -52,8 +55,13 @@ class ChildConsumerSource:
         kafka_log: KafkaLog,
         tuning: ConsumerTuning,
         always_metas: bool,
+        on_silence: Callable[[str | None], None] | None = None,
     ) -> None:
         self._topic = topic
+        self._on_silence = on_silence
+        self._silence_seconds = tuning.child_silence_seconds
+        self._answer_margin = tuning.child_answer_margin_seconds
+        self._silent = False  # the child was reported silent and has not answered since
         self._on_client_error = on_client_error
         self._kafka_log = kafka_log
         self._poll_timeout = tuning.poll_timeout_seconds
@@ -138,22 +146,32 @@ class ChildConsumerSource:
 
     def _answer(self, timeout: float) -> tuple[Any, ...]:
         """The answer to the oldest request, taking the reports that come before it."""
-        limit = timeout + _ANSWER_MARGIN_SECONDS
-        deadline = time.monotonic() + limit
+        limit = timeout + self._answer_margin
+        asked = time.monotonic()
+        deadline = asked + limit
+        report_at = asked + timeout + self._silence_seconds
         while True:
-            left = deadline - time.monotonic()
+            now = time.monotonic()
+            left = deadline - now
             if left <= 0:
                 self._process.kill()
                 raise SourceCrashedError(
                     f"the Kafka client process (pid {self._process.pid}) did not answer within"
                     f" {limit:.0f}s; it was killed"
                 )
+            if now >= report_at:
+                self._report_silence(now - asked, limit)
+                report_at = now + self._silence_seconds
             try:
-                message = self._answers.read(left)
+                message = self._answers.read(min(left, max(0.0, report_at - now)))
             except EOFError:
                 raise self._crashed() from None
             if message is None:
                 continue
+            if self._silent:
+                self._silent = False
+                if self._on_silence is not None:
+                    self._on_silence(None)
             kind = message[0]
             if kind == "log":
                 self._kafka_log.line(*message[1:])
@@ -166,6 +184,28 @@ class ChildConsumerSource:
                 answer: tuple[Any, ...] = message
                 return answer
 
+    def _report_silence(self, silent_for: float, limit: float) -> None:
+        self._silent = True
+        if self._on_silence is None:
+            return
+        stopped = " (it is stopped: a SIGSTOP, or a debugger)" if process_stopped(self._process.pid) else ""
+        self._on_silence(
+            f"the Kafka client process (pid {self._process.pid}) has not answered for {silent_for:.0f}s"
+            f"{stopped}; reads go on from the last good copy, staler each second; it is killed and"
+            f" replaced if it has not answered within {limit:.0f}s"
+        )
+
     def _crashed(self) -> SourceCrashedError:
         code = self._process.end(stop=False, grace_seconds=2.0)
         return SourceCrashedError(f"the Kafka client process (pid {self._process.pid}) {describe_exit(code)}")
+
+
+def process_stopped(pid: int) -> bool:
+    """Whether process ``pid`` is stopped (state ``T`` or ``t`` in ``/proc``; ``False`` where
+    that cannot be read)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    # The state follows the command name, which is in parentheses and may hold anything.
+    return stat[stat.rfind(")") + 2 : stat.rfind(")") + 3] in ("T", "t")

@@ -33,7 +33,7 @@ from typing import IO, Any
 
 from confluent_kafka import OFFSET_BEGINNING
 
-from store.exceptions import StoreClosedError, StoreWriteError
+from store.exceptions import StoreClosedError, StoreFullError, StoreWriteError
 from store.kafka.batch import KafkaErrorReport, Placer
 from store.kafka.catchup import CatchUp
 from store.kafka.children import ChildProcess
@@ -45,6 +45,7 @@ from store.lifecycle.reporter import Reporter
 from store.lifecycle.timing import Every
 from store.lifecycle.writer import TableWriter, check_written_copy
 from store.state import RestoreMode
+from store.table.engine import is_space_error
 from store.tuning import ConsumerTuning, RestoreTuning
 
 _WORKER_MODULE = "store.kafka.restore_worker"
@@ -52,6 +53,12 @@ _WORKER_MODULE = "store.kafka.restore_worker"
 
 class BulkLoadError(RuntimeError):
     """A restore worker process failed; the materializer retries the session."""
+
+
+class BulkVolumeFullError(StoreFullError):
+    """The volume had no room for a bulk restore's files. RocksDB may still take writes (the
+    files are written beside it), so the store restores record by record from then on: those
+    writes pause on a full volume as any write does, and resume by themselves."""
 
 
 RestoreEvent = ChunkWritten | KafkaErrorReport | WorkerLog | WorkerCaughtUp
@@ -100,7 +107,7 @@ class BulkRestore:
         """``placement``: the producers' partitioner and the topic's partition count, for workers
         to check a sample of each chunk's records against (``None``: no check)."""
         self._directory = directory
-        self._events: queue.Queue[RestoreEvent | BulkLoadError] = queue.Queue()
+        self._events: queue.Queue[RestoreEvent | BulkLoadError | BulkVolumeFullError] = queue.Queue()
         shares = split_partitions(remaining, restore.bulk_load_workers)
         config = dict(consumer_config)
         # Each worker's consumer buffers its own fetches: together they stay within the one limit.
@@ -130,6 +137,8 @@ class BulkRestore:
         try:
             directory.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
+            if is_space_error(exc):
+                raise _volume_full(directory, str(exc)) from exc
             raise BulkLoadError(f"cannot create the bulk-load directory {directory}: {exc}") from exc
         self._process = ChildProcess(_WORKER_MODULE)
         try:
@@ -152,7 +161,7 @@ class BulkRestore:
             event = self._events.get(timeout=timeout)
         except queue.Empty:
             return None
-        if isinstance(event, BulkLoadError):
+        if isinstance(event, BulkLoadError | BulkVolumeFullError):
             raise event
         return event
 
@@ -183,11 +192,24 @@ class BulkRestore:
                 )
                 return
             if isinstance(event, WorkerFailed):
-                self._events.put(BulkLoadError(f"restore worker {worker} failed: {event.text}"))
+                failure = (
+                    _volume_full(self._directory, event.text)
+                    if is_space_error(event.text)
+                    else BulkLoadError(f"restore worker {worker} failed: {event.text}")
+                )
+                self._events.put(failure)
                 return
             if isinstance(event, WorkerCaughtUp):
                 self._caught_up += 1
             self._events.put(event)
+
+
+def _volume_full(directory: Path, reason: str) -> BulkVolumeFullError:
+    return BulkVolumeFullError(
+        f"the bulk restore cannot write its files in {directory} ({reason}); free space on its"
+        " volume (or grow it): the store restores record by record meanwhile, pausing while the"
+        " volume is full, and resumes by itself"
+    )
 
 
 class BulkPhase:

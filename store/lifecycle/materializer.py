@@ -47,7 +47,7 @@ from store.kafka.client import (
 from store.kafka.log import OncePerInterval
 from store.kafka.source import ConsumerSource, RecordSource
 from store.lifecycle.apply_loop import ApplyLoop
-from store.lifecycle.bulkload import BulkPhase
+from store.lifecycle.bulkload import BulkPhase, BulkVolumeFullError
 from store.lifecycle.config import StoreConfig
 from store.lifecycle.progress import Progress
 from store.lifecycle.reporter import Reporter
@@ -93,6 +93,9 @@ class Materializer:
         # The same broker or topic problem is logged once a minute, not at every retry.
         self._warnings = OncePerInterval(self._log)
         self._write_errors = WriteErrors(config, copies, self.progress, self._log, self._stop)
+        self._silence: str | None = None  # the error noted while the Kafka client's process is silent
+        # Off once the volume was found full: the rest of the restore goes record by record.
+        self._bulk_allowed = True
 
     def start(self) -> None:
         self._thread.start()
@@ -133,6 +136,7 @@ class Materializer:
                 )
                 self.progress.note_error(signal.reason)
                 self.placement.reset()
+                self._bulk_allowed = True
                 self._copies.rebuild(signal.reason)
             except StoreReadError as exc:
                 # Before write errors: a write refused for corruption is both. The copy is marked
@@ -142,7 +146,11 @@ class Materializer:
                     backoff.wait(self._stop)
             except StoreWriterClosedError:
                 backoff.wait(self._stop)  # the store is stopping: nothing to say
+            except BulkVolumeFullError as exc:
+                self._bulk_allowed = False
+                self._write_errors.bulk_volume_full(exc)
             except StoreFullError as exc:
+                self._bulk_allowed = False  # a bulk restore would fill the volume again
                 self._write_errors.wait_for_space(exc, backoff)
             except StoreWriteError as exc:
                 if not self._write_errors.retry_after_failure(exc, backoff):
@@ -173,6 +181,20 @@ class Materializer:
         self.progress.note_error(message)
         self._log.error('store "%s": %s', self._config.name, message)
         self._stop.wait(delay)
+
+    def _child_silence(self, message: str | None) -> None:
+        """The Kafka client's process stopped answering (``message``), or answers again (``None``)."""
+        if message is None:
+            if self._silence is not None and self.progress.last_error == self._silence:
+                self.progress.last_error = None
+            self._silence = None
+            self._log.info('store "%s": the Kafka client process answers again', self._config.name)
+            return
+        self._silence = message
+        self.progress.note_error(message)
+        self._warnings.log(
+            logging.WARNING, _NUMBERS.sub("#", message), f'store "{self._config.name}": {message}'
+        )
 
     # -- one session --------------------------------------------------------------------------
 
@@ -205,6 +227,7 @@ class Materializer:
                 reporter.kafka_log,
                 tuning,
                 always_metas=config.history is not None,
+                on_silence=self._child_silence,
             )
         return ConsumerSource(
             config.name,
@@ -335,7 +358,8 @@ class Materializer:
     def _wants_bulk(self) -> bool:
         minimum = self._tuning.restore.bulk_load_min_records
         return (
-            self._copies.state is not StoreState.READY
+            self._bulk_allowed
+            and self._copies.state is not StoreState.READY
             and minimum > 0
             and self.progress.remaining(self._written_position()) >= minimum
         )

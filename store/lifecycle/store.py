@@ -11,7 +11,7 @@ from types import TracebackType
 from store.exceptions import StoreClosedError
 from store.lifecycle.config import StoreConfig
 from store.lifecycle.copies import Copies
-from store.lifecycle.lock import DirectoryLock
+from store.lifecycle.lock import DirectoryLock, LockWatch
 from store.lifecycle.materializer import Materializer
 from store.lifecycle.progress import Progress
 from store.lifecycle.restore_slots import PROCESS_RESTORE_SLOTS, RestoreSlots
@@ -63,6 +63,9 @@ class Store:
         self._copies = Copies(config)
         self._changed = self._copies.changed
         self._directory_lock = DirectoryLock(config.name, config.path)
+        # Set once the store directory was found removed while serving; shown in the status.
+        self._directory_problem: str | None = None
+        self._lock_watch: LockWatch | None = None
         self._materializer: Materializer | None = None
         self._verifier: Verifier | None = None
 
@@ -122,9 +125,22 @@ class Store:
         self._materializer.start()
         if self._verifier is not None:
             self._verifier.start()
+        self._lock_watch = LockWatch(
+            self.name,
+            self._directory_lock,
+            # The directory is checked as often as the topic's metadata.
+            self.config.tuning.consumer.metadata_check_interval_seconds,
+            self._note_directory_problem,
+        )
+        self._lock_watch.start()
+
+    def _note_directory_problem(self, problem: str) -> None:
+        self._directory_problem = problem
 
     def stop(self) -> None:
         """Stop materializing, flush, close the database and release the directory."""
+        if self._lock_watch is not None:
+            self._lock_watch.stop()
         if self._verifier is not None:
             self._verifier.stop()
         if self._materializer is not None:
@@ -222,7 +238,7 @@ class Store:
             null_key_records=progress.null_keys,
             approximate_num_keys=num_keys,
             size_on_disk_bytes=disk_bytes,
-            last_error=copies.failure or progress.last_error,
+            last_error=copies.failure or self._directory_problem or progress.last_error,
             memory=copies.memory(),
             seconds_since_last_contact=time.monotonic() - last_contact if last_contact else None,
             indexes=_index_statuses(serving),

@@ -90,6 +90,14 @@ class WriteErrors:
                 self._resumed()
                 return
 
+    def bulk_volume_full(self, error: StoreFullError) -> None:
+        """A bulk restore found no room for its files: said once, and the rest of the restore goes
+        record by record, whose writes pause (and say so) only if the volume is still full."""
+        self._progress.note_error(str(error))
+        self._log.error(
+            'store "%s": %s; reads go on at position %s', self._config.name, error, self._position() or "none"
+        )
+
     def retry_after_failure(self, error: StoreWriteError, backoff: Backoff) -> bool:
         """Retry writing after an I/O error (or a refusal of no known kind); ``False`` once the
         store is FAILED (every attempt failed), ``True`` once it writes again or on a stop."""

@@ -74,8 +74,10 @@ def prefix_upper_bound(prefix: bytes) -> bytes | None:
 _SPACE_ERRORS = ("no space left on device", "file too large", "disk quota exceeded")
 
 
-def _is_space_error(exc: Exception) -> bool:
-    text = str(exc).lower()
+def is_space_error(error: Exception | str) -> bool:
+    """Whether RocksDB's (or the OS's) message says the volume, a quota or a file size limit
+    refused a write."""
+    text = str(error).lower()
     return any(marker in text for marker in _SPACE_ERRORS)
 
 
@@ -93,7 +95,7 @@ def write_error(path: Path, exc: Exception, closed: bool = False) -> StoreWriteE
             f"the store at {path} was closed while being written ({text or type(exc).__name__}); nothing"
             " to do: the store is stopping, or reopening its copy"
         )
-    if _is_space_error(exc):
+    if is_space_error(exc):
         return StoreFullError(
             f"cannot write the store at {path} ({text}); free space on its volume (or grow it):"
             " the store resumes by itself once it can write again"
@@ -213,7 +215,7 @@ class Engine:
                 column_families=dict.fromkeys(families.ALL, self._options),
             )
         except Exception as exc:
-            if _is_space_error(exc):
+            if is_space_error(exc):
                 raise StoreFullError(
                     f"cannot open the RocksDB database at {path} ({exc}): its volume is full; free"
                     " space on it (or grow it): the store opens by itself once it can write again"

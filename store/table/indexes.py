@@ -13,7 +13,12 @@ Each index's state (the field it was built on, ``building`` or ``ready``) is kep
 column family under ``index/`` + its name (:func:`state_entry`, :func:`parse_states`).
 
 Indexed values are compared as bytes: a JSON string indexes as its UTF-8 text, a number or boolean
-as its JSON text (``42``, ``4.5``, ``true``); null, objects and arrays are not indexed.
+as its JSON text as written in the value (``42``, ``4.50``, ``1e2``, ``12345678901234567890123``:
+never a float's rendering, so two numbers that differ in the text never share an entry); null,
+objects and arrays are not indexed.
+
+The state entry also records :data:`ENCODING`, the version of that rule: an index stored under
+another version reads as :data:`OUTDATED` and is rebuilt like a changed one.
 """
 
 from __future__ import annotations
@@ -34,7 +39,10 @@ except ImportError:  # pragma: no cover - orjson ships with the server extra
 
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 _LENGTH = struct.Struct(">I")
-STATE_PREFIX = b"index/"  # in the meta family: index name -> "field\nstate"
+STATE_PREFIX = b"index/"  # in the meta family: index name -> "field\nstate\nencoding"
+# The version of the rule turning a field into bytes; "2": numbers as written (before: as parsed).
+ENCODING = "2"
+OUTDATED = "outdated"  # the state of an index stored under another encoding: it is rebuilt
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -75,18 +83,49 @@ class IndexSpec:
         if value is None:
             return None
         try:
-            document = _loads(value)
+            found = _walk(_loads(value), self.path)
         except ValueError:
             return None
-        for part in self.path:
-            if not isinstance(document, dict):
-                return None
-            document = document.get(part)
-        return encode_indexed_value(document)
+        if type(found) is int and found:
+            # A nonzero integer is written as Python prints it (JSON integers have one spelling).
+            return str(found).encode()
+        if type(found) is float:
+            # A parsed float has lost its text: parse again, keeping the text of each number with
+            # a fraction or exponent. Only values whose field is such a number pay for it.
+            return _walk_text(value, self.path, parse_float=_NumberText)
+        if type(found) is int:  # 0, which may also be written -0 (only then parsed again)
+            return b"0" if b"-0" not in value else _walk_text(value, self.path, parse_int=_NumberText)
+        return encode_indexed_value(found)
+
+
+def _walk_text(value: bytes, path: tuple[str, ...], **hooks: Any) -> bytes | None:
+    """The indexed value at ``path``, parsing ``value`` again with ``hooks`` keeping number texts."""
+    return encode_indexed_value(_walk(json.loads(value, **hooks), path))
+
+
+class _NumberText(str):
+    """A JSON number as written in the document."""
+
+    __slots__ = ()
+
+
+def _walk(document: Any, path: tuple[str, ...]) -> Any:
+    """The value at the dotted ``path`` of a parsed document (``None`` when there is none)."""
+    for part in path:
+        if not isinstance(document, dict):
+            return None
+        document = document.get(part)
+    return document
 
 
 def encode_indexed_value(value: object) -> bytes | None:
-    """The bytes an index compares for one JSON value (``None``: not indexable)."""
+    """The bytes an index compares for one JSON value (``None``: not indexable).
+
+    An ``int`` stands for an integer written as Python prints it (JSON integers have no other
+    spelling, ``-0`` aside); a float never arrives here from :meth:`IndexSpec.extract`.
+    """
+    if isinstance(value, _NumberText):
+        return value.encode()
     if isinstance(value, str):
         return value.encode()
     if isinstance(value, bool):
@@ -116,14 +155,15 @@ def index_changes(
 
 def state_entry(name: str, field: str, state: str | None) -> tuple[bytes, bytes | None]:
     """The meta key and value of an index's state (value ``None``: the index no longer exists)."""
-    return STATE_PREFIX + name.encode(), None if state is None else f"{field}\n{state}".encode()
+    return STATE_PREFIX + name.encode(), None if state is None else f"{field}\n{state}\n{ENCODING}".encode()
 
 
 def parse_states(entries: Iterable[tuple[bytes, bytes]]) -> dict[str, tuple[str, str]]:
     """Per index name, the field it was built on and its state, from the meta entries under
-    ``STATE_PREFIX``."""
+    ``STATE_PREFIX``; an index stored under another :data:`ENCODING` is :data:`OUTDATED`."""
     states: dict[str, tuple[str, str]] = {}
     for key, value in entries:
-        field, _, state = value.decode().partition("\n")
-        states[key[len(STATE_PREFIX) :].decode()] = (field, state)
+        field, _, rest = value.decode().partition("\n")
+        state, _, encoding = rest.partition("\n")
+        states[key[len(STATE_PREFIX) :].decode()] = (field, state if encoding == ENCODING else OUTDATED)
     return states

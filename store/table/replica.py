@@ -29,7 +29,7 @@ from store.table.corruption import drop_engine_references
 from store.table.engine import Engine, SnapshotReader, destroy, prefix_upper_bound
 from store.table.history import HistoryRecorder, floor_from
 from store.table.hot_keys import HotKeyCache, read_misses
-from store.table.indexes import STATE_PREFIX, IndexSpec, index_changes, parse_states, state_entry
+from store.table.indexes import OUTDATED, STATE_PREFIX, IndexSpec, index_changes, parse_states, state_entry
 from store.table.seams import Changes, TableConfig
 from wire.position import Position
 
@@ -308,6 +308,13 @@ class Replica:
         for spec in self.indexes.values():
             if spec.name in ready or stop.is_set():
                 continue
+            if states.get(spec.name) == (spec.field, OUTDATED):
+                logger.info(
+                    'store "%s": index "%s" was stored by an older statestore (numbers as parsed, not'
+                    " as written); rebuilding it",
+                    self.name,
+                    spec.name,
+                )
             self._build_index(spec, stop)
 
     def _build_index(self, spec: IndexSpec, stop: threading.Event) -> None:

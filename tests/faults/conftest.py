@@ -22,8 +22,9 @@ import pytest
 import yaml
 
 from service.local.broker import LocalBroker, free_port
+from store import RestoreSlots, Store, StoreConfig, StoreError, StoreTuning
 from tests.support.kafka import close_producers
-from tests.support.stores import REPO
+from tests.support.stores import FAST, REPO
 
 
 class ServiceProcess:
@@ -157,3 +158,44 @@ def start_service(tmp_path: Path) -> Iterator[ServiceFactory]:
     for service in started:
         service.kill()
         service.client.close()
+
+
+@pytest.fixture
+def small_volume(tmp_path: Path) -> Iterator[Path]:
+    """A 20 MB tmpfs mounted for this test (the tests run as root)."""
+    mount = tmp_path / "volume"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=20m", "tmpfs", str(mount)], check=True)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "--lazy", str(mount)], check=False)
+
+
+StoreFactory = Callable[..., Store]
+
+
+@pytest.fixture
+def start_store(broker: LocalBroker, tmp_path: Path) -> Iterator[StoreFactory]:
+    """Factory: a started real ``Store`` named ``s`` over ``topic`` on the session broker, in this
+    process (its Kafka client and restore workers in child processes, as in the service); stopped
+    at teardown. ``state_dir`` defaults to the test's."""
+    stores: list[Store] = []
+
+    def start(topic: str, *, tuning: StoreTuning = FAST, state_dir: Path | None = None) -> Store:
+        config = StoreConfig(
+            name="s",
+            topic=topic,
+            kafka={"bootstrap.servers": broker.bootstrap_servers},
+            state_dir=state_dir or tmp_path / "state",
+            tuning=tuning,
+        )
+        store = Store(config, RestoreSlots(1))
+        stores.append(store)
+        store.start()
+        return store
+
+    yield start
+    for store in reversed(stores):
+        with contextlib.suppress(StoreError):
+            store.stop()

@@ -5,9 +5,7 @@ its copy and creates no file meanwhile; once space is freed it catches up by its
 from __future__ import annotations
 
 import os
-import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,18 +23,6 @@ SMALL = {f"small-{i:03}": f"v{i}" for i in range(200)}
 # file the full volume cannot take.
 BIG = {f"big-{i:03}": os.urandom(4_000).hex() for i in range(800)}
 LEFT_FREE = 2 * 1024 * 1024  # less than a write buffer
-
-
-@pytest.fixture
-def small_volume(tmp_path: Path) -> Iterator[Path]:
-    """A 20 MB tmpfs mounted for this test (the tests run as root)."""
-    mount = tmp_path / "volume"
-    mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=20m", "tmpfs", str(mount)], check=True)
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "--lazy", str(mount)], check=False)
 
 
 def fill(volume: Path, leave: int) -> Path:

@@ -73,6 +73,7 @@ def test_batch_get_as_of_json_and_arrow(history: tuple[Service, WatchedStore]) -
     assert response.headers["Statestore-Position"] == "0:2,1:1"
     assert response.json() == {
         "values": [{"ticker": "AAPL", "qty": 1}, {"ticker": "MSFT", "qty": 3}, None],
+        "absent": [2],
         "position": "0:2,1:1",
     }
     table = pa.table({"key": pa.array([b"p4", b"p1"])})

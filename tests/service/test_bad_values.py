@@ -61,6 +61,7 @@ def test_a_json_batch_answers_bad_values_as_error_entries(bad: Service) -> None:
     body = strict_json(answer.text)
     assert isinstance(body, dict)
     assert body["values"] == [{"name": "Pen"}, None, None, None, [1, 2]]
+    assert body["absent"] == [2]  # the bad values are errors, not absent keys
     assert [(e["index"], e["key"], e["type"], e["status"]) for e in body["errors"]] == [
         (1, "p2", NOT_JSON, 502),
         (3, "p3", NOT_JSON, 502),

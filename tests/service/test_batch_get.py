@@ -40,6 +40,7 @@ def test_json_batch_answers_in_request_order_with_nulls(service: Service) -> Non
     assert response.status_code == 200
     assert response.json() == {
         "values": [{"name": "Ink"}, None, {"name": "Pen"}, {"name": "Ink"}],
+        "absent": [1],
         "position": "0:1,1:1,2:2",
     }
     assert response.headers["Statestore-Position"] == "0:1,1:1,2:2"

@@ -438,3 +438,22 @@ def test_index_being_built_is_503_with_retry_after(make_service: Callable[..., S
     assert info["indexes"]["by_ticker"] == {"field": "ticker", "state": "building", "rows_indexed": 12}
     # The other index answers meanwhile.
     assert service.client.get("/v1/stores/positions/indexes/by_qty/1").json()["items"][0]["key"] == "pos-1"
+
+
+def test_numbers_are_looked_up_by_their_text_as_written(make_service: Callable[..., Service]) -> None:
+    written = [b"12345678901234567890123", b"12345678901234567890124", b"1e2", b"100", b"1.50", b"-0"]
+    store = InMemoryStore("positions", indexes=[IndexSpec("by_ticker", "ticker")])
+    store.apply([(0, i, b"n%d" % i, b'{"ticker": %s}' % text) for i, text in enumerate(written)])
+    config = {**POSITIONS_CONFIG, "indexes": [{"name": "by_ticker", "field": "ticker"}]}
+    service = make_service({"positions": store}, configs=[config])
+    for i, text in enumerate(written):
+        response = service.client.get(f"{URL}/{text.decode()}")
+        assert response.status_code == 200, response.text
+        assert [item["key"] for item in response.json()["items"]] == [f"n{i}"], text
+    for rendering in ["1.2345678901234568e+22", "100.0", "1.5", "0"]:
+        assert service.client.get(f"{URL}/{rendering}").json()["items"] == [], rendering
+    response = service.client.post(BATCH, json={"values": ["1e2", "12345678901234567890124"]})
+    assert [[item["key"] for item in result["items"]] for result in response.json()["results"]] == [
+        ["n2"],
+        ["n1"],
+    ]

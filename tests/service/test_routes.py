@@ -255,7 +255,7 @@ def test_value_encoding_base64_in_json_answers_for_bytes_store(service: Service)
     assert response.json()["values"] == [base64.b64encode(b"\x00\x01\xfe").decode()]
 
 
-def test_a_string_value_is_labelled_utf8_only_when_it_is(make_service: Callable[..., Service]) -> None:
+def test_a_string_value_is_answered_as_utf8_text_only_when_it_is(make_service: Callable[..., Service]) -> None:
     notes = InMemoryStore("notes", topic="notes-topic")
     notes.apply([(0, 0, b"text", "héllo".encode()), (0, 1, b"raw", b"\xff\xfeno"), (0, 2, b"ascii", b"hi")])
     service = make_service(stores={"notes": notes})
@@ -265,6 +265,7 @@ def test_a_string_value_is_labelled_utf8_only_when_it_is(make_service: Callable[
     ascii_text = service.client.get("/v1/stores/notes/keys/ascii")
     assert ascii_text.headers["content-type"] == "text/plain; charset=utf-8"
     raw = service.client.get("/v1/stores/notes/keys/raw")
-    assert raw.status_code == 200
-    assert raw.headers["content-type"] == "application/octet-stream"
-    assert raw.content == b"\xff\xfeno"
+    # Never labelled as text, nor answered as other bytes: an error naming the bad record.
+    body = assert_problem(raw, 502, "value-not-utf8")
+    assert body["store"] == "notes"
+    assert raw.headers["statestore-position"] == text.headers["statestore-position"]

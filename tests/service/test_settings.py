@@ -297,3 +297,35 @@ def test_by_default_without_a_memory_limit_each_store_keeps_its_own_cache_and_it
     assert customers.block_cache_bytes == RocksDBOptions().block_cache_bytes
     assert "each store gets a cache of 256 MiB instead" in caplog.text
     assert "cannot read a memory limit" in caplog.text
+
+
+_SECOND_TOKEN = """
+    - name: {name}
+      sha256: "{digest}"
+      stores: ["*"]
+"""
+
+
+@pytest.mark.parametrize(
+    ("name", "digest", "named"),
+    [
+        # The same digest in another case is the same token.
+        ("admin", "2BB80D537B1DA3E38BD30361AA855686BDE0EACD7162FEF6A25FE97BF527A25B", "the same sha256"),
+        ("analytics", "0" * 64, "the same name"),
+    ],
+)
+def test_one_credential_meaning_two_things_is_refused(
+    config_file: Path, name: str, digest: str, named: str
+) -> None:
+    config_file.write_text(YAML + _SECOND_TOKEN.format(name=name, digest=digest))
+    with pytest.raises(ConfigError) as refused:
+        load_settings(config_file)
+    message = str(refused.value)
+    assert "\n" not in message
+    assert f"auth.tokens[0] ('analytics') and auth.tokens[1] ('{name}') have {named}" in message
+    assert "of its own" in message
+
+
+def test_distinct_tokens_load(config_file: Path) -> None:
+    config_file.write_text(YAML + _SECOND_TOKEN.format(name="admin", digest="0" * 64))
+    assert [t.name for t in load_settings(config_file).auth.tokens] == ["analytics", "admin"]

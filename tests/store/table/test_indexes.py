@@ -56,24 +56,27 @@ PATHS = {
 
 def indexed_value(value: bytes | None, field: str) -> bytes | None:
     """The documented rule: a JSON string indexes as its UTF-8, a number or boolean as its JSON
-    text; null, objects, arrays, a missing field and a value that is not JSON have no entry."""
+    text as written; null, objects, arrays, a missing field and a value that is not JSON have no
+    entry."""
     if value is None:
         return None
     try:
-        document: Any = json.loads(value)
+        document: Any = json.loads(value, parse_int=_Written, parse_float=_Written)
     except ValueError:
         return None
     for part in field.split("."):
         if not isinstance(document, dict) or part not in document:
             return None
         document = document[part]
-    if isinstance(document, str):
+    if isinstance(document, str):  # a string, or a number's text (_Written)
         return document.encode()
     if isinstance(document, bool):
         return b"true" if document else b"false"
-    if isinstance(document, int | float):
-        return json.dumps(document).encode()
     return None
+
+
+class _Written(str):
+    """A JSON number's text as written."""
 
 
 def index_model(table: Mapping[bytes, bytes], spec: IndexSpec) -> dict[bytes, set[bytes]]:
@@ -141,6 +144,9 @@ TICKERS = ["AAPL", "AAPLX", "VOD", "", "é", "1"]  # "AAPL" prefixes "AAPLX"; "1
 KEYS = [b"p1", b"p10", b"p2", b"p\x00", b"p\xff", b"q"]
 # Every indexed value the generator can make, and one that only prefixes another.
 PROBES = {t.encode() for t in TICKERS} | {b"1", b"2.5", b"-3", b"true", b"false", b"AAP", b"null"}
+# Numbers whose parsed value has lost the text: each indexes as written, under no other text.
+WRITTEN_NUMBERS = [b"1e2", b"100.0", b"12345678901234567890123", b"12345678901234567890124", b"-0", b"1.50"]
+PROBES |= set(WRITTEN_NUMBERS) | {b"100", b"1.2345678901234568e+22", b"0", b"1.5"}
 
 field_values = st.one_of(
     st.sampled_from(TICKERS),
@@ -159,6 +165,7 @@ documents = st.fixed_dictionaries(
 values = st.one_of(
     documents.map(lambda document: json.dumps(document).encode()),
     st.sampled_from([b"not json", b"\xff\xfe", b"[1, 2]", b'"AAPL"', b"{"]),
+    st.sampled_from([b'{"ticker": %s, "ref": {"ticker": %s}}' % (n, n) for n in WRITTEN_NUMBERS]),
     st.none(),  # a tombstone
 )
 records = st.tuples(st.sampled_from(KEYS), values)
