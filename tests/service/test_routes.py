@@ -255,7 +255,7 @@ def test_value_encoding_base64_in_json_answers_for_bytes_store(service: Service)
     assert response.json()["values"] == [base64.b64encode(b"\x00\x01\xfe").decode()]
 
 
-def test_a_string_value_is_answered_as_utf8_text_only_when_it_is(make_service: Callable[..., Service]) -> None:
+def test_a_string_value_is_text_only_when_it_is_utf8(make_service: Callable[..., Service]) -> None:
     notes = InMemoryStore("notes", topic="notes-topic")
     notes.apply([(0, 0, b"text", "héllo".encode()), (0, 1, b"raw", b"\xff\xfeno"), (0, 2, b"ascii", b"hi")])
     service = make_service(stores={"notes": notes})
