@@ -330,7 +330,7 @@ class StoredValueNotJsonError(ProblemError, ValueDecodeError):
 class StoredValueNotUtf8Error(ProblemError, ValueDecodeError):
     """The key's value in a ``string`` store is not UTF-8 text (the topic holds a bad record)."""
 
-    slug = "value-not-utf8"
+    slug = problems.VALUE_NOT_UTF8.slug
 
 
 class InternalServerError(ProblemError):
