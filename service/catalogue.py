@@ -1,4 +1,4 @@
-"""Every problem type the service answers with: its slug, HTTP status and title (docs/http-api.md).
+"""Every problem type the service answers with: its slug, HTTP status and title (docs/reference/http-api.md).
 
 The one list of them: raise sites name an entry (``raise KEY_TOO_LARGE("the key has 5000 bytes",
 extras=...)``), the clients keep a matching exception per slug (a test checks both agree), and a

@@ -31,7 +31,7 @@ class ProblemError(ServiceError):
     """A request failed for a reason the client can act on; made by calling a catalogue entry.
 
     ``problem`` is its entry in ``service.catalogue`` (slug, status, title); ``extras`` are the
-    problem-specific members listed in docs/http-api.md.
+    problem-specific members listed in docs/reference/http-api.md.
     """
 
     def __init__(

@@ -1,4 +1,4 @@
-"""Every route of docs/http-api.md against a real uvicorn server, with in-memory stores."""
+"""Every route of docs/reference/http-api.md against a real uvicorn server, with in-memory stores."""
 
 from __future__ import annotations
 
