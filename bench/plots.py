@@ -56,22 +56,24 @@ def _label_bars(axes: Any, bars: Any, texts: list[str]) -> None:
         )
 
 
+def _horizontal_bars(
+    axes: Any, names: list[str], values: list[float], colors: list[str], texts: list[str]
+) -> None:
+    """One bar a name, the first at the top, each with its text at its end."""
+    bars = axes.barh(names[::-1], values[::-1], color=colors[::-1])
+    for bar, text in zip(bars, texts[::-1], strict=True):
+        axes.annotate(text, (bar.get_width(), bar.get_y() + bar.get_height() / 2), va="center", fontsize=8.5)
+
+
 def bootstrap(results: Path, out: Path) -> Path:
     data = _load(results, "bootstrap")
     names = list(data["readers"])
     rates = [data["readers"][name] / 1e6 for name in names]
     colors = [PEER, LIGHT, OURS, OTHER]
     figure, axes = _figure("Bootstrap, 1M records: empty to READY", data["setup"])
-    bars = axes.barh(names[::-1], rates[::-1], color=colors[::-1])
     bare = data["readers"][names[0]]
-    for bar, name in zip(bars, names[::-1], strict=True):
-        share = data["readers"][name] / bare
-        axes.annotate(
-            f" {data['readers'][name] / 1e3:,.0f}k ({share:.0%} of bare)",
-            (bar.get_width(), bar.get_y() + bar.get_height() / 2),
-            va="center",
-            fontsize=8.5,
-        )
+    texts = [f" {data['readers'][n] / 1e3:,.0f}k ({data['readers'][n] / bare:.0%} of bare)" for n in names]
+    _horizontal_bars(axes, names, rates, colors, texts)
     axes.set_xlabel("million records per second (higher is better)")
     axes.set_xlim(0, max(rates) * 1.45)
     return _save(figure, out, "bootstrap")
@@ -119,15 +121,12 @@ def spark(results: Path, out: Path) -> Path:
     seconds = [data["contenders"][name]["seconds"] for name in names]
     colors = [PEER, OURS, OURS, OTHER]
     figure, axes = _figure("Spark: 1M facts joined to 100k products", data["setup"])
-    bars = axes.barh(names[::-1], seconds[::-1], color=colors[::-1])
-    for bar, name in zip(bars, names[::-1], strict=True):
-        rate = data["contenders"][name]["rows_per_second"]
-        axes.annotate(
-            f" {data['contenders'][name]['seconds']:.2f} s ({rate / 1e6:.2f}M rows/s)",
-            (bar.get_width(), bar.get_y() + bar.get_height() / 2),
-            va="center",
-            fontsize=8.5,
-        )
+    contenders = data["contenders"]
+    texts = [
+        f" {contenders[n]['seconds']:.2f} s ({contenders[n]['rows_per_second'] / 1e6:.2f}M rows/s)"
+        for n in names
+    ]
+    _horizontal_bars(axes, names, seconds, colors, texts)
     axes.set_xlabel("seconds for the whole join (lower is better)")
     axes.set_xlim(0, max(seconds) * 1.4)
     return _save(figure, out, "spark")
