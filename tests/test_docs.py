@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ast
+import inspect
+import re
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -47,3 +50,32 @@ def test_the_link_check_finds_a_broken_link(tmp_path: Path) -> None:
     )
     assert relative_links(page) == ["gone.md", "#title"]
     assert anchors(page.read_text()) == {"title"}
+
+
+def python_blocks(page: Path) -> list[str]:
+    return re.findall(r"^```python\n(.*?)^```", page.read_text(encoding="utf-8"), re.MULTILINE | re.DOTALL)
+
+
+SPARK_PAGES = [DOCS / "tutorial" / "spark.md", DOCS / "reference" / "spark.md"]
+
+
+@pytest.mark.parametrize("page", SPARK_PAGES, ids=[p.name for p in SPARK_PAGES])
+def test_the_spark_pages_call_the_api_as_it_is(page: Path) -> None:
+    """Every block compiles, and every call of a ``clients.spark`` function names parameters it has."""
+    import clients.spark  # noqa: PLC0415  # needs pyspark, as the pages do
+
+    calls = 0
+    for block in python_blocks(page):
+        tree = ast.parse(block)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module == "clients.spark":
+                assert all(hasattr(clients.spark, alias.name) for alias in node.names), block
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                function = getattr(clients.spark, node.func.id, None)
+                if function is None or not callable(function):
+                    continue
+                parameters = inspect.signature(function).parameters
+                named = {keyword.arg for keyword in node.keywords if keyword.arg}
+                assert named <= set(parameters), (node.func.id, sorted(named - set(parameters)))
+                calls += 1
+    assert calls
