@@ -79,3 +79,12 @@ def test_the_spark_pages_call_the_api_as_it_is(page: Path) -> None:
                 assert named <= set(parameters), (node.func.id, sorted(named - set(parameters)))
                 calls += 1
     assert calls
+
+
+def test_the_python_reference_names_methods_the_client_has() -> None:
+    from clients import StatestoreClient  # noqa: PLC0415
+
+    text = (DOCS / "reference" / "python.md").read_text(encoding="utf-8")
+    methods = set(re.findall(r"^\| `(\w+)\(", text, re.MULTILINE))
+    assert len(methods) >= 10
+    assert sorted(m for m in methods if not callable(getattr(StatestoreClient, m, None))) == []
