@@ -14,11 +14,7 @@ from tests.support.markdown import anchors, relative_links
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
-# Rewritten on its own schedule; its links are checked once it follows the tree below.
-UNCHECKED = {DOCS / "architecture.md"}
-PAGES = sorted(
-    {REPO / "README.md", REPO / "charts" / "statestore" / "README.md", *DOCS.rglob("*.md")} - UNCHECKED
-)
+PAGES = sorted({REPO / "README.md", REPO / "charts" / "statestore" / "README.md", *DOCS.rglob("*.md")})
 
 
 def test_the_index_has_the_four_parts() -> None:
