@@ -21,6 +21,10 @@ STORE_PATH = "/v1/stores/{store}"
 # A UTF-8 character takes up to 4 bytes: this many characters always fit the byte limit.
 _UTF8_MAX_BYTES_PER_CHAR = 4
 _LENGTH_LIMITED = {"key", "value", "prefix", "after"}
+# A byte of a URL can take three (%XX) percent-encoded.
+_PERCENT_ENCODED_BYTES = 3
+# Bytes of a request target left for the path, the store and index names and the short parameters.
+_URL_RESERVE_BYTES = 1024
 # Standard or URL-safe base64, padding optional (what ``key_encoding=base64`` accepts).
 _B64 = "[A-Za-z0-9+/_-]"
 BASE64_PATTERN = rf"^(?:{_B64}{{4}})*(?:{_B64}{{2}}(?:==)?|{_B64}{{3}}=?)?(?![\s\S])"
@@ -77,7 +81,7 @@ def _for_store(operation: dict[str, Any], store: StoreSettings, settings: Settin
         if name == "index":
             schema["enum"] = [index.name for index in store.indexes]
         elif name in _LENGTH_LIMITED:
-            schema["maxLength"] = settings.limits.max_key_bytes // _UTF8_MAX_BYTES_PER_CHAR
+            schema["maxLength"] = _max_length(written, settings)
         elif name in {"limit", "limit_per_value"}:
             schema["maximum"] = settings.limits.max_scan_limit
         if parameter["in"] == "query":
@@ -91,6 +95,17 @@ def _for_store(operation: dict[str, Any], store: StoreSettings, settings: Settin
     if body is not None:
         _limit_batch_body(body, settings)
     return written
+
+
+def _max_length(operation: dict[str, Any], settings: Settings) -> int:
+    """Characters a key-like parameter may hold: its bytes within ``max_key_bytes``, and all of the
+    operation's key-like parameters, percent-encoded, within ``max_url_bytes`` (a longer target
+    gets 414 uri-too-long) beside the path and the other parameters."""
+    in_url = [p for p in operation.get("parameters", []) if p["name"] in _LENGTH_LIMITED]
+    url_share = (settings.limits.max_url_bytes - _URL_RESERVE_BYTES) // max(1, len(in_url))
+    return max(0, min(settings.limits.max_key_bytes, url_share // _PERCENT_ENCODED_BYTES)) // (
+        _UTF8_MAX_BYTES_PER_CHAR
+    )
 
 
 def _options(query: dict[str, Any]) -> dict[str, Any]:
@@ -110,8 +125,9 @@ def _options(query: dict[str, Any]) -> dict[str, Any]:
         )
     if "as_of" in query and "min_position" in query:
         rules.append({"not": {"required": ["as_of", "min_position"]}})
-    # Other query parameters are ignored, as HTTP services do.
-    schema: dict[str, Any] = {"type": "object", "properties": query}
+    # Other query parameters are ignored, but each parameter may be given once (a repeated one,
+    # known or not, gets 422 invalid-parameter): the document lists only those the route reads.
+    schema: dict[str, Any] = {"type": "object", "properties": query, "additionalProperties": False}
     if rules:
         schema["allOf"] = rules
     names = ", ".join(query)
@@ -122,7 +138,10 @@ def _options(query: dict[str, Any]) -> dict[str, Any]:
         "style": "form",
         "explode": True,
         "schema": schema,
-        "description": f"the query parameters ({names}), each its own key=value pair on the wire",
+        "description": (
+            f"the query parameters ({names}), each its own key=value pair on the wire, each at most once"
+            " (a repeated parameter gets 422 invalid-parameter)"
+        ),
     }
 
 

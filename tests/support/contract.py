@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import re
 from typing import Any
+from urllib.parse import unquote
 
 import schemathesis
 from schemathesis.specs.openapi.checks import (
@@ -46,7 +47,8 @@ def follow_the_cross_location_rules(case: schemathesis.Case) -> None:
     if not positive or (case.query or {}).get("key_encoding") != "base64":
         return
     if "key" in (case.path_parameters or {}):
-        case.path_parameters["key"] = _base64(case.path_parameters["key"])
+        # schemathesis has percent-encoded the path parameters already: the key is what that encodes.
+        case.path_parameters["key"] = _base64(unquote(str(case.path_parameters["key"])))
     if isinstance(case.body, dict) and "keys" in case.body:
         if case.body.get("key_encoding") is None:
             case.body["key_encoding"] = "base64"
