@@ -54,7 +54,7 @@ LABEL org.opencontainers.image.title="statestore" \
       org.opencontainers.image.revision="${REVISION}" \
       org.opencontainers.image.source="https://github.com/statestore/statestore" \
       org.opencontainers.image.url="https://github.com/statestore/statestore" \
-      org.opencontainers.image.documentation="https://github.com/statestore/statestore/blob/main/docs/deployment.md" \
+      org.opencontainers.image.documentation="https://github.com/statestore/statestore/blob/main/docs/how-to/deployment.md" \
       org.opencontainers.image.licenses="Apache-2.0" \
       org.opencontainers.image.vendor="statestore"
 

@@ -1,7 +1,8 @@
 """Run benchmarks: ``python -m bench NAME [ARGS...]`` or ``python -m bench all``.
 
 ``NAME`` is a module ``bench/NAME_bench.py`` exposing ``main(argv) -> int``; ``all`` runs every
-such module in turn with its default arguments.
+such module in turn with its default arguments. ``python -m bench plots`` draws the plots of
+docs/benchmarks.md from the recorded results (bench/recorded/*.json; needs the ``bench`` extra).
 """
 
 from __future__ import annotations
@@ -33,6 +34,10 @@ def main(argv: list[str] | None = None) -> int:
         print("available:", ", ".join(names) or "(none)")
         return 0 if args else 2
     name, rest = args[0], args[1:]
+    if name == "plots":
+        from bench import plots  # noqa: PLC0415  # matplotlib only for this command
+
+        return plots.main(rest)
     if name == "all":
         failed = [n for n in names if run(n, []) != 0]
         if failed:

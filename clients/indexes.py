@@ -1,4 +1,5 @@
-"""Index lookups on the wire (docs/http-api.md, "Index lookups"): requests to build, answers to decode.
+"""Index lookups on the wire (docs/reference/http-api.md, "Index lookups"): requests to build and
+answers to decode.
 
 Pure functions shared by the sync and async clients; nothing here does I/O. Row keys travel as
 base64 (``key_encoding=base64``) so that any key, and any ``after`` cursor, round-trips exactly.

@@ -1,4 +1,4 @@
-"""The HTTP API on the wire (docs/http-api.md): requests to build and answers to check and decode.
+"""The HTTP API on the wire (docs/reference/http-api.md): requests to build and answers to check and decode.
 
 Pure functions shared by the sync and async clients; nothing here does I/O.
 """

@@ -15,6 +15,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from service import openapi_docs as docs
+from service import openapi_stores
 from service.access_log import AccessLogMiddleware
 from service.api_docs import add_api_docs
 from service.auth import Auth
@@ -123,6 +124,7 @@ def create_app(settings: Settings, stores: Mapping[str, ServableStore] | None = 
     add_store_routes(app, settings, registry, auth, reader, bad_values)
     add_status_page(app, registry, auth)
     add_api_docs(app)
+    openapi_stores.install(app, settings)
 
     @app.get("/healthz", response_class=Response, responses=docs.HEALTH_RESPONSES, summary="Liveness")
     async def healthz() -> Response:

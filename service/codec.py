@@ -1,4 +1,7 @@
-"""Keys between HTTP and the store's raw bytes (docs/http-api.md, "Conventions"); values: service.values."""
+"""Keys between HTTP and the store's raw bytes (docs/reference/http-api.md, "Conventions").
+
+Values: service.values.
+"""
 
 from __future__ import annotations
 

@@ -133,6 +133,8 @@ def _json_document(body: bytes) -> dict[str, Any]:
 
 def _body_limit(document: dict[str, Any], default: int) -> int:
     limit = document.get("limit_per_value", default)
+    if isinstance(limit, float) and limit.is_integer():
+        limit = int(limit)  # JSON Schema's integer (the OpenAPI document's) includes 5.0
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise malformed(
             "limit_per_value must be an integer of at least 1",

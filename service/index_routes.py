@@ -1,4 +1,7 @@
-"""The index lookup routes: the rows whose indexed field equals a value (contract: docs/http-api.md)."""
+"""The index lookup routes: the rows whose indexed field equals a value.
+
+Contract: docs/reference/http-api.md.
+"""
 
 from __future__ import annotations
 

@@ -1,7 +1,9 @@
 """Prometheus metrics: HTTP requests per route template, and each store's progress and size.
 
 Store figures are read from ``status()`` when scraped, so nothing runs between scrapes. Each app
-has its own registry, so several apps (tests, embedders) can live in one process.
+has its own registry, so several apps (tests, embedders) can live in one process; that registry
+also carries the standard ``process_*`` and ``python_*`` families, which prometheus_client puts only
+into its global registry.
 """
 
 from __future__ import annotations
@@ -14,7 +16,16 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import confluent_kafka
-from prometheus_client import CollectorRegistry, Counter, Histogram, Info, generate_latest
+from prometheus_client import (
+    GC_COLLECTOR,
+    PLATFORM_COLLECTOR,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    Info,
+    ProcessCollector,
+    generate_latest,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -238,6 +249,11 @@ class Metrics:
         for name in stores.names():
             self.invalid_values.labels(name)  # shown as 0 before the first
         self.registry.register(StoreCollector(stores))
+        # Resident memory (process_resident_memory_bytes) is what the memory sizing is checked
+        # against; the Kafka client's child process, when there is one, is not counted in it.
+        ProcessCollector(registry=self.registry)
+        self.registry.register(PLATFORM_COLLECTOR)
+        self.registry.register(GC_COLLECTOR)
         Info(
             "statestore_build", "The running statestore and what it is built on", registry=self.registry
         ).info(build_labels())

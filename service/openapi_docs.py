@@ -14,7 +14,14 @@ from service.problems import PROBLEM_MEDIA_TYPE, problem_schema
 ARROW_MEDIA_TYPE = "application/vnd.apache.arrow.stream"
 POSITION_HEADER = "Statestore-Position"
 
-_POSITION_PATTERN = r"^[ \t]*([0-9]+:[0-9]+([ \t]*,[ \t]*[0-9]+:[0-9]+)*)?[ \t]*$"
+# partition:next_offset pairs joined by commas, each partition once, no leading zeros, within
+# Kafka's ranges; spaces and tabs may surround entries; empty (or blank) is the empty position.
+# ``(?![\s\S])`` ends the text in both ECMAScript and Python regexes (``$`` passes a final newline).
+_POSITION_ENTRY = r"[ \t]*(?:0|[1-9][0-9]{0,8}):(?:0|[1-9][0-9]{0,17})[ \t]*"
+_POSITION_PATTERN = (
+    r"^(?!(?:.*,)?[ \t]*([0-9]+):.*,[ \t]*\1:)"
+    rf"(?:[ \t]*|{_POSITION_ENTRY}(?:,{_POSITION_ENTRY})*)(?![\s\S])"
+)
 
 
 def _query(name: str, schema: dict[str, Any], description: str) -> dict[str, Any]:
@@ -34,7 +41,10 @@ def _path(name: str, description: str) -> dict[str, Any]:
 STORE_PARAM = _path("store", "the store's configured name")
 KEY_PARAM = _path("key", "the key: UTF-8, percent-encoded; base64 of the raw bytes with key_encoding=base64")
 KEY_ENCODING_PARAM = _query(
-    "key_encoding", {"type": "string", "enum": ["utf8", "base64"], "default": "utf8"}, "how keys are written"
+    "key_encoding",
+    {"type": "string", "enum": ["utf8", "base64"], "default": "utf8"},
+    "how keys are written (the path's key, prefix, after, and the keys of answers); a JSON body's own"
+    " key_encoding wins",
 )
 MIN_POSITION_PARAM = _query(
     "min_position",
@@ -49,7 +59,7 @@ AS_OF_PARAM = _query(
 TIMEOUT_PARAM = _query(
     "timeout_ms",
     {"type": "integer", "minimum": 0, "maximum": 3_600_000},
-    "how long to wait for min_position or as_of, at most the configured maximum",
+    "how long to wait for min_position or as_of, at most the configured maximum (read only with one of them)",
 )
 READ_PARAMS = [MIN_POSITION_PARAM, AS_OF_PARAM, TIMEOUT_PARAM]
 
@@ -78,6 +88,13 @@ _POSITION_HEADER_DOC = {
         "description": "the store position the answer was read from",
         "schema": {"type": "string"},
     }
+}
+
+# A JSON body's key_encoding wins over the query's; null counts as not given.
+_BODY_KEY_ENCODING = {
+    "type": ["string", "null"],
+    "enum": ["utf8", "base64", None],
+    "description": "how the keys are written; null or absent: the query's key_encoding, else utf8",
 }
 
 _PROBLEM_CONTENT = {PROBLEM_MEDIA_TYPE: {"schema": problem_schema()}}
@@ -213,7 +230,7 @@ BATCH_REQUEST_BODY: dict[str, Any] = {
                 "required": ["keys"],
                 "properties": {
                     "keys": {"type": "array", "items": {"type": "string"}},
-                    "key_encoding": {"type": "string", "enum": ["utf8", "base64"]},
+                    "key_encoding": _BODY_KEY_ENCODING,
                 },
             }
         },
@@ -308,7 +325,7 @@ INDEX_BATCH_REQUEST_BODY: dict[str, Any] = {
                 "properties": {
                     "values": {"type": "array", "items": {"type": "string"}},
                     "limit_per_value": {"type": "integer", "minimum": 1},
-                    "key_encoding": {"type": "string", "enum": ["utf8", "base64"]},
+                    "key_encoding": _BODY_KEY_ENCODING,
                 },
             }
         },

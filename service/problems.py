@@ -1,4 +1,4 @@
-"""RFC 9457 problem details: the one shape every error answer takes (see docs/http-api.md).
+"""RFC 9457 problem details: the one shape every error answer takes (see docs/reference/http-api.md).
 
 Besides :class:`~service.exceptions.ProblemError`, the framework's own answers (unknown route,
 wrong method, query or body validation) and the store's errors (a stopped store, an index being
@@ -212,7 +212,7 @@ async def _on_problem(request: Request, exc: Exception) -> Response:
 async def _on_http_exception(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
     if exc.status_code == 404:
-        problem = ROUTE_NOT_FOUND(f"no route {request.url.path}; see docs/http-api.md")
+        problem = ROUTE_NOT_FOUND(f"no route {request.url.path}; see docs/reference/http-api.md")
     elif exc.status_code == 405:
         problem = METHOD_NOT_ALLOWED(
             f"{request.method} is not allowed on {request.url.path}; the API is read-only",

@@ -1,4 +1,4 @@
-"""The ``/v1/stores`` routes (contract: docs/http-api.md)."""
+"""The ``/v1/stores`` routes (contract: docs/reference/http-api.md)."""
 
 from __future__ import annotations
 

@@ -66,8 +66,8 @@ class TlsSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    certfile: Path
-    keyfile: Path
+    certfile: Path = Field(description="PEM file with the server certificate chain")
+    keyfile: Path = Field(description="PEM file with the certificate's private key")
 
 
 class HttpSettings(BaseModel):
@@ -75,13 +75,19 @@ class HttpSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    host: str = "127.0.0.1"
-    port: int = Field(default=8080, ge=0, le=65535)
-    tls: TlsSettings | None = None
-    # Addresses (or networks, e.g. 10.0.0.0/8) of proxies whose X-Forwarded-For and
-    # X-Forwarded-Proto headers are believed: the client address then comes from them (limits, the
-    # access log). None by default: a header any client can send says nothing about who it is.
-    forwarded_allow_ips: list[str] = Field(default_factory=list)
+    host: str = Field(default="127.0.0.1", description="address to listen on (0.0.0.0 for every interface)")
+    port: int = Field(default=8080, ge=0, le=65535, description="port to listen on")
+    tls: TlsSettings | None = Field(
+        default=None, description="serve HTTPS with this certificate and key (absent: plain HTTP)"
+    )
+    forwarded_allow_ips: list[str] = Field(
+        default_factory=list,
+        description=(
+            "Addresses (or networks, e.g. 10.0.0.0/8) of proxies whose X-Forwarded-For and "
+            "X-Forwarded-Proto headers are believed: the client address then comes from them (limits, "
+            "the access log). None by default: a header any client can send says nothing about who it is."
+        ),
+    )
 
 
 class IndexSettings(BaseModel):
@@ -89,8 +95,8 @@ class IndexSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str
-    field: str
+    name: str = Field(description="the index's name in the URL (`/indexes/{name}/...`)")
+    field: str = Field(description="dotted path into the JSON value (e.g. `ticker`, `owner.id`)")
 
     def spec(self) -> IndexSpec:
         return IndexSpec(name=self.name, field=self.field)
@@ -101,8 +107,12 @@ class HistorySettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    retention_ms: int | None = Field(default=None, ge=1)
-    retention_offsets: int | None = Field(default=None, ge=1)
+    retention_ms: int | None = Field(
+        default=None, ge=1, description="keep older versions this many milliseconds (by record timestamp)"
+    )
+    retention_offsets: int | None = Field(
+        default=None, ge=1, description="keep older versions for this many offsets per partition"
+    )
 
     def spec(self) -> HistorySpec:
         return HistorySpec(retention_ms=self.retention_ms, retention_offsets=self.retention_offsets)
@@ -118,25 +128,55 @@ class EngineSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    # RocksDB's cache of uncompressed data blocks, per store; or ``auto``: one cache shared by every
-    # store set to ``auto``, half of the memory limit (the container's, else the machine's).
-    block_cache_bytes: Annotated[ByteSize, Field(ge=1024 * 1024)] | Literal["auto"] | None = None
-    # One memtable's size; a full one is flushed to an SST file.
-    write_buffer_bytes: ByteSize | None = Field(default=None, ge=1024 * 1024)
-    # Entries (key and value) of the hot-key cache in front of RocksDB; 0 turns it off.
-    read_cache_entries: int | None = Field(default=None, ge=0)
-    # How often a READY store flushes its memtables: at most this much is re-read after a crash.
-    checkpoint_interval_seconds: float | None = Field(default=None, gt=0)
-    # Processes of a bulk restore (each reads its share of the partitions); about the CPU cores
-    # free for restoring. Each holds a chunk of records (about 60 MiB at 100-byte values) meanwhile.
-    bulk_load_workers: int | None = Field(default=None, ge=1, le=64)
-    # Background verification: the pause between passes that read the whole served copy back with
-    # checksums verified (0 turns it off), and the most a pass reads per second.
-    verify_interval_seconds: float | None = Field(default=None, ge=0)
-    verify_bytes_per_second: ByteSize | None = Field(default=None, ge=1024)
-    # The Kafka client runs in a child process, so that a crash inside it cannot stop the reads;
-    # false runs it in the service's own process.
-    consumer_in_child_process: bool | None = None
+    block_cache_bytes: Annotated[ByteSize, Field(ge=1024 * 1024)] | Literal["auto"] | None = Field(
+        default=None,
+        description=(
+            "RocksDB's cache of uncompressed data blocks, per store; or ``auto``: one cache shared by every"
+            " store set to ``auto``, half of the memory limit (the container's, else the machine's)."
+        ),
+    )
+    write_buffer_bytes: ByteSize | None = Field(
+        default=None, ge=1024 * 1024, description="One memtable's size; a full one is flushed to an SST file."
+    )
+    read_cache_entries: int | None = Field(
+        default=None,
+        ge=0,
+        description="Entries (key and value) of the hot-key cache in front of RocksDB; 0 turns it off.",
+    )
+    checkpoint_interval_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        description=(
+            "How often a READY store flushes its memtables: at most this much is re-read after a crash."
+        ),
+    )
+    bulk_load_workers: int | None = Field(
+        default=None,
+        ge=1,
+        le=64,
+        description=(
+            "Processes of a bulk restore (each reads its share of the partitions); about the CPU cores free"
+            " for restoring. Each holds a chunk of records (about 60 MiB at 100-byte values) meanwhile."
+        ),
+    )
+    verify_interval_seconds: float | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            "Background verification: the pause between passes that read the whole served copy back with "
+            "checksums verified (0 turns it off)."
+        ),
+    )
+    verify_bytes_per_second: ByteSize | None = Field(
+        default=None, ge=1024, description="The most a verification pass reads per second."
+    )
+    consumer_in_child_process: bool | None = Field(
+        default=None,
+        description=(
+            "The Kafka client runs in a child process, so that a crash inside it cannot stop the reads; "
+            "false runs it in the service's own process."
+        ),
+    )
 
     def apply(self, tuning: StoreTuning) -> StoreTuning:
         """``tuning`` with every key set here replacing its value (the keys are ``store.tuning``'s
@@ -177,11 +217,19 @@ def _warn_no_memory_limit(reason: str, per_store: int) -> None:
 class ServiceEngineSettings(EngineSettings):
     """The top-level ``engine`` section: every store's knobs, and the service-wide ones."""
 
-    # One block cache shared by the stores, half of the memory limit, unless set (see above).
-    block_cache_bytes: Annotated[ByteSize, Field(ge=1024 * 1024)] | Literal["auto"] | None = "auto"
-    # Bulk restores running at once across the stores; the others restore record by record
-    # until a slot is free. Each takes about two cores and a few hundred MiB while it runs.
-    max_concurrent_bulk_restores: int = Field(default=1, ge=1, le=16)
+    block_cache_bytes: Annotated[ByteSize, Field(ge=1024 * 1024)] | Literal["auto"] | None = Field(
+        default="auto",
+        description="One block cache shared by the stores, half of the memory limit, unless set (see above).",
+    )
+    max_concurrent_bulk_restores: int = Field(
+        default=1,
+        ge=1,
+        le=16,
+        description=(
+            "Bulk restores running at once across the stores; the others restore record by record until a "
+            "slot is free. Each takes about two cores and a few hundred MiB while it runs."
+        ),
+    )
 
 
 class ShardingSettings(BaseModel):
@@ -192,8 +240,14 @@ class ShardingSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    shards: int = Field(default=1, ge=1, le=1000)
-    shard: int = Field(default=0, ge=0)
+    shards: int = Field(
+        default=1, ge=1, le=1000, description="number of shards; partition p belongs to shard p % shards"
+    )
+    shard: int = Field(
+        default=0,
+        ge=0,
+        description="this process's shard, 0 to shards - 1 (the chart derives it from the pod)",
+    )
 
     @model_validator(mode="after")
     def _shard_exists(self) -> ShardingSettings:
@@ -210,16 +264,31 @@ class StoreSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str
-    topic: str = Field(min_length=1)
-    value_format: ValueFormat = "bytes"
-    # How the topic's producers chose a record's partition from its key (clients.partitioners):
-    # a sharded store routes keys by it and counts records it would not find.
-    partitioner: PartitionerName = "murmur2"
-    indexes: list[IndexSettings] = Field(default_factory=list)
-    history: HistorySettings | None = None
-    # Overrides of the top-level ``engine`` section for this store alone.
-    engine: EngineSettings = Field(default_factory=EngineSettings)
+    name: str = Field(description="the store's name in URLs and metrics; also its directory name")
+    topic: str = Field(min_length=1, description="the compacted topic the store materializes")
+    value_format: ValueFormat = Field(
+        default="bytes",
+        description="how values are answered: `bytes` (base64 in JSON), `string` (UTF-8 text) or `json`",
+    )
+    partitioner: PartitionerName = Field(
+        default="murmur2",
+        description=(
+            "How the topic's producers chose a record's partition from its key (clients.partitioners): a "
+            "sharded store routes keys by it and counts records it would not find."
+        ),
+    )
+    indexes: list[IndexSettings] = Field(
+        default_factory=list,
+        description="secondary indexes over fields of the JSON values (needs `value_format: json`)",
+    )
+    history: HistorySettings | None = Field(
+        default=None,
+        description="keep older versions for reads `as_of` a position (absent: latest values only)",
+    )
+    engine: EngineSettings = Field(
+        default_factory=EngineSettings,
+        description="Overrides of the top-level ``engine`` section for this store alone.",
+    )
 
     @field_validator("name")
     @classmethod
@@ -251,43 +320,118 @@ class LimitSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    max_batch_keys: int = Field(default=10_000, ge=1)
-    max_scan_limit: int = Field(default=MAX_SCAN_LIMIT, ge=1, le=MAX_SCAN_LIMIT)
-    max_key_bytes: int = Field(default=4096, ge=1)
-    max_body_bytes: int = Field(default=16 * 1024 * 1024, ge=1)
-    # Bytes of stored values one answer may carry (batch get, scan, index reads; a key asked twice
-    # counts twice); more get 413 answer-too-large, refused before the answer is built.
-    max_answer_bytes: ByteSize = Field(default=ByteSize(64 * 1024 * 1024), ge=1)
-    # Rows one index batch answer may hold (every value's matches, one row for a value without);
-    # more get 413 answer-too-large, so a small request cannot ask for a huge answer.
-    max_answer_rows: int = Field(default=100_000, ge=1)
-    min_position_timeout_seconds: float = Field(default=5.0, ge=0)
-    # Accepted so that configurations setting it still load, and ignored (a warning says so): a
-    # position wait holds no thread, and max_concurrent_requests_per_client bounds one client's.
-    max_position_waiters: int | None = Field(default=None, ge=1)
-    # Store requests served at once; more get 429 too-many-requests.
-    max_concurrent_requests: int = Field(default=1024, ge=1)
-    # Store requests served at once for one client (a bearer token, else an address); more get
-    # 429 client-too-many-requests, so one greedy client cannot take every slot.
-    max_concurrent_requests_per_client: int = Field(default=256, ge=1)
-    # A store request running longer (e.g. waiting for min_position) gets 503 request-timeout.
-    request_timeout_ms: int = Field(default=30_000, ge=1)
-    # A connection whose request head (request line and headers) is not complete this long after
-    # it opened, or after the request's first byte, is closed.
-    request_head_timeout_ms: int = Field(default=10_000, ge=1)
-    # Bytes of one request head (request line and headers, as sent); a longer one gets 431
-    # request-head-too-large as soon as it passes the bound, before anything else is checked.
-    max_request_head_bytes: ByteSize = Field(default=ByteSize(64 * 1024), ge=1024)
-    # Bytes of one request's target (path and query string, as sent); a longer one gets 414 uri-too-long.
-    max_url_bytes: ByteSize = Field(default=ByteSize(32 * 1024), ge=256)
-    # A keep-alive connection with no request in progress is closed after this long.
-    idle_connection_timeout_ms: int = Field(default=5_000, ge=1)
-    # Connections open at once from one address; more are closed as soon as they open. One
-    # client cannot use more than its share of requests anyway (max_concurrent_requests_per_client);
-    # behind a proxy that hides the clients' addresses, raise it.
-    max_connections_per_client: int = Field(default=256, ge=1)
-    # Seconds a client is told to wait (Retry-After) when a store is not ready or behind.
-    retry_after_seconds: int = Field(default=1, ge=1)
+    max_batch_keys: int = Field(
+        default=10_000,
+        ge=1,
+        description="keys (or index values) one batch request may ask; more get 413 batch-too-large",
+    )
+    max_scan_limit: int = Field(
+        default=MAX_SCAN_LIMIT,
+        ge=1,
+        le=MAX_SCAN_LIMIT,
+        description="the largest page a scan or index lookup may ask; more get 413 page-too-large",
+    )
+    max_key_bytes: int = Field(
+        default=4096,
+        ge=1,
+        description="bytes of a key, prefix, cursor or indexed value; more get 413 key-too-large",
+    )
+    max_body_bytes: int = Field(
+        default=16 * 1024 * 1024, ge=1, description="bytes of a request body; more get 413 body-too-large"
+    )
+    max_answer_bytes: ByteSize = Field(
+        default=ByteSize(64 * 1024 * 1024),
+        ge=1,
+        description=(
+            "Bytes of stored values one answer may carry (batch get, scan, index reads; a key asked twice "
+            "counts twice); more get 413 answer-too-large, refused before the answer is built."
+        ),
+    )
+    max_answer_rows: int = Field(
+        default=100_000,
+        ge=1,
+        description=(
+            "Rows one index batch answer may hold (every value's matches, one row for a value without); "
+            "more get 413 answer-too-large, so a small request cannot ask for a huge answer."
+        ),
+    )
+    min_position_timeout_seconds: float = Field(
+        default=5.0,
+        ge=0,
+        description=(
+            "the longest a read waits for `min_position` or `as_of` (a request's `timeout_ms` may ask less)"
+        ),
+    )
+    max_position_waiters: int | None = Field(
+        default=None,
+        ge=1,
+        description=(
+            "Accepted so that configurations setting it still load, and ignored (a warning says so): a "
+            "position wait holds no thread, and max_concurrent_requests_per_client bounds one client's."
+        ),
+    )
+    max_concurrent_requests: int = Field(
+        default=1024, ge=1, description="Store requests served at once; more get 429 too-many-requests."
+    )
+    max_concurrent_requests_per_client: int = Field(
+        default=256,
+        ge=1,
+        description=(
+            "Store requests served at once for one client (a bearer token, else an address); more get 429 "
+            "client-too-many-requests, so one greedy client cannot take every slot."
+        ),
+    )
+    request_timeout_ms: int = Field(
+        default=30_000,
+        ge=1,
+        description=(
+            "A store request running longer (e.g. waiting for min_position) gets 503 request-timeout."
+        ),
+    )
+    request_head_timeout_ms: int = Field(
+        default=10_000,
+        ge=1,
+        description=(
+            "A connection whose request head (request line and headers) is not complete this long after it "
+            "opened, or after the request's first byte, is closed."
+        ),
+    )
+    max_request_head_bytes: ByteSize = Field(
+        default=ByteSize(64 * 1024),
+        ge=1024,
+        description=(
+            "Bytes of one request head (request line and headers, as sent); a longer one gets 431 "
+            "request-head-too-large as soon as it passes the bound, before anything else is checked."
+        ),
+    )
+    max_url_bytes: ByteSize = Field(
+        default=ByteSize(32 * 1024),
+        ge=256,
+        description=(
+            "Bytes of one request's target (path and query string, as sent); a longer one gets 414 "
+            "uri-too-long."
+        ),
+    )
+    idle_connection_timeout_ms: int = Field(
+        default=5_000,
+        ge=1,
+        description="A keep-alive connection with no request in progress is closed after this long.",
+    )
+    max_connections_per_client: int = Field(
+        default=256,
+        ge=1,
+        description=(
+            "Connections open at once from one address; more are answered 503 client-too-many-connections "
+            "(with Retry-After) and closed as soon as they open. One client "
+            "cannot use more than its share of requests anyway (max_concurrent_requests_per_client); behind"
+            " a proxy that hides the clients' addresses, raise it."
+        ),
+    )
+    retry_after_seconds: int = Field(
+        default=1,
+        ge=1,
+        description="Seconds a client is told to wait (Retry-After) when a store is not ready or behind.",
+    )
 
 
 class LoggingSettings(BaseModel):
@@ -295,9 +439,13 @@ class LoggingSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    format: Literal["text", "json"] = "text"
-    # One line per HTTP request (method, path, code, duration, client); off by default.
-    access_log: bool = False
+    format: Literal["text", "json"] = Field(
+        default="text", description="`text` lines or one `json` object per line"
+    )
+    access_log: bool = Field(
+        default=False,
+        description="One line per HTTP request (method, path, code, duration, client); off by default.",
+    )
 
 
 ALL_STORES = "*"
@@ -313,9 +461,14 @@ class TokenSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(min_length=1)
-    sha256: str = Field(pattern=r"^[0-9a-fA-F]{64}$")
-    stores: list[str]
+    name: str = Field(
+        min_length=1, description="a name for the token, shown in logs and metrics (never the token)"
+    )
+    sha256: str = Field(
+        pattern=r"^[0-9a-fA-F]{64}$",
+        description="hex SHA-256 of the bearer token (the token itself is never configured)",
+    )
+    stores: list[str] = Field(description='the stores the token may read, or `["*"]` for every store')
 
     @field_validator("sha256")
     @classmethod
@@ -346,10 +499,20 @@ class AuthSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    mode: Literal["open", "tokens"] = "open"
-    tokens: list[TokenSettings] = Field(default_factory=list)
-    # ``token``: /metrics needs a bearer token too (any configured one); probes always stay open.
-    metrics: Literal["open", "token"] = "open"
+    mode: Literal["open", "tokens"] = Field(
+        default="open",
+        description="`open` serves everyone (local development only); `tokens` requires a bearer token",
+    )
+    tokens: list[TokenSettings] = Field(
+        default_factory=list,
+        description="the bearer tokens and the stores each may read (with `mode: tokens`)",
+    )
+    metrics: Literal["open", "token"] = Field(
+        default="open",
+        description=(
+            "``token``: /metrics needs a bearer token too (any configured one); probes always stay open."
+        ),
+    )
 
     @model_validator(mode="after")
     def _tokens_when_needed(self) -> AuthSettings:
@@ -390,16 +553,37 @@ class Settings(BaseSettings):
         env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", case_sensitive=False
     )
 
-    kafka: dict[str, str | SecretStr] = Field(default_factory=_default_kafka)
-    state_dir: Path = Path("./state")
-    http: HttpSettings = Field(default_factory=HttpSettings)
-    stores: list[StoreSettings] = Field(default_factory=list)
-    limits: LimitSettings = Field(default_factory=LimitSettings)
-    auth: AuthSettings = Field(default_factory=AuthSettings)
-    # Engine knobs for every store; a store's own ``engine`` section overrides them.
-    engine: ServiceEngineSettings = Field(default_factory=ServiceEngineSettings)
-    sharding: ShardingSettings = Field(default_factory=ShardingSettings)
-    logging: LoggingSettings = Field(default_factory=LoggingSettings)
+    kafka: dict[str, str | SecretStr] = Field(
+        default_factory=_default_kafka,
+        description=(
+            "librdkafka settings for the consumers, passed through as they are (`bootstrap_servers` or "
+            "`bootstrap.servers`, `security.protocol`, `sasl.*`, `ssl.*`, ...); keys that look secret are "
+            "held as secrets"
+        ),
+    )
+    state_dir: Path = Field(
+        default=Path("./state"),
+        description="where the stores keep their RocksDB files, one directory per store; one process's alone",
+    )
+    http: HttpSettings = Field(default_factory=HttpSettings, description="where the HTTP service listens")
+    stores: list[StoreSettings] = Field(
+        default_factory=list, description="the stores to serve, one per compacted topic"
+    )
+    limits: LimitSettings = Field(
+        default_factory=LimitSettings, description="bounds on what one request may ask"
+    )
+    auth: AuthSettings = Field(default_factory=AuthSettings, description="who may read what")
+    engine: ServiceEngineSettings = Field(
+        default_factory=ServiceEngineSettings,
+        description="Engine knobs for every store; a store's own ``engine`` section overrides them.",
+    )
+    sharding: ShardingSettings = Field(
+        default_factory=ShardingSettings,
+        description="which partitions this process serves (tables larger than one node)",
+    )
+    logging: LoggingSettings = Field(
+        default_factory=LoggingSettings, description="log format and the access log"
+    )
 
     @classmethod
     def settings_customise_sources(

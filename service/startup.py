@@ -68,7 +68,7 @@ def check_kafka(settings: Settings) -> None:
 def check_state_dir(state_dir: Path) -> None:
     """``state_dir`` exists or can be made, and files can be created in it.
 
-    A full volume is no configuration mistake: the stores wait for space (docs/operations.md).
+    A full volume is no configuration mistake: the stores wait for space (docs/how-to/operations.md).
     """
     try:
         state_dir.mkdir(parents=True, exist_ok=True)

@@ -91,7 +91,8 @@ def advice(info: Mapping[str, Any]) -> list[str]:
     if info.get("last_error") and state != "FAILED":
         said.append(
             "Do what the error says: the store retries by itself, and the error clears once work begun"
-            f" after it goes through.{serving} The log keeps the history; docs/operations.md lists each case."
+            f" after it goes through.{serving} The log keeps the history;"
+            " docs/how-to/operations.md lists each case."
         )
     elif isinstance(contact, int | float) and contact > SILENT_BROKER_SECONDS:
         said.append(

@@ -3,7 +3,7 @@
 A ``json`` store's values are spliced into answers as they are stored (no re-encoding), so each
 is first checked to be one JSON document: a topic can hold a bad record, and one bad value must
 not turn every answer that includes it into invalid JSON. A value that is not JSON is answered
-as an error entry of problem type ``value-not-json`` (docs/http-api.md): ``null`` in a batch's
+as an error entry of problem type ``value-not-json`` (docs/reference/http-api.md): ``null`` in a batch's
 ``values`` with an ``errors`` entry naming its index and key; an item without ``value`` but with
 an ``error`` in scans and index pages, listed in their ``errors`` too; ``502`` for a single get.
 A ``string`` store's value that is not UTF-8 is answered the same way as problem type

@@ -1,4 +1,4 @@
-"""Every problem type the service answers with: its slug, HTTP status and title (docs/http-api.md).
+"""Every problem type the service answers with: its slug, HTTP status and title (docs/reference/http-api.md).
 
 The one list of them, shared by the service and the clients: the service's raise sites name an
 entry (``raise KEY_TOO_LARGE("the key has 5000 bytes", extras=...)``, which makes a
@@ -22,7 +22,7 @@ class ProblemError(WireError):
     """A request failed for a reason the client can act on; made by calling a catalogue entry.
 
     ``problem`` is its entry (slug, status, title); ``extras`` are the problem-specific members
-    listed in docs/http-api.md. The service renders it as RFC 9457 problem+json.
+    listed in docs/reference/http-api.md. The service renders it as RFC 9457 problem+json.
     """
 
     def __init__(

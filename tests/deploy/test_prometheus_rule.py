@@ -1,4 +1,4 @@
-"""The chart's PrometheusRule: the alerts of docs/operations.md, rendered, linted and checked.
+"""The chart's PrometheusRule: the alerts of docs/how-to/operations.md, rendered, linted and checked.
 
 The PrometheusRule kind comes from the Prometheus Operator's CRDs, not Kubernetes' own schemas: its
 structure is checked against the part of the CRD's schema that rules use, every expression is parsed
@@ -15,6 +15,8 @@ import promql_parser
 import pytest
 
 from tests.deploy.manifests import NAMESPACE, RELEASE, ROOT, Rendered, lint, render
+from tests.deploy.promql import selectors
+from tests.support.markdown import anchors
 from tests.support.metrics import exported_names, scrape_every_family
 
 ENABLED: dict[str, Any] = {"prometheusRule": {"enabled": True}}
@@ -98,30 +100,12 @@ def rules_of(chart: Rendered) -> list[dict[str, Any]]:
     return [rule for group in chart.one("PrometheusRule")["spec"]["groups"] for rule in group["rules"]]
 
 
-def selectors(expr: str) -> list[promql_parser.VectorSelector]:
-    """Every vector selector of a PromQL expression (raises ValueError when it does not parse)."""
-    found: list[promql_parser.VectorSelector] = []
-
-    def walk(node: Any) -> None:
-        if isinstance(node, promql_parser.VectorSelector):
-            found.append(node)
-        for child in ("lhs", "rhs", "expr", "vector_selector", "param"):
-            value = getattr(node, child, None)
-            if value is not None and not isinstance(value, str | int | float):
-                walk(value)
-        for argument in getattr(node, "args", None) or []:
-            walk(argument)
-
-    walk(promql_parser.parse(expr))
-    return found
-
-
 def matchers(selector: promql_parser.VectorSelector) -> dict[str, str]:
     return {m.name: m.value for m in selector.matchers.matchers}
 
 
 def documented_alerts() -> set[str]:
-    text = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
+    text = (ROOT / "docs" / "how-to" / "operations.md").read_text(encoding="utf-8")
     section = text.split("## Alerts", 1)[1].split("\n## ", 1)[0]
     return set(re.findall(r"^\| `(Statestore[A-Za-z]+)` \|", section, flags=re.MULTILINE))
 
@@ -249,3 +233,29 @@ def test_alert_texts_keep_prometheus_templates_for_prometheus(chart: Rendered) -
 )
 def test_values_schema_rejects_bad_rule_values(values: dict[str, Any]) -> None:
     assert lint(values)
+
+
+def test_every_alert_has_a_runbook_section_in_the_operations_page(chart: Rendered) -> None:
+    page = ROOT / "docs" / "how-to" / "operations.md"
+    sections = anchors(page.read_text(encoding="utf-8"))
+    base = "https://github.com/statestore/statestore/blob/main/docs/how-to/operations.md#"
+    runbooks = {rule["alert"]: rule["annotations"]["runbook_url"] for rule in rules_of(chart)}
+    assert len(runbooks) == len(documented_alerts())
+    for alert, url in runbooks.items():
+        assert url.startswith(base), (alert, url)
+        assert url.removeprefix(base) in sections, (alert, url)
+
+
+def test_the_runbook_check_knows_the_page_anchors() -> None:
+    sections = anchors((ROOT / "docs" / "how-to" / "operations.md").read_text(encoding="utf-8"))
+    assert "corruption-in-a-stores-files" in sections
+    assert "the-disk-is-full" in sections
+    assert "the-disks-are-full" not in sections
+
+
+def test_the_runbook_page_follows_the_values() -> None:
+    chart = render({"prometheusRule": {"enabled": True, "runbookUrl": "https://wiki.example/statestore"}})
+    urls = [rule["annotations"]["runbook_url"] for rule in rules_of(chart)]
+    assert len(urls) == len(documented_alerts())
+    assert all(url.startswith("https://wiki.example/statestore#") for url in urls)
+    assert lint({"prometheusRule": {"enabled": True, "runbookUrl": "https://wiki.example/ops#x"}})

@@ -168,3 +168,13 @@ def test_freshness_is_a_histogram_per_store(make_service: Callable[..., Service]
     assert found[("statestore_freshness_seconds_count", frozenset({("store", "products")}))] == 4
     total = found[("statestore_freshness_seconds_sum", frozenset({("store", "products")}))]
     assert abs(total - 400.483) < 1e-6
+
+
+def test_process_metrics_are_exported(service: Service) -> None:
+    figures = {name: value for (name, _), value in samples(service).items()}
+    # The service's own process: a resident size of at least a few MiB, the open files, CPU used.
+    assert figures["process_resident_memory_bytes"] > 4 * 2**20
+    assert figures["process_virtual_memory_bytes"] >= figures["process_resident_memory_bytes"]
+    assert figures["process_open_fds"] >= 1
+    assert "process_cpu_seconds_total" in figures
+    assert "python_info" in figures

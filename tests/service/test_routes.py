@@ -1,13 +1,14 @@
-"""Every route of docs/http-api.md against a real uvicorn server, with in-memory stores."""
+"""Every route of docs/reference/http-api.md against a real uvicorn server, with in-memory stores."""
 
 from __future__ import annotations
 
 import base64
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
-from store import InMemoryStore, Position, RestoreMode, RestoreProgress, StoreState
+from store import IndexSpec, InMemoryStore, Position, RestoreMode, RestoreProgress, StoreState
 from tests.service.conftest import RestoringStore, Service, assert_problem
 
 POSITION = "Statestore-Position"
@@ -221,33 +222,63 @@ def test_write_methods_are_not_allowed(service: Service, method: str, path: str)
     assert service.client.get("/v1/stores/products/keys/p1").json() == {"name": "Pen"}
 
 
-def test_openapi_lists_the_routes(service: Service) -> None:
+def options(operation: dict[str, Any]) -> set[str]:
+    """The query parameters of an operation (held by its one form-exploded ``options`` object)."""
+    [held] = [p for p in operation["parameters"] if p["in"] == "query"]
+    assert (held["name"], held["style"], held["explode"]) == ("options", "form", True)
+    return set(held["schema"]["properties"])
+
+
+def test_openapi_lists_each_stores_routes(make_service: Callable[..., Service]) -> None:
+    positions = InMemoryStore("positions", indexes=[IndexSpec("by_ticker", "ticker")], keeps_history=True)
+    service = make_service(
+        {"products": InMemoryStore("products"), "positions": positions},
+        configs=[
+            {
+                "name": "positions",
+                "topic": "positions",
+                "value_format": "json",
+                "indexes": [{"name": "by_ticker", "field": "ticker"}],
+                "history": {"retention_offsets": 10},
+            }
+        ],
+    )
     paths = service.client.get("/openapi.json").json()["paths"]
-    assert set(paths) >= {
-        "/healthz",
-        "/readyz",
-        "/metrics",
-        "/v1/stores",
-        "/v1/stores/{store}",
-        "/v1/stores/{store}/keys/{key}",
-        "/v1/stores/{store}/keys:batchGet",
-        "/v1/stores/{store}/scan",
-        "/v1/stores/{store}/indexes/{index}/{value}",
-        "/v1/stores/{store}/indexes/{index}:batchGet",
+    assert set(paths) >= {"/healthz", "/readyz", "/metrics", "/v1/stores"}
+    for store in ("products", "notes", "blobs", "positions"):
+        base = f"/v1/stores/{store}"
+        assert {base, f"{base}/keys/{{key}}", f"{base}/keys:batchGet", f"{base}/scan"} <= set(paths)
+    assert not [path for path in paths if "{store}" in path]
+    # Index routes only for the store with indexes; as_of only for the store that keeps history.
+    assert sorted(path for path in paths if "/indexes/" in path) == [
+        "/v1/stores/positions/indexes/{index}/{value}",
+        "/v1/stores/positions/indexes/{index}:batchGet",
+    ]
+    assert options(paths["/v1/stores/products/scan"]["get"]) == {
+        "prefix",
+        "after",
+        "limit",
+        "key_encoding",
+        "min_position",
+        "timeout_ms",
     }
     read = {"key_encoding", "min_position", "as_of", "timeout_ms"}
-    params = {p["name"] for p in paths["/v1/stores/{store}/scan"]["get"]["parameters"]}
-    assert params == {"store", "prefix", "after", "limit", *read}
-    lookup = paths["/v1/stores/{store}/indexes/{index}/{value}"]["get"]
-    assert {p["name"] for p in lookup["parameters"]} == {"store", "index", "value", "after", "limit", *read}
-    batch = paths["/v1/stores/{store}/indexes/{index}:batchGet"]["post"]
-    assert {p["name"] for p in batch["parameters"]} == {"store", "index", "limit_per_value", *read}
+    assert options(paths["/v1/stores/positions/scan"]["get"]) == {"prefix", "after", "limit", *read}
+    lookup = paths["/v1/stores/positions/indexes/{index}/{value}"]["get"]
+    assert options(lookup) == {"after", "limit", *read}
+    index = next(p for p in lookup["parameters"] if p["name"] == "index")
+    assert index["schema"]["enum"] == ["by_ticker"]
+    batch = paths["/v1/stores/positions/indexes/{index}:batchGet"]["post"]
+    assert options(batch) == {"limit_per_value", *read}
     for path, method in [
-        ("/v1/stores/{store}/keys/{key}", "get"),
-        ("/v1/stores/{store}/keys:batchGet", "post"),
+        ("/v1/stores/positions/keys/{key}", "get"),
+        ("/v1/stores/positions/keys:batchGet", "post"),
     ]:
-        assert "as_of" in {p["name"] for p in paths[path][method]["parameters"]}
+        assert "as_of" in options(paths[path][method])
         assert "410" in paths[path][method]["responses"]
+    get_key = paths["/v1/stores/positions/keys/{key}"]["get"]
+    held = next(p for p in get_key["parameters"] if p["in"] == "query")
+    assert {"not": {"required": ["as_of", "min_position"]}} in held["schema"]["allOf"]
 
 
 def test_value_encoding_base64_in_json_answers_for_bytes_store(service: Service) -> None:
