@@ -224,7 +224,15 @@ def plan_lookup(
         _check_format(store, info.value_format, index, schema)
         arrow_type = pa.struct(list(to_arrow_schema(schema))) if schema is not None else None
         spec = LookupSpec(
-            options, store, str(position), info.value_format, arrow_type, cache_bytes, exact, index
+            options,
+            store,
+            str(position),
+            info.value_format,
+            arrow_type,
+            cache_bytes,
+            exact,
+            index,
+            key_format=info.key_format,
         )
         _check_reads(client, spec)
         if schema is not None:

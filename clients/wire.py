@@ -45,6 +45,7 @@ class StoreInfo:
     total_lag: int
     raw: Mapping[str, Any]
     sharding: Sharding = dataclasses.field(default_factory=Sharding)
+    key_format: str = "bytes"  # how the producers wrote keys (clients.natural_keys)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> StoreInfo:
@@ -61,6 +62,7 @@ class StoreInfo:
                 total_lag=int(data.get("total_lag") or 0),
                 raw=dict(data),
                 sharding=Sharding.from_info(data),
+                key_format=str(data.get("key_format") or "bytes"),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise UnexpectedResponseError(

@@ -82,7 +82,7 @@ def add_index_routes(
         served = find_store(registry, auth, request)
         index = request.path_params["index"]
         query = request.query_params
-        encoding = key_encoding(query.get("key_encoding"))
+        encoding = key_encoding(query.get("key_encoding"), served.key_format)
         limit = _page_limit(int_param(query, "limit", DEFAULT_PAGE, 1) or DEFAULT_PAGE, limits)
         value = _path_value(request)
         # Read from the raw query string: the parsed one replaces bytes that are not UTF-8.
@@ -128,7 +128,9 @@ def add_index_routes(
         body = await read_body(request, limits)
         if media_type == JSON:
             document = _json_document(body)
-            encoding = key_encoding(document.get("key_encoding", query.get("key_encoding")))
+            encoding = key_encoding(
+                document.get("key_encoding", query.get("key_encoding")), served.key_format
+            )
             limit = _body_limit(document, limit)
             texts = _json_values(document, limits.max_batch_keys)
         else:

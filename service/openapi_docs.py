@@ -98,6 +98,7 @@ STORE_INFO_SCHEMA: dict[str, Any] = {
         "name": {"type": "string"},
         "topic": {"type": "string"},
         "value_format": {"type": "string", "enum": ["bytes", "string", "json"]},
+        "key_format": {"type": "string", "enum": ["bytes", "string", "long", "int"]},
         "state": {
             "type": "string",
             "enum": ["CREATED", "RESTORING", "READY", "REBUILDING", "STOPPED", "FAILED"],

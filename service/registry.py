@@ -25,6 +25,7 @@ class ServedStore:
     store: ServableStore
     history: HistorySettings | None = None  # the configured retention, when the store keeps history
     partitioner: str = "murmur2"  # how the topic's producers placed keys (clients.partitioners)
+    key_format: str = "bytes"  # how the producers wrote keys (service.natural_keys)
 
 
 class StoreRegistry:
@@ -44,6 +45,7 @@ class StoreRegistry:
                 store=store,
                 history=configured.history if configured else None,
                 partitioner=configured.partitioner if configured else "murmur2",
+                key_format=configured.key_format if configured else "bytes",
             )
         self._start_errors: dict[str, str] = {}
         self._lock = threading.Lock()

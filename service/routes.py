@@ -37,6 +37,7 @@ from service.codec import (
     strict_query,
 )
 from service.index_routes import add_index_routes
+from service.natural_keys import is_number_column, stored_key_column
 from service.reads import Reader, find_store, int_param
 from service.registry import ServedStore, StoreRegistry
 from service.settings import LimitSettings, Settings
@@ -56,6 +57,7 @@ def store_info(registry: StoreRegistry, served: ServedStore) -> dict[str, Any]:
         "name": served.name,
         "topic": served.topic,
         "value_format": served.value_format,
+        "key_format": served.key_format,
         "state": state.value,
     }
     info["sharding"] = sharding_info(registry, served, status)
@@ -135,7 +137,7 @@ def add_store_routes(
     async def get_key(request: Request) -> Response:
         served = find_store(registry, auth, request)
         query = request.query_params
-        encoding = key_encoding(query.get("key_encoding"))
+        encoding = key_encoding(query.get("key_encoding"), served.key_format)
         # The raw path keeps bytes that are not UTF-8 and slashes that were percent-encoded.
         raw_path = request.scope.get("raw_path")
         parts = raw_path.split(b"/", 5) if isinstance(raw_path, bytes) else []
@@ -210,7 +212,9 @@ def add_store_routes(
         media_type = batch_media_type(request, "keys")
         body = await read_body(request, limits)
         if media_type == JSON:
-            encoding, keys = _json_keys(body, request.query_params.get("key_encoding"), limits.max_batch_keys)
+            encoding, keys = _json_keys(
+                body, request.query_params.get("key_encoding"), limits.max_batch_keys, served.key_format
+            )
             check_batch(
                 len(keys), max(map(len, keys), default=0), limits.max_batch_keys, limits.max_key_bytes
             )
@@ -220,11 +224,14 @@ def add_store_routes(
             document = {"values": answer.values(keys, values), "position": str(position)}
             return Response(answer.document(document), media_type=JSON, headers={POSITION: str(position)})
         # Decoding a large Arrow body takes a while: off the event loop.
-        key_column = await anyio.to_thread.run_sync(_arrow_keys, body, limits)
+        asked = await anyio.to_thread.run_sync(_arrow_keys, body, limits)
+        key_column = stored_key_column(asked, served.key_format)
         check_keys(served, key_column)
         keys = key_column.to_pylist()
         values, position = await reader.read(served, request, lambda view: view.get_many(keys))
-        table = pa.table({"key": key_column, "value": binary_array(values)})
+        # Keys are answered as they were asked: numbers stay numbers.
+        answered_keys = asked if is_number_column(asked.type) else key_column
+        table = pa.table({"key": answered_keys, "value": binary_array(values)})
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, table.schema) as writer:
             writer.write_table(table)
@@ -244,13 +251,15 @@ def add_store_routes(
     async def scan(request: Request) -> Response:
         served = find_store(registry, auth, request)
         query = request.query_params
-        encoding = key_encoding(query.get("key_encoding"))
+        encoding = key_encoding(query.get("key_encoding"), served.key_format)
         limit = int_param(query, "limit", 100, 1) or 100
         if limit > limits.max_scan_limit:
             raise too_large(PAGE_TOO_LARGE, f"limit {limit} is above the maximum", limits.max_scan_limit)
         # Read from the raw query string: the parsed one replaces bytes that are not UTF-8.
         strict = strict_query(request)
-        prefix = decode_key_text(strict.get("prefix", ""), encoding)
+        prefix_text = strict.get("prefix", "")
+        # The empty prefix scans every key, whatever the key format.
+        prefix = decode_key_text(prefix_text, encoding) if prefix_text else b""
         after_text = strict.get("after")
         after = None if after_text is None else decode_key_text(after_text, encoding)
         check_key_length("prefix", prefix, limits.max_key_bytes)
@@ -271,7 +280,9 @@ def add_store_routes(
     add_index_routes(app, settings, registry, auth, reader, bad_values)
 
 
-def _json_keys(body: bytes, query_encoding: str | None, max_keys: int) -> tuple[KeyEncoding, list[bytes]]:
+def _json_keys(
+    body: bytes, query_encoding: str | None, max_keys: int, key_format: str
+) -> tuple[KeyEncoding, list[bytes]]:
     """The key encoding and the keys of a JSON batch body."""
     try:
         document = orjson.loads(body)
@@ -282,7 +293,7 @@ def _json_keys(body: bytes, query_encoding: str | None, max_keys: int) -> tuple[
             'the body must be a JSON object {"keys": [...]}',
             [{"loc": ["body", "keys"], "msg": "required list"}],
         )
-    encoding = key_encoding(document.get("key_encoding", query_encoding))
+    encoding = key_encoding(document.get("key_encoding", query_encoding), key_format)
     texts = document["keys"]
     # Refuse an oversized batch before doing any work per key.
     check_batch(len(texts), 0, max_keys, 1)
@@ -305,7 +316,8 @@ def _json_keys(body: bytes, query_encoding: str | None, max_keys: int) -> tuple[
 
 def _is_key_type(data_type: pa.DataType) -> bool:
     return bool(
-        pa.types.is_binary(data_type)
+        is_number_column(data_type)
+        or pa.types.is_binary(data_type)
         or pa.types.is_large_binary(data_type)
         or pa.types.is_string(data_type)
         or pa.types.is_large_string(data_type)
@@ -318,6 +330,9 @@ def _arrow_keys(body: bytes, limits: LimitSettings) -> pa.Array:
     if column.null_count:
         raise malformed("the 'key' column holds nulls; every row needs a key")
     keys = column.combine_chunks()
+    if is_number_column(keys.type):
+        check_batch(len(keys), 8, limits.max_batch_keys, limits.max_key_bytes)
+        return keys
     longest = pc.max(pc.binary_length(keys)).as_py() or 0
     check_batch(len(keys), longest, limits.max_batch_keys, limits.max_key_bytes)
-    return keys if pa.types.is_binary(keys.type) else keys.cast(pa.binary())
+    return keys  # as sent: service.natural_keys.stored_key_column reads them by the key format

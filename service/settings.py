@@ -45,9 +45,7 @@ KeyFormat = Literal["bytes", "string", "long", "int", "avro", "protobuf", "json_
 REGISTRY_FORMATS = frozenset({"avro", "protobuf", "json_schema"})
 # Accepted by the contract, not served yet: refused at start rather than served as opaque bytes.
 UNSUPPORTED_VALUE_FORMATS: frozenset[str] = frozenset({"avro", "protobuf", "json_schema"})
-UNSUPPORTED_KEY_FORMATS: frozenset[str] = frozenset(
-    {"long", "int", "string", "avro", "protobuf", "json_schema"}
-)
+UNSUPPORTED_KEY_FORMATS: frozenset[str] = frozenset({"avro", "protobuf", "json_schema"})
 
 
 def _librdkafka_key(key: str) -> str:
