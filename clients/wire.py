@@ -30,6 +30,8 @@ ARROW_STREAM = "application/vnd.apache.arrow.stream"
 POSITION_HEADER = "Statestore-Position"
 ValueFormat = Literal["json", "string", "bytes"]
 VALUE_FORMATS: tuple[str, ...] = ("json", "string", "bytes")
+# Formats the service decodes at ingest and answers as JSON documents.
+DECODED_FORMATS: tuple[str, ...] = ("avro", "protobuf", "json_schema")
 Key = str | bytes
 
 
@@ -51,6 +53,8 @@ class StoreInfo:
     def from_json(cls, data: Mapping[str, Any]) -> StoreInfo:
         try:
             value_format = str(data["value_format"])
+            if value_format in DECODED_FORMATS:
+                value_format = "json"  # decoded at ingest: answered as JSON documents
             if value_format not in VALUE_FORMATS:
                 raise ValueError(f"unknown value_format {value_format!r}")
             return cls(

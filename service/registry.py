@@ -8,7 +8,7 @@ import threading
 from collections.abc import Mapping
 
 from service.codec import VALUE_MEDIA_TYPES
-from service.settings import HistorySettings, Settings
+from service.settings import DECODED_FORMATS, HistorySettings, Settings
 from store import ServableStore, StoreState, StoreStatus
 
 logger = logging.getLogger(__name__)
@@ -26,6 +26,9 @@ class ServedStore:
     history: HistorySettings | None = None  # the configured retention, when the store keeps history
     partitioner: str = "murmur2"  # how the topic's producers placed keys (clients.partitioners)
     key_format: str = "bytes"  # how the producers wrote keys (service.natural_keys)
+    # The configured value format when it is decoded at ingest into JSON (``avro``...): the store
+    # then serves as a ``json`` store (``value_format``), and says this name.
+    format_name: str | None = None
 
 
 class StoreRegistry:
@@ -36,7 +39,8 @@ class StoreRegistry:
         self._served: dict[str, ServedStore] = {}
         for name, store in stores.items():
             configured = settings.store(name)
-            value_format = configured.value_format if configured else "bytes"
+            configured_format = configured.value_format if configured else "bytes"
+            value_format = "json" if configured_format in DECODED_FORMATS else configured_format
             self._served[name] = ServedStore(
                 name=name,
                 topic=configured.topic if configured else name,
@@ -46,6 +50,7 @@ class StoreRegistry:
                 history=configured.history if configured else None,
                 partitioner=configured.partitioner if configured else "murmur2",
                 key_format=configured.key_format if configured else "bytes",
+                format_name=configured_format if configured_format != value_format else None,
             )
         self._start_errors: dict[str, str] = {}
         self._lock = threading.Lock()

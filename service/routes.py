@@ -27,7 +27,7 @@ from service.bodies import (
     read_body,
     too_large,
 )
-from service.catalogue import KEY_NOT_FOUND, PAGE_TOO_LARGE, VALUE_NOT_JSON
+from service.catalogue import KEY_NOT_FOUND, PAGE_TOO_LARGE
 from service.codec import (
     KeyEncoding,
     decode_key_text,
@@ -42,7 +42,7 @@ from service.reads import Reader, find_store, int_param
 from service.registry import ServedStore, StoreRegistry
 from service.settings import LimitSettings, Settings
 from service.sharding import KeyCheck, sharding_info
-from service.values import BadValues, JsonAnswer, not_json_detail
+from service.values import BadValues, JsonAnswer, bad_value_problem
 from store import ReadOnlyKeyValueStore, ScanPage
 
 POSITION = docs.POSITION_HEADER
@@ -56,7 +56,7 @@ def store_info(registry: StoreRegistry, served: ServedStore) -> dict[str, Any]:
     info: dict[str, Any] = {
         "name": served.name,
         "topic": served.topic,
-        "value_format": served.value_format,
+        "value_format": served.format_name or served.value_format,
         "key_format": served.key_format,
         "state": state.value,
     }
@@ -153,11 +153,8 @@ def add_store_routes(
                 headers={POSITION: str(position)},
             )
         if served.value_format == "json" and not bad_values.is_json(served.name, key, value):
-            raise VALUE_NOT_JSON(
-                not_json_detail(served.name),
-                extras={"store": served.name},
-                headers={POSITION: str(position)},
-            )
+            problem, detail = bad_value_problem(served.name, value)
+            raise problem(detail, extras={"store": served.name}, headers={POSITION: str(position)})
         return Response(value, media_type=served.media_type, headers={POSITION: str(position)})
 
     # The most frequent request skips FastAPI's per-request dependency solving: a plain Starlette

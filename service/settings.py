@@ -31,6 +31,9 @@ from clients.partitioners import PartitionerName, place
 from service.exceptions import ConfigError
 from service.memory_limit import auto_block_cache_bytes, memory_limit
 from store import MAX_SCAN_LIMIT, HistorySpec, IndexSpec, StoreConfig, StoreSharding, StoreTuning
+from store.formats import ValueCodec
+from store.formats.avro import AvroValues
+from store.formats.schemas import SchemaSource
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +47,9 @@ KeyFormat = Literal["bytes", "string", "long", "int", "avro", "protobuf", "json_
 # Formats whose records are framed with a Schema Registry schema id (Confluent's serializers).
 REGISTRY_FORMATS = frozenset({"avro", "protobuf", "json_schema"})
 # Accepted by the contract, not served yet: refused at start rather than served as opaque bytes.
-UNSUPPORTED_VALUE_FORMATS: frozenset[str] = frozenset({"avro", "protobuf", "json_schema"})
+UNSUPPORTED_VALUE_FORMATS: frozenset[str] = frozenset({"protobuf", "json_schema"})
+# Value formats decoded at ingest into JSON documents (store.formats): served as ``json`` stores.
+DECODED_FORMATS = frozenset({"avro"})
 UNSUPPORTED_KEY_FORMATS: frozenset[str] = frozenset({"avro", "protobuf", "json_schema"})
 
 
@@ -277,8 +282,11 @@ class StoreSettings(BaseModel):
         names = [index.name for index in self.indexes]
         if len(set(names)) != len(names):
             raise ValueError(f"index names must be unique within store {self.name!r}")
-        if self.indexes and self.value_format != "json":
-            raise ValueError(f"store {self.name!r} has indexes, which need value_format: json")
+        if self.indexes and self.value_format != "json" and self.value_format not in DECODED_FORMATS:
+            raise ValueError(
+                f"store {self.name!r} has indexes, which need value_format: json (or a format decoded"
+                " at ingest: avro)"
+            )
         return self
 
 
@@ -530,6 +538,23 @@ def store_configs(settings: Settings) -> list[StoreConfig]:
                 partitioner=s.partitioner,
                 placer=functools.partial(place, s.partitioner),
             ),
+            value_codec=value_codec(settings, s),
         )
         for s in settings.stores
     ]
+
+
+def value_codec(settings: Settings, store: StoreSettings) -> ValueCodec | None:
+    """The codec that decodes the store's values at ingest, for the formats that need one.
+
+    Schemas come from the registry's subject ``<topic>-value`` (Confluent's default
+    ``TopicNameStrategy``) and are kept under ``<state_dir>/<store>.schemas``.
+    """
+    if store.value_format not in DECODED_FORMATS or settings.schema_registry is None:
+        return None
+    schemas = SchemaSource(
+        settings.schema_registry.client_config(),
+        f"{store.topic}-value",
+        settings.state_dir / f"{store.name}.schemas",
+    )
+    return AvroValues(schemas, store.name)
