@@ -220,6 +220,10 @@ def plan_lookup(
                 exc.add_note(UNREADABLE_TOKEN)
             raise
         position = _pinned(info.position, as_of, min_position)
+        # A store decoding its values at ingest says their schema; value_schema= overrides it.
+        served_schema = info.raw.get("value_schema")
+        if value_schema is None and isinstance(served_schema, str) and index is None:
+            value_schema = served_schema
         schema = value_schema_of(session, value_schema) if value_schema is not None else None
         _check_format(store, info.value_format, index, schema)
         arrow_type = pa.struct(list(to_arrow_schema(schema))) if schema is not None else None

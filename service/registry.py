@@ -6,9 +6,10 @@ import dataclasses
 import logging
 import threading
 from collections.abc import Mapping
+from pathlib import Path
 
 from service.codec import VALUE_MEDIA_TYPES
-from service.settings import DECODED_FORMATS, HistorySettings, Settings
+from service.settings import DECODED_FORMATS, HistorySettings, Settings, schemas_dir
 from store import ServableStore, StoreState, StoreStatus
 
 logger = logging.getLogger(__name__)
@@ -29,6 +30,7 @@ class ServedStore:
     # The configured value format when it is decoded at ingest into JSON (``avro``...): the store
     # then serves as a ``json`` store (``value_format``), and says this name.
     format_name: str | None = None
+    schemas_dir: Path | None = None  # where such a store keeps the schemas it decodes with
 
 
 class StoreRegistry:
@@ -51,6 +53,9 @@ class StoreRegistry:
                 partitioner=configured.partitioner if configured else "murmur2",
                 key_format=configured.key_format if configured else "bytes",
                 format_name=configured_format if configured_format != value_format else None,
+                schemas_dir=schemas_dir(settings.state_dir, name)
+                if configured_format != value_format
+                else None,
             )
         self._start_errors: dict[str, str] = {}
         self._lock = threading.Lock()

@@ -42,6 +42,7 @@ from service.reads import Reader, find_store, int_param
 from service.registry import ServedStore, StoreRegistry
 from service.settings import LimitSettings, Settings
 from service.sharding import KeyCheck, sharding_info
+from service.value_schemas import stored_value_schema
 from service.values import BadValues, JsonAnswer, bad_value_problem
 from store import ReadOnlyKeyValueStore, ScanPage
 
@@ -61,6 +62,8 @@ def store_info(registry: StoreRegistry, served: ServedStore) -> dict[str, Any]:
         "state": state.value,
     }
     info["sharding"] = sharding_info(registry, served, status)
+    if served.schemas_dir is not None:
+        info["value_schema"] = stored_value_schema(served.schemas_dir)
     if status is None:
         info.update(position="", end_offsets="", lag={}, total_lag=0, restore=None)
         info["last_error"] = registry.start_error(served.name)

@@ -555,6 +555,11 @@ def value_codec(settings: Settings, store: StoreSettings) -> ValueCodec | None:
     schemas = SchemaSource(
         settings.schema_registry.client_config(),
         f"{store.topic}-value",
-        settings.state_dir / f"{store.name}.schemas",
+        schemas_dir(settings.state_dir, store.name),
     )
     return AvroValues(schemas, store.name)
+
+
+def schemas_dir(state_dir: Path, store: str) -> Path:
+    """Where a store decoding values at ingest keeps the schemas it fetched."""
+    return state_dir / f"{store}.schemas"
