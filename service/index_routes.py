@@ -34,6 +34,7 @@ from service.codec import (
     key_encoding,
     strict_query,
 )
+from service.projection import Projection
 from service.reads import Reader, find_store, int_param
 from service.registry import StoreRegistry
 from service.settings import LimitSettings, Settings
@@ -83,6 +84,7 @@ def add_index_routes(
         index = request.path_params["index"]
         query = request.query_params
         encoding = key_encoding(query.get("key_encoding"), served.key_format)
+        projection = Projection.parse(query.get("fields"), served.value_format)
         limit = _page_limit(int_param(query, "limit", DEFAULT_PAGE, 1) or DEFAULT_PAGE, limits)
         value = _path_value(request)
         # Read from the raw query string: the parsed one replaces bytes that are not UTF-8.
@@ -96,6 +98,7 @@ def add_index_routes(
 
         page, position = await reader.read(served, request, read)
         answer = JsonAnswer(served.name, served.value_format, encoding, bad_values)
+        answer.project = None if projection is None else projection.stored
         document = {
             "items": answer.items(page.items),
             "next_after": _cursor(page, encoding),
@@ -125,6 +128,7 @@ def add_index_routes(
         media_type = batch_media_type(request, "values")
         query = request.query_params
         limit = int_param(query, "limit_per_value", DEFAULT_LIMIT_PER_VALUE, 1) or DEFAULT_LIMIT_PER_VALUE
+        projection = Projection.parse(query.get("fields"), served.value_format)
         body = await read_body(request, limits)
         if media_type == JSON:
             document = _json_document(body)
@@ -156,6 +160,7 @@ def add_index_routes(
             pages = _pages(view, index, values, limit, limits.max_answer_rows)
             if media_type == JSON:
                 json_answer = JsonAnswer(served.name, served.value_format, encoding, bad_values)
+                json_answer.project = None if projection is None else projection.stored
                 return _json_answer(texts, pages, json_answer, view.position())
             return _arrow_answer(texts, pages)
 

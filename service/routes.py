@@ -38,6 +38,7 @@ from service.codec import (
 )
 from service.index_routes import add_index_routes
 from service.natural_keys import is_number_column, stored_key_column
+from service.projection import Projection, projected_values
 from service.reads import Reader, find_store, int_param
 from service.registry import ServedStore, StoreRegistry
 from service.settings import LimitSettings, Settings
@@ -147,6 +148,7 @@ def add_store_routes(
         raw_segment = parts[5] if len(parts) == 6 else quote(request.path_params["key"]).encode()
         key = decode_path_key(raw_segment, encoding)
         check_key_length("the key", key, limits.max_key_bytes)
+        projection = Projection.parse(query.get("fields"), served.value_format)
         check_keys(served, [key])
         value, position = await reader.read(served, request, lambda view: view.get(key))
         if value is None:
@@ -158,6 +160,8 @@ def add_store_routes(
         if served.value_format == "json" and not bad_values.is_json(served.name, key, value):
             problem, detail = bad_value_problem(served.name, value)
             raise problem(detail, extras={"store": served.name}, headers={POSITION: str(position)})
+        if projection is not None:
+            value = projection.stored(value)
         return Response(value, media_type=served.media_type, headers={POSITION: str(position)})
 
     # The most frequent request skips FastAPI's per-request dependency solving: a plain Starlette
@@ -210,6 +214,7 @@ def add_store_routes(
     async def batch_get(request: Request) -> Response:
         served = find_store(registry, auth, request)
         media_type = batch_media_type(request, "keys")
+        projection = Projection.parse(request.query_params.get("fields"), served.value_format)
         body = await read_body(request, limits)
         if media_type == JSON:
             encoding, keys = _json_keys(
@@ -221,6 +226,7 @@ def add_store_routes(
             check_keys(served, keys)
             values, position = await reader.read(served, request, lambda view: view.get_many(keys))
             answer = JsonAnswer(served.name, served.value_format, encoding, bad_values)
+            answer.project = None if projection is None else projection.stored
             document = {"values": answer.values(keys, values), "position": str(position)}
             return Response(answer.document(document), media_type=JSON, headers={POSITION: str(position)})
         # Decoding a large Arrow body takes a while: off the event loop.
@@ -230,6 +236,8 @@ def add_store_routes(
         keys = key_column.to_pylist()
         values, position = await reader.read(served, request, lambda view: view.get_many(keys))
         # Keys are answered as they were asked: numbers stay numbers.
+        if projection is not None:
+            values = projected_values(projection, values)
         answered_keys = asked if is_number_column(asked.type) else key_column
         table = pa.table({"key": answered_keys, "value": binary_array(values)})
         sink = pa.BufferOutputStream()
@@ -252,6 +260,7 @@ def add_store_routes(
         served = find_store(registry, auth, request)
         query = request.query_params
         encoding = key_encoding(query.get("key_encoding"), served.key_format)
+        projection = Projection.parse(query.get("fields"), served.value_format)
         limit = int_param(query, "limit", 100, 1) or 100
         if limit > limits.max_scan_limit:
             raise too_large(PAGE_TOO_LARGE, f"limit {limit} is above the maximum", limits.max_scan_limit)
@@ -270,6 +279,7 @@ def add_store_routes(
 
         page, position = await reader.read(served, request, read)
         answer = JsonAnswer(served.name, served.value_format, encoding, bad_values)
+        answer.project = None if projection is None else projection.stored
         document = {
             "items": answer.items(page.items),
             "next_after": None if page.next_after is None else encode_key(page.next_after, encoding),

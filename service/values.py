@@ -128,6 +128,8 @@ class JsonAnswer:
         self.encoding = encoding
         self._bad = bad
         self.errors: list[dict[str, Any]] = []
+        # ``fields=``: each good value answered through it (service.projection).
+        self.project: Callable[[bytes], bytes] | None = None
 
     def _error(self, key: bytes, value: bytes, **where: Any) -> dict[str, Any]:
         problem, detail = bad_value_problem(self._store, value)
@@ -155,8 +157,9 @@ class JsonAnswer:
                     }
                 )
             else:
+                shown = value if self.project is None else self.project(value)
                 answered.append(
-                    {"key": encode_key(key, self.encoding), "value": json_value(value, self._format)}
+                    {"key": encode_key(key, self.encoding), "value": json_value(shown, self._format)}
                 )
         return answered
 
@@ -166,9 +169,15 @@ class JsonAnswer:
             return [json_value(value, self._format) for value in values]
         fragment = orjson.Fragment
         answered: list[Any] = [None if value is None else fragment(value) for value in values]
-        for index in self._bad.not_json(self._store, keys, values):
+        bad = self._bad.not_json(self._store, keys, values)
+        for index in bad:
             self._error(keys[index], values[index] or b"", index=index)
             answered[index] = None
+        if self.project is not None:
+            project, skip = self.project, set(bad)
+            for index, value in enumerate(values):
+                if value is not None and index not in skip:
+                    answered[index] = fragment(project(value))
         return answered
 
     def document(self, body: dict[str, Any]) -> bytes:

@@ -161,6 +161,16 @@ def test_values_are_decoded_at_ingest_in_the_latest_shape_and_bad_ones_are_error
         ]
         oslo = http.get("/v1/stores/customers/indexes/by_city/Oslo").json()
         assert [item["key"] for item in oslo["items"]] == ["c3"]
+        projected = http.get("/v1/stores/customers/indexes/by_city/Oslo", params={"fields": "name,tags.a"})
+        assert [item["value"] for item in projected.json()["items"]] == [
+            {"name": "customer 3", "tags": {"a": 1}}
+        ]
+        in_batch = http.post(
+            "/v1/stores/customers/indexes/by_city:batchGet",
+            params={"fields": "id"},
+            json={"values": ["Oslo"]},
+        ).json()
+        assert in_batch["results"][0]["items"] == [{"key": "c3", "value": {"id": 3}}]
 
         # The registry goes down; a producer registers a third version elsewhere and writes with it.
         registry.down()
