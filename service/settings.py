@@ -33,6 +33,7 @@ from service.memory_limit import auto_block_cache_bytes, memory_limit
 from store import MAX_SCAN_LIMIT, HistorySpec, IndexSpec, StoreConfig, StoreSharding, StoreTuning
 from store.formats import ValueCodec
 from store.formats.avro import AvroValues
+from store.formats.json_schema import JsonSchemaValues
 from store.formats.schemas import SchemaSource
 
 logger = logging.getLogger(__name__)
@@ -47,9 +48,9 @@ KeyFormat = Literal["bytes", "string", "long", "int", "avro", "protobuf", "json_
 # Formats whose records are framed with a Schema Registry schema id (Confluent's serializers).
 REGISTRY_FORMATS = frozenset({"avro", "protobuf", "json_schema"})
 # Accepted by the contract, not served yet: refused at start rather than served as opaque bytes.
-UNSUPPORTED_VALUE_FORMATS: frozenset[str] = frozenset({"protobuf", "json_schema"})
+UNSUPPORTED_VALUE_FORMATS: frozenset[str] = frozenset({"protobuf"})
 # Value formats decoded at ingest into JSON documents (store.formats): served as ``json`` stores.
-DECODED_FORMATS = frozenset({"avro"})
+DECODED_FORMATS = frozenset({"avro", "json_schema"})
 UNSUPPORTED_KEY_FORMATS: frozenset[str] = frozenset({"avro", "protobuf", "json_schema"})
 
 
@@ -557,6 +558,8 @@ def value_codec(settings: Settings, store: StoreSettings) -> ValueCodec | None:
         f"{store.topic}-value",
         schemas_dir(settings.state_dir, store.name),
     )
+    if store.value_format == "json_schema":
+        return JsonSchemaValues(schemas, store.name)
     return AvroValues(schemas, store.name)
 
 
