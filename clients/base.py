@@ -45,11 +45,14 @@ class ReadAt(TypedDict, total=False):
     ``min_position=`` demands a table at least that new (the read waits for it, within the deadline);
     ``as_of=`` reads exactly that position (the store must keep history back to it); not both.
     ``deadline=`` bounds the call with its retries, in seconds (default: the client's ``deadline``).
+    ``fields=`` (``get``, ``get_many``, ``get_arrow`` of JSON stores) answers each value with only
+    these dotted paths (docs/http-api.md, "Projection").
     """
 
     min_position: PositionLike | None
     as_of: PositionLike | None
     deadline: float | None
+    fields: Sequence[str] | None
 
 
 class IndexReadAt(ReadAt, total=False):
@@ -224,7 +227,13 @@ class BaseClient(ShardRouting, ABC, Generic[HttpT, TransportT, RowsT]):
 
         def read_key(sharding: Sharding) -> Flow[Any]:
             shard = sharding.shard_of(wire.key_bytes(sent))
-            call = wire.get_call(store, sent, sharding.part(min_position, shard), sharding.part(as_of, shard))
+            call = wire.get_call(
+                store,
+                sent,
+                sharding.part(min_position, shard),
+                sharding.part(as_of, shard),
+                fields=read.get("fields"),
+            )
             try:
                 response = yield from self._sent(call.to(self._target(shard)), deadline)
             except KeyNotFoundError:
@@ -257,11 +266,14 @@ class BaseClient(ShardRouting, ABC, Generic[HttpT, TransportT, RowsT]):
         deadline = self._deadline(read.get("deadline"))
         if not pa.types.is_binary(keys.type):
             keys = stored_key_array(keys, (yield from self._key_format_flow(store)))
+        fields = read.get("fields")
 
         def read_keys(sharding: Sharding) -> Flow[pa.Array]:
             if sharding.shards == 1:
                 return (
-                    yield from self._get_arrow_shard(store, keys, sharding, 0, min_position, as_of, deadline)
+                    yield from self._get_arrow_shard(
+                        store, keys, sharding, 0, min_position, as_of, deadline, fields
+                    )
                 )
             groups = grouped_by_shard(sharding.shards_of(keys), sharding.shards)
             if not groups:
@@ -276,6 +288,7 @@ class BaseClient(ShardRouting, ABC, Generic[HttpT, TransportT, RowsT]):
                         sharding.part(min_position, shard),
                         sharding.part(as_of, shard),
                         deadline,
+                        fields,
                     )
                     for shard, rows in groups
                 )
@@ -293,11 +306,12 @@ class BaseClient(ShardRouting, ABC, Generic[HttpT, TransportT, RowsT]):
         min_position: PositionLike | None,
         as_of: PositionLike | None,
         deadline: Deadline,
+        fields: Sequence[str] | None = None,
     ) -> Flow[pa.Array]:
         """The values of keys that all live on ``shard``, in batches of ``batch_size``."""
         parts: list[pa.Array] = []
         for chunk in self._batches(keys, deadline, f"batch get on store {store!r}"):
-            call = wire.batch_get_call(store, chunk, min_position, as_of).to(self._target(shard))
+            call = wire.batch_get_call(store, chunk, min_position, as_of, fields).to(self._target(shard))
             response = yield from self._sent(call, deadline)
             self._notice_growth(store, sharding, response)
             parts.append(wire.decode_values(response.content, len(chunk)))

@@ -44,6 +44,8 @@ class LookupSpec:
     exact: bool = False
     index: str | None = None
     key_format: str = "bytes"  # how the store's producers wrote keys (clients.natural_keys)
+    # Only these fields of each value are fetched (the ones the output needs), when known.
+    fields: tuple[str, ...] | None = None
 
     @property
     def min_position(self) -> str | None:
@@ -129,7 +131,9 @@ class Lookup:
     def _learn(self, keys: pa.Array) -> None:
         """Fetch and decode distinct keys not known yet."""
         spec = self.spec
-        stored = self.client.get_arrow(spec.store, keys, min_position=spec.min_position, as_of=spec.as_of)
+        stored = self.client.get_arrow(
+            spec.store, keys, min_position=spec.min_position, as_of=spec.as_of, fields=spec.fields
+        )
         self.keys_fetched += len(keys)
         values, misfit = decode(stored, self.spec.value_format, self.spec.value_type)
         self.known.add(keys, values, pc.is_valid(stored), misfit)

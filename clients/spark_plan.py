@@ -237,6 +237,10 @@ def plan_lookup(
             exact,
             index,
             key_format=info.key_format,
+            # A typed join needs only the schema's fields: the service sends no others.
+            fields=tuple(field.name for field in schema.fields)
+            if schema is not None and index is None
+            else None,
         )
         _check_reads(client, spec)
         if schema is not None:

@@ -176,12 +176,27 @@ def path_key(key: Key) -> tuple[str, dict[str, str]]:
     return base64.urlsafe_b64encode(raw).decode("ascii"), {"key_encoding": "base64"}
 
 
+def fields_params(fields: Sequence[str] | None) -> dict[str, str]:
+    """The ``fields`` query parameter of a projected read (none without ``fields``)."""
+    if fields is None:
+        return {}
+    if isinstance(fields, str):
+        raise TypeError('fields must be a sequence of dotted paths, e.g. ["name", "address.city"]')
+    return {"fields": ",".join(fields)}
+
+
 def get_call(
-    store: str, key: Key, min_position: PositionLike | None, as_of: PositionLike | None = None
+    store: str,
+    key: Key,
+    min_position: PositionLike | None,
+    as_of: PositionLike | None = None,
+    fields: Sequence[str] | None = None,
 ) -> Call:
     segment, params = path_key(key)
     return Call(
-        "GET", f"{store_path(store)}/keys/{segment}", {**params, **read_params(min_position, as_of=as_of)}
+        "GET",
+        f"{store_path(store)}/keys/{segment}",
+        {**params, **read_params(min_position, as_of=as_of), **fields_params(fields)},
     )
 
 
@@ -207,11 +222,12 @@ def batch_get_call(
     keys: Sequence[bytes] | pa.Array,
     min_position: PositionLike | None,
     as_of: PositionLike | None = None,
+    fields: Sequence[str] | None = None,
 ) -> Call:
     return Call(
         "POST",
         f"{store_path(store)}/keys:batchGet",
-        read_params(min_position, as_of=as_of),
+        {**read_params(min_position, as_of=as_of), **fields_params(fields)},
         {"Content-Type": ARROW_STREAM, "Accept": ARROW_STREAM},
         encode_keys(keys),
     )

@@ -4,7 +4,7 @@ the formats decoded at ingest), so only those fields cross the wire.
 Each path names a member of the value's top-level object, dots going into nested objects. The
 projected value is an object holding the paths asked, nested as in the value; a path the value
 does not have (or that crosses something other than an object) is ``null``. A value that is not
-an object projects to ``null`` members alike. Projection parses each stored value answered, so it
+an object is answered whole. Projection parses each stored value answered, so it
 costs what it saves only when the fields are a small part of the values.
 """
 
@@ -48,8 +48,11 @@ class Projection:
             raise invalid_parameter("fields", f"names 1 to {MAX_FIELDS} paths, comma-separated")
         return cls(paths)
 
-    def value(self, document: Any) -> dict[str, Any]:
-        """The projection of one parsed value."""
+    def value(self, document: Any) -> Any:
+        """The projection of one parsed value; a value that is not an object stays whole (it has no
+        fields, and a client typing it must see it does not fit)."""
+        if not isinstance(document, dict):
+            return document
         projected: dict[str, Any] = {}
         for path in self.paths:
             found: Any = document
