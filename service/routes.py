@@ -88,6 +88,7 @@ def store_info(registry: StoreRegistry, served: ServedStore) -> dict[str, Any]:
         },
         records_applied_total=status.records_applied_total,
         null_key_records=status.null_key_records,
+        undecodable_values=status.undecodable_values,
         approximate_num_keys=status.approximate_num_keys,
         size_on_disk_bytes=status.size_on_disk_bytes,
         last_error=registry.start_error(served.name) or status.last_error,

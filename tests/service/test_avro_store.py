@@ -147,6 +147,8 @@ def test_values_are_decoded_at_ingest_in_the_latest_shape_and_bad_ones_are_error
         unknown = http.get("/v1/stores/customers/keys/unknown-id")
         assert (unknown.status_code, unknown.json()["type"]) == (502, "urn:statestore:problem:unknown-schema")
         assert "999" in unknown.json()["detail"]
+        assert info["undecodable_values"] == 3
+        assert 'statestore_undecodable_values_total{store="customers"} 3.0' in http.get("/metrics").text
         for key in ("corrupt", "unframed"):
             bad = http.get(f"/v1/stores/customers/keys/{key}")
             assert (bad.status_code, bad.json()["type"]) == (502, "urn:statestore:problem:value-undecodable")
