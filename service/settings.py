@@ -34,6 +34,7 @@ from store import MAX_SCAN_LIMIT, HistorySpec, IndexSpec, StoreConfig, StoreShar
 from store.formats import ValueCodec
 from store.formats.avro import AvroValues
 from store.formats.json_schema import JsonSchemaValues
+from store.formats.protobuf import ProtobufValues
 from store.formats.schemas import SchemaSource
 
 logger = logging.getLogger(__name__)
@@ -48,9 +49,9 @@ KeyFormat = Literal["bytes", "string", "long", "int", "avro", "protobuf", "json_
 # Formats whose records are framed with a Schema Registry schema id (Confluent's serializers).
 REGISTRY_FORMATS = frozenset({"avro", "protobuf", "json_schema"})
 # Accepted by the contract, not served yet: refused at start rather than served as opaque bytes.
-UNSUPPORTED_VALUE_FORMATS: frozenset[str] = frozenset({"protobuf"})
+UNSUPPORTED_VALUE_FORMATS: frozenset[str] = frozenset()
 # Value formats decoded at ingest into JSON documents (store.formats): served as ``json`` stores.
-DECODED_FORMATS = frozenset({"avro", "json_schema"})
+DECODED_FORMATS = frozenset({"avro", "json_schema", "protobuf"})
 UNSUPPORTED_KEY_FORMATS: frozenset[str] = frozenset({"avro", "protobuf", "json_schema"})
 
 
@@ -557,7 +558,10 @@ def value_codec(settings: Settings, store: StoreSettings) -> ValueCodec | None:
         settings.schema_registry.client_config(),
         f"{store.topic}-value",
         schemas_dir(settings.state_dir, store.name),
+        fmt="serialized" if store.value_format == "protobuf" else None,
     )
+    if store.value_format == "protobuf":
+        return ProtobufValues(schemas, store.name)
     if store.value_format == "json_schema":
         return JsonSchemaValues(schemas, store.name)
     return AvroValues(schemas, store.name)

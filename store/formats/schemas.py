@@ -28,8 +28,12 @@ _NOT_FOUND = (40401, 40403)  # subject / schema not found
 class SchemaSource:
     """Schema texts by id, and the subject's latest ``(id, text)``, cached on disk."""
 
-    def __init__(self, registry: Mapping[str, str], subject: str, cache_dir: Path) -> None:
+    def __init__(
+        self, registry: Mapping[str, str], subject: str, cache_dir: Path, fmt: str | None = None
+    ) -> None:
         self.subject = subject
+        # ``serialized`` for Protobuf: the schema as a base64 FileDescriptorProto, not .proto text.
+        self._fmt = fmt
         self._conf = {"max.retries": "0", "timeout": "10", **registry}
         self._client: SchemaRegistryClient | None = None
         self._dir = Path(cache_dir)
@@ -80,7 +84,7 @@ class SchemaSource:
             registry = self._registry()
             # The client keeps a latest version forever otherwise.
             registry.clear_latest_caches()  # type: ignore[no-untyped-call]
-            registered = registry.get_latest_version(self.subject)
+            registered = registry.get_latest_version(self.subject, fmt=self._fmt)
         except SchemaRegistryError as exc:
             if exc.error_code in _NOT_FOUND:
                 return cached
@@ -98,7 +102,7 @@ class SchemaSource:
 
     def _fetch(self, schema_id: int) -> dict[str, Any]:
         try:
-            schema = self._registry().get_schema(schema_id)
+            schema = self._registry().get_schema(schema_id, fmt=self._fmt)
         except SchemaRegistryError as exc:
             if exc.http_status_code == 404 or exc.error_code in _NOT_FOUND:
                 raise UnknownSchemaError(f"the schema registry knows no schema id {schema_id}") from exc
