@@ -14,20 +14,16 @@ import base64
 import decimal
 import io
 import json
-import logging
 import struct
-import threading
 from collections.abc import Sequence
 from typing import Any
 
 import fastavro
 import orjson
 
-from store.formats import undecodable
+from store.formats.bad import UndecodableValues
 from store.formats.errors import ShapeChangedError, UnknownSchemaError
 from store.formats.schemas import SchemaSource
-
-logger = logging.getLogger(__name__)
 
 _HEADER = struct.Struct(">bI")  # magic byte 0, schema id
 
@@ -49,8 +45,7 @@ class AvroValues:
         self._parsed: dict[int, Any] = {}
         self._fields: list[str] | None = None
         self._latest_id: int | None = None
-        self._lock = threading.Lock()
-        self.undecodable_count = 0
+        self._bad = UndecodableValues(store)
 
     def decode(self, values: Sequence[bytes | None]) -> list[bytes | None]:
         if self._fields is None:
@@ -86,35 +81,29 @@ class AvroValues:
 
     def _one(self, value: bytes) -> bytes:
         if len(value) < _HEADER.size or value[0] != 0:
-            return self._bad(f"not Confluent-framed Avro (magic byte {value[:1].hex() or 'missing'})")
+            return self._bad.mark(
+                "value-undecodable", f"not Confluent-framed Avro (magic byte {value[:1].hex() or 'missing'})"
+            )
         _, schema_id = _HEADER.unpack_from(value)
         try:
             writer = self._writer(schema_id)
         except UnknownSchemaError as exc:
-            return self._bad(str(exc), unknown_schema=True)
+            return self._bad.mark("unknown-schema", str(exc))
         try:
             record = fastavro.schemaless_reader(io.BytesIO(value[_HEADER.size :]), writer, None)
         except Exception as exc:  # fastavro raises many kinds on corrupt input
-            return self._bad(f"bytes do not decode under schema id {schema_id}: {type(exc).__name__}: {exc}")
+            return self._bad.mark(
+                "value-undecodable",
+                f"bytes do not decode under schema id {schema_id}: {type(exc).__name__}: {exc}",
+            )
         fields = self._fields
         if fields is not None and isinstance(record, dict):
             record = {name: record.get(name) for name in fields}
         try:
             return orjson.dumps(record, default=_json_default)
         except TypeError as exc:
-            return self._bad(f"the decoded record has no JSON form: {exc}")
+            return self._bad.mark("value-undecodable", f"the decoded record has no JSON form: {exc}")
 
-    def _bad(self, reason: str, unknown_schema: bool = False) -> bytes:
-        with self._lock:
-            self.undecodable_count += 1
-            first = self.undecodable_count == 1
-        if first or self.undecodable_count % 1000 == 0:
-            logger.error(
-                'store "%s": a value cannot be decoded (%s); reads answer it as an error (%s) until the'
-                " topic has a good record for its key; %d so far",
-                self._store,
-                reason,
-                "unknown-schema" if unknown_schema else "value-undecodable",
-                self.undecodable_count,
-            )
-        return undecodable(("unknown-schema:" if unknown_schema else "value-undecodable:") + reason)
+    @property
+    def undecodable_count(self) -> int:
+        return self._bad.count

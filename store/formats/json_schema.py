@@ -7,18 +7,14 @@ only that the schema id is one the registry knows and that the payload is one JS
 
 from __future__ import annotations
 
-import logging
 import struct
-import threading
 from collections.abc import Sequence
 
 import orjson
 
-from store.formats import undecodable
+from store.formats.bad import UndecodableValues
 from store.formats.errors import UnknownSchemaError
 from store.formats.schemas import SchemaSource
-
-logger = logging.getLogger(__name__)
 
 _HEADER = struct.Struct(">bI")
 
@@ -30,38 +26,30 @@ class JsonSchemaValues:
         self._schemas = schemas
         self._store = store
         self._known: set[int] = set()
-        self._lock = threading.Lock()
-        self.undecodable_count = 0
+        self._bad = UndecodableValues(store)
 
     def decode(self, values: Sequence[bytes | None]) -> list[bytes | None]:
         return [None if value is None else self._one(value) for value in values]
 
     def _one(self, value: bytes) -> bytes:
         if len(value) < _HEADER.size or value[0] != 0:
-            return self._bad("value-undecodable:not Confluent-framed JSON (no magic byte 0)")
+            return self._bad.mark("value-undecodable", "not Confluent-framed JSON (no magic byte 0)")
         _, schema_id = _HEADER.unpack_from(value)
         if schema_id not in self._known:
             try:
                 self._schemas.schema(schema_id)  # raises while the registry is unavailable
             except UnknownSchemaError as exc:
-                return self._bad(f"unknown-schema:{exc}")
+                return self._bad.mark("unknown-schema", str(exc))
             self._known.add(schema_id)
         payload = value[_HEADER.size :]
         try:
             orjson.loads(payload)
         except orjson.JSONDecodeError as exc:
-            return self._bad(f"value-undecodable:the payload under schema id {schema_id} is not JSON: {exc}")
+            return self._bad.mark(
+                "value-undecodable", f"the payload under schema id {schema_id} is not JSON: {exc}"
+            )
         return payload
 
-    def _bad(self, reason: str) -> bytes:
-        with self._lock:
-            self.undecodable_count += 1
-            count = self.undecodable_count
-        if count == 1 or count % 1000 == 0:
-            logger.error(
-                'store "%s": a value cannot be decoded (%s); reads answer it as an error; %d so far',
-                self._store,
-                reason,
-                count,
-            )
-        return undecodable(reason)
+    @property
+    def undecodable_count(self) -> int:
+        return self._bad.count

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import base64
 import io
-import logging
-import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,11 +19,9 @@ import orjson
 from confluent_kafka.schema_registry.common.serde import SchemaId
 from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory
 
-from store.formats import undecodable
+from store.formats.bad import UndecodableValues
 from store.formats.errors import ShapeChangedError, UnknownSchemaError
 from store.formats.schemas import SchemaSource
-
-logger = logging.getLogger(__name__)
 
 
 def _file(document: dict[str, Any]) -> descriptor_pb2.FileDescriptorProto:
@@ -55,8 +51,7 @@ class ProtobufValues:
         self._latest: descriptor_pb2.FileDescriptorProto | None = None
         self._latest_id: int | None = None
         self._shapes: dict[str, list[str]] = {}
-        self._lock = threading.Lock()
-        self.undecodable_count = 0
+        self._bad = UndecodableValues(store)
 
     def decode(self, values: Sequence[bytes | None]) -> list[bytes | None]:
         if self._latest_id is None:
@@ -101,12 +96,12 @@ class ProtobufValues:
         try:
             payload = framing.from_bytes(io.BytesIO(value))
         except Exception as exc:  # a short or unframed value
-            return self._bad(f"value-undecodable:not Confluent-framed Protobuf: {exc}")
+            return self._bad.mark("value-undecodable", f"not Confluent-framed Protobuf: {exc}")
         assert framing.id is not None
         try:
             pool, proto = self._pool(framing.id)
         except UnknownSchemaError as exc:
-            return self._bad(f"unknown-schema:{exc}")
+            return self._bad.mark("unknown-schema", str(exc))
         try:
             name = _message_name(proto, framing.message_indexes or [])
             message = message_factory.GetMessageClass(pool.FindMessageTypeByName(name))()
@@ -116,21 +111,14 @@ class ProtobufValues:
             )
         except Exception as exc:  # protobuf raises several kinds on corrupt input
             why = f"{type(exc).__name__}: {exc}"
-            return self._bad(f"value-undecodable:bytes do not decode under schema id {framing.id}: {why}")
+            return self._bad.mark(
+                "value-undecodable", f"bytes do not decode under schema id {framing.id}: {why}"
+            )
         shape = self._shape(name)
         if shape is not None:
             record = {field: record.get(field) for field in shape}
         return orjson.dumps(record)
 
-    def _bad(self, reason: str) -> bytes:
-        with self._lock:
-            self.undecodable_count += 1
-            count = self.undecodable_count
-        if count == 1 or count % 1000 == 0:
-            logger.error(
-                'store "%s": a value cannot be decoded (%s); reads answer it as an error; %d so far',
-                self._store,
-                reason,
-                count,
-            )
-        return undecodable(reason)
+    @property
+    def undecodable_count(self) -> int:
+        return self._bad.count
