@@ -31,6 +31,7 @@ from clients.options import ClientOptions, Verify
 from clients.position import Position, PositionLike
 from clients.retry import RetryPolicy
 from clients.spark_compat import Counter, conf_value, is_connect, new_counter, parse_struct
+from clients.wire import StoreInfo
 
 log = logging.getLogger("clients.spark")
 
@@ -121,6 +122,24 @@ def planned_lookup(lookup_id: str) -> LookupInfo | None:
     """The lookup planned under ``lookup_id`` in this driver, if any."""
     with _planned_lock:
         return _planned.get(lookup_id)
+
+
+def _value_schema(
+    session: SparkSession, info: StoreInfo, value_schema: str | StructType | None, index: str | None
+) -> StructType | None:
+    """The schema values are typed by: ``value_schema`` if given, else the one a store decoding its
+    values at ingest says (``StoreInfo.value_schema``; not for index lookups), else none."""
+    served = info.raw.get("value_schema")
+    if value_schema is None and isinstance(served, str) and index is None:
+        value_schema = served
+    return value_schema_of(session, value_schema) if value_schema is not None else None
+
+
+def _needed_fields(schema: StructType | None, index: str | None) -> tuple[str, ...] | None:
+    """A typed join needs only the schema's fields: the service is asked for no others."""
+    if schema is None or index is not None:
+        return None
+    return tuple(field.name for field in schema.fields)
 
 
 def value_schema_of(session: SparkSession, value_schema: str | StructType) -> StructType:
@@ -220,11 +239,7 @@ def plan_lookup(
                 exc.add_note(UNREADABLE_TOKEN)
             raise
         position = _pinned(info.position, as_of, min_position)
-        # A store decoding its values at ingest says their schema; value_schema= overrides it.
-        served_schema = info.raw.get("value_schema")
-        if value_schema is None and isinstance(served_schema, str) and index is None:
-            value_schema = served_schema
-        schema = value_schema_of(session, value_schema) if value_schema is not None else None
+        schema = _value_schema(session, info, value_schema, index)
         _check_format(store, info.value_format, index, schema)
         arrow_type = pa.struct(list(to_arrow_schema(schema))) if schema is not None else None
         spec = LookupSpec(
@@ -237,10 +252,7 @@ def plan_lookup(
             exact,
             index,
             key_format=info.key_format,
-            # A typed join needs only the schema's fields: the service sends no others.
-            fields=tuple(field.name for field in schema.fields)
-            if schema is not None and index is None
-            else None,
+            fields=_needed_fields(schema, index),
         )
         _check_reads(client, spec)
         if schema is not None:
