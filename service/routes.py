@@ -23,9 +23,10 @@ from service.reads import Reader
 from service.registry import ServedStore, StoreRegistry
 from service.settings import Settings
 from service.sharding import sharding_info
-from service.values import BadValues, JsonAnswer, not_json_detail
+from service.value_schemas import stored_value_schema
+from service.values import BadValues, JsonAnswer, bad_value_problem
 from store import ReadOnlyKeyValueStore, ScanPage
-from wire.problems import KEY_NOT_FOUND, VALUE_NOT_JSON
+from wire.problems import KEY_NOT_FOUND
 
 POSITION = docs.POSITION_HEADER
 KEY_ROUTE = "/v1/stores/{store}/keys/{key:path}"
@@ -38,10 +39,13 @@ def store_info(registry: StoreRegistry, served: ServedStore) -> dict[str, Any]:
     info: dict[str, Any] = {
         "name": served.name,
         "topic": served.topic,
-        "value_format": served.value_format,
+        "value_format": served.format_name or served.value_format,
+        "key_format": served.key_format,
         "state": state.value,
     }
     info["sharding"] = sharding_info(registry, served, status)
+    if served.schemas_dir is not None:
+        info["value_schema"] = stored_value_schema(served.schemas_dir)
     if status is None:
         info.update(position="", end_offsets="", lag={}, total_lag=0, restore=None)
         info["last_error"] = registry.start_error(served.name)
@@ -65,6 +69,7 @@ def store_info(registry: StoreRegistry, served: ServedStore) -> dict[str, Any]:
         },
         records_applied_total=status.records_applied_total,
         null_key_records=status.null_key_records,
+        undecodable_values=status.undecodable_values,
         approximate_num_keys=status.approximate_num_keys,
         size_on_disk_bytes=status.size_on_disk_bytes,
         last_error=registry.start_error(served.name) or status.last_error,
@@ -126,11 +131,10 @@ def add_store_routes(
             )
         media_type = served.media_type
         if served.value_format == "json" and not bad_values.is_json(served.name, key, value):
-            raise VALUE_NOT_JSON(
-                not_json_detail(served.name),
-                extras={"store": served.name},
-                headers={POSITION: str(position)},
-            )
+            problem, detail = bad_value_problem(served.name, value)
+            raise problem(detail, extras={"store": served.name}, headers={POSITION: str(position)})
+        if asked.projection is not None:
+            value = asked.projection.stored(value)
         if served.value_format == "string" and not value.isascii():
             # Labelled UTF-8 only when it is: the topic may hold a value of other bytes.
             try:

@@ -20,9 +20,25 @@ from typing import Any
 import orjson
 
 from service.codec import KeyEncoding, encode_key
-from wire.problems import VALUE_NOT_JSON
+from store.formats import undecodable_reason
+from wire.problems import UNKNOWN_SCHEMA, VALUE_NOT_JSON, VALUE_UNDECODABLE, ProblemType
 
 logger = logging.getLogger(__name__)
+
+
+def bad_value_problem(store: str, value: bytes) -> tuple[ProblemType, str]:
+    """The problem type and detail of a stored value that is no JSON document: one that could not
+    be decoded at ingest (``store.formats``) names why; any other is ``value-not-json``."""
+    reason = undecodable_reason(value)
+    if reason is None:
+        return VALUE_NOT_JSON, not_json_detail(store)
+    slug, _, why = reason.partition(":")
+    problem = UNKNOWN_SCHEMA if slug == "unknown-schema" else VALUE_UNDECODABLE
+    return problem, (
+        f'store "{store}" holds a record for this key that could not be decoded at ingest: {why};'
+        " the producer must write a record the registry's schema decodes (the next record for the key"
+        " replaces it)"
+    )
 
 
 def not_json_detail(store: str) -> str:
@@ -113,14 +129,15 @@ class JsonAnswer:
         self._bad = bad
         self.errors: list[dict[str, Any]] = []
 
-    def _error(self, key: bytes, **where: Any) -> dict[str, Any]:
+    def _error(self, key: bytes, value: bytes, **where: Any) -> dict[str, Any]:
+        problem, detail = bad_value_problem(self._store, value)
         error = {
             **where,
             "key": encode_key(key, self.encoding),
-            "type": VALUE_NOT_JSON.uri,
-            "title": VALUE_NOT_JSON.title,
-            "status": VALUE_NOT_JSON.status,
-            "detail": not_json_detail(self._store),
+            "type": problem.uri,
+            "title": problem.title,
+            "status": problem.status,
+            "detail": detail,
         }
         self.errors.append(error)
         return error
@@ -130,7 +147,7 @@ class JsonAnswer:
         answered: list[dict[str, Any]] = []
         for key, value in items:
             if self._format == "json" and not self._bad.is_json(self._store, key, value):
-                error = self._error(key)
+                error = self._error(key, value)
                 answered.append(
                     {
                         "key": error["key"],
@@ -149,8 +166,9 @@ class JsonAnswer:
             return [json_value(value, self._format) for value in values]
         fragment = orjson.Fragment
         answered: list[Any] = [None if value is None else fragment(value) for value in values]
-        for index in self._bad.not_json(self._store, keys, values):
-            self._error(keys[index], index=index)
+        bad = self._bad.not_json(self._store, keys, values)
+        for index in bad:
+            self._error(keys[index], values[index] or b"", index=index)
             answered[index] = None
         return answered
 
