@@ -21,6 +21,7 @@ from clients import flow, indexes, merging, wire
 from clients.exceptions import AnswerTooLargeError, DeadlineExceededError, KeyNotFoundError
 from clients.flow import Attempt, Flow, Together
 from clients.indexes import IndexValue
+from clients.natural_keys import NUMBER_FORMATS, stored_key, stored_key_array
 from clients.options import DEFAULT_BATCH_SIZE, ClientOptions, Verify
 from clients.paging import Pager
 from clients.retry import Deadline, RetryPolicy
@@ -44,11 +45,14 @@ class ReadAt(TypedDict, total=False):
     ``min_position=`` demands a table at least that new (the read waits for it, within the deadline);
     ``as_of=`` reads exactly that position (the store must keep history back to it); not both.
     ``deadline=`` bounds the call with its retries, in seconds (default: the client's ``deadline``).
+    ``fields=`` (``get``, ``get_many``, ``get_arrow`` of JSON stores) answers each value with only
+    these dotted paths (docs/http-api.md, "Projection").
     """
 
     min_position: PositionLike | None
     as_of: PositionLike | None
     deadline: float | None
+    fields: Sequence[str] | None
 
 
 class IndexReadAt(ReadAt, total=False):
@@ -217,10 +221,19 @@ class BaseClient(ShardRouting, ABC, Generic[HttpT, TransportT, RowsT]):
             return found[0]
         min_position, as_of = pinned_at(read)
         deadline = self._deadline(read.get("deadline"))
+        key_format = yield from self._key_format_flow(store)
+        # Number keys go as the producer's bytes: those are what a sharded store is routed by.
+        sent: Key = key if key_format not in NUMBER_FORMATS else stored_key(key, key_format)
 
         def read_key(sharding: Sharding) -> Flow[Any]:
-            shard = sharding.shard_of(wire.key_bytes(key))
-            call = wire.get_call(store, key, sharding.part(min_position, shard), sharding.part(as_of, shard))
+            shard = sharding.shard_of(wire.key_bytes(sent))
+            call = wire.get_call(
+                store,
+                sent,
+                sharding.part(min_position, shard),
+                sharding.part(as_of, shard),
+                fields=read.get("fields"),
+            )
             try:
                 response = yield from self._sent(call.to(self._target(shard)), deadline)
             except KeyNotFoundError:
@@ -233,7 +246,8 @@ class BaseClient(ShardRouting, ABC, Generic[HttpT, TransportT, RowsT]):
     def _get_many_flow(
         self, store: str, keys: Sequence[Key], raw: bool, read: ReadAt, default: Any = None
     ) -> Flow[list[Any]]:
-        unique, index = wire.dedupe([wire.key_bytes(k) for k in keys])
+        key_format = yield from self._key_format_flow(store)
+        unique, index = wire.dedupe([stored_key(k, key_format) for k in keys])
         value_format = None if raw else (yield from self._value_format_flow(store))
         array = yield from self._get_arrow_flow(store, pa.array(unique, type=pa.binary()), read)
         # Arrow answers null only for an absent key; a stored JSON null is the bytes ``null``.
@@ -255,11 +269,16 @@ class BaseClient(ShardRouting, ABC, Generic[HttpT, TransportT, RowsT]):
     def _get_arrow_flow(self, store: str, keys: pa.Array, read: ReadAt) -> Flow[pa.Array]:
         min_position, as_of = pinned_at(read)
         deadline = self._deadline(read.get("deadline"))
+        if not pa.types.is_binary(keys.type):
+            keys = stored_key_array(keys, (yield from self._key_format_flow(store)))
+        fields = read.get("fields")
 
         def read_keys(sharding: Sharding) -> Flow[pa.Array]:
             if sharding.shards == 1:
                 return (
-                    yield from self._get_arrow_shard(store, keys, sharding, 0, min_position, as_of, deadline)
+                    yield from self._get_arrow_shard(
+                        store, keys, sharding, 0, min_position, as_of, deadline, fields
+                    )
                 )
             groups = grouped_by_shard(sharding.shards_of(keys), sharding.shards)
             if not groups:
@@ -274,6 +293,7 @@ class BaseClient(ShardRouting, ABC, Generic[HttpT, TransportT, RowsT]):
                         sharding.part(min_position, shard),
                         sharding.part(as_of, shard),
                         deadline,
+                        fields,
                     )
                     for shard, rows in groups
                 )
@@ -291,11 +311,12 @@ class BaseClient(ShardRouting, ABC, Generic[HttpT, TransportT, RowsT]):
         min_position: PositionLike | None,
         as_of: PositionLike | None,
         deadline: Deadline,
+        fields: Sequence[str] | None = None,
     ) -> Flow[pa.Array]:
         """The values of keys that all live on ``shard``, in batches of ``batch_size``."""
         parts: list[pa.Array] = []
         for chunk in self._batches(keys, deadline, f"batch get on store {store!r}"):
-            call = wire.batch_get_call(store, chunk, min_position, as_of).to(self._target(shard))
+            call = wire.batch_get_call(store, chunk, min_position, as_of, fields).to(self._target(shard))
             response = yield from self._sent(call, deadline)
             self._notice_growth(store, sharding, response)
             parts.append(wire.decode_values(response.content, len(chunk)))

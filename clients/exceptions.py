@@ -46,6 +46,8 @@ Hierarchy::
         │   └── ClientTooManyConnectionsError   503 client-too-many-connections
         ├── StoredValueNotJsonError (also ValueDecodeError)  502 value-not-json
         ├── StoredValueNotUtf8Error (also ValueDecodeError)  502 value-not-utf8
+        ├── UnknownSchemaError (also ValueDecodeError)       502 unknown-schema
+        ├── ValueUndecodableError (also ValueDecodeError)    502 value-undecodable
         └── InternalServerError                 500 internal-error
 
 A key that is absent is not an error: ``get`` answers ``None``. Errors are mapped on the problem
@@ -331,6 +333,20 @@ class StoredValueNotUtf8Error(ProblemError, ValueDecodeError):
     """The key's value in a ``string`` store is not UTF-8 text (the topic holds a bad record)."""
 
     slug = problems.VALUE_NOT_UTF8.slug
+
+
+class UnknownSchemaError(ProblemError, ValueDecodeError):
+    """The key's record names a schema id the Schema Registry does not know: the store could not
+    decode it at ingest (the next record for the key replaces it)."""
+
+    slug = problems.UNKNOWN_SCHEMA.slug
+
+
+class ValueUndecodableError(ProblemError, ValueDecodeError):
+    """The key's record is not Confluent-framed or does not decode under its schema: the store could
+    not decode it at ingest (the next record for the key replaces it)."""
+
+    slug = problems.VALUE_UNDECODABLE.slug
 
 
 class InternalServerError(ProblemError):

@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
 from clients.client import StatestoreClient
+from clients.natural_keys import stored_key_array
 from clients.options import ClientOptions
 from clients.wire import ValueFormat
 
@@ -42,6 +43,9 @@ class LookupSpec:
     cache_bytes: int = DEFAULT_CACHE_BYTES
     exact: bool = False
     index: str | None = None
+    key_format: str = "bytes"  # how the store's producers wrote keys (clients.natural_keys)
+    # Only these fields of each value are fetched (the ones the output needs), when known.
+    fields: tuple[str, ...] | None = None
 
     @property
     def min_position(self) -> str | None:
@@ -127,14 +131,17 @@ class Lookup:
     def _learn(self, keys: pa.Array) -> None:
         """Fetch and decode distinct keys not known yet."""
         spec = self.spec
-        stored = self.client.get_arrow(spec.store, keys, min_position=spec.min_position, as_of=spec.as_of)
+        stored = self.client.get_arrow(
+            spec.store, keys, min_position=spec.min_position, as_of=spec.as_of, fields=spec.fields
+        )
         self.keys_fetched += len(keys)
         values, misfit = decode(stored, self.spec.value_format, self.spec.value_type)
         self.known.add(keys, values, pc.is_valid(stored), misfit)
 
     def lookup(self, keys: pa.Array) -> LookupResult:
-        """Values for a key column (see :func:`key_bytes_array`; nulls never match), row for row."""
-        keys = key_bytes_array(keys)
+        """Values for a key column (see :func:`clients.natural_keys.stored_key_array`; nulls never
+        match), row for row."""
+        keys = stored_key_array(keys, self.spec.key_format)
         if self.known.full:
             self.known.reset()
         rows = self.known.index(keys)
@@ -246,9 +253,6 @@ def decode_json(stored: pa.Array, value_type: pa.StructType) -> tuple[pa.Array, 
 
 
 def key_bytes_array(keys: pa.Array) -> pa.Array:
-    """A key column as ``binary``: binary kept, text as UTF-8, anything else via its text form."""
-    if pa.types.is_binary(keys.type) or pa.types.is_large_binary(keys.type):
-        return keys if pa.types.is_binary(keys.type) else keys.cast(pa.binary())
-    if pa.types.is_string(keys.type) or pa.types.is_large_string(keys.type):
-        return keys.cast(pa.binary())
-    return keys.cast(pa.string()).cast(pa.binary())
+    """A key column of a ``bytes`` or ``string`` store as ``binary``: binary kept, text as UTF-8,
+    anything else via its text form."""
+    return stored_key_array(keys, "bytes")

@@ -38,6 +38,7 @@ class ShardRouting:
 
     def __init__(self) -> None:
         self._formats: dict[str, ValueFormat] = {}
+        self._key_formats: dict[str, str] = {}
         self._shardings: dict[str, Sharding] = {}
         self._shard_count: int | None = None
 
@@ -56,6 +57,7 @@ class ShardRouting:
     def _learn(self, info: StoreInfo) -> StoreInfo:
         """Remember what a store's status says about its value format and sharding."""
         self._formats[info.name] = info.value_format
+        self._key_formats[info.name] = info.key_format
         self._shardings[info.name] = info.sharding
         if info.sharding.routable:
             self._shard_count = info.sharding.shards
@@ -193,6 +195,11 @@ class ShardRouting:
             return Position.of(position)
         info = yield from self._store_flow(store, deadline)
         return info.position
+
+    def _key_format_flow(self, store: str) -> Flow[str]:
+        if store not in self._key_formats:
+            yield from self._any_store_info_flow(store, self._deadline(None))
+        return self._key_formats[store]
 
     def _value_format_flow(self, store: str) -> Flow[ValueFormat]:
         if store not in self._formats:

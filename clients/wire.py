@@ -30,6 +30,8 @@ ARROW_STREAM = "application/vnd.apache.arrow.stream"
 POSITION_HEADER = "Statestore-Position"
 ValueFormat = Literal["json", "string", "bytes"]
 VALUE_FORMATS: tuple[str, ...] = ("json", "string", "bytes")
+# Formats the service decodes at ingest and answers as JSON documents.
+DECODED_FORMATS: tuple[str, ...] = ("avro", "protobuf", "json_schema")
 Key = str | bytes
 
 
@@ -45,11 +47,14 @@ class StoreInfo:
     total_lag: int
     raw: Mapping[str, Any]
     sharding: Sharding = dataclasses.field(default_factory=Sharding)
+    key_format: str = "bytes"  # how the producers wrote keys (clients.natural_keys)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> StoreInfo:
         try:
             value_format = str(data["value_format"])
+            if value_format in DECODED_FORMATS:
+                value_format = "json"  # decoded at ingest: answered as JSON documents
             if value_format not in VALUE_FORMATS:
                 raise ValueError(f"unknown value_format {value_format!r}")
             return cls(
@@ -61,6 +66,7 @@ class StoreInfo:
                 total_lag=int(data.get("total_lag") or 0),
                 raw=dict(data),
                 sharding=Sharding.from_info(data),
+                key_format=str(data.get("key_format") or "bytes"),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise UnexpectedResponseError(
@@ -170,12 +176,27 @@ def path_key(key: Key) -> tuple[str, dict[str, str]]:
     return base64.urlsafe_b64encode(raw).decode("ascii"), {"key_encoding": "base64"}
 
 
+def fields_params(fields: Sequence[str] | None) -> dict[str, str]:
+    """The ``fields`` query parameter of a projected read (none without ``fields``)."""
+    if fields is None:
+        return {}
+    if isinstance(fields, str):
+        raise TypeError('fields must be a sequence of dotted paths, e.g. ["name", "address.city"]')
+    return {"fields": ",".join(fields)}
+
+
 def get_call(
-    store: str, key: Key, min_position: PositionLike | None, as_of: PositionLike | None = None
+    store: str,
+    key: Key,
+    min_position: PositionLike | None,
+    as_of: PositionLike | None = None,
+    fields: Sequence[str] | None = None,
 ) -> Call:
     segment, params = path_key(key)
     return Call(
-        "GET", f"{store_path(store)}/keys/{segment}", {**params, **read_params(min_position, as_of=as_of)}
+        "GET",
+        f"{store_path(store)}/keys/{segment}",
+        {**params, **read_params(min_position, as_of=as_of), **fields_params(fields)},
     )
 
 
@@ -201,11 +222,12 @@ def batch_get_call(
     keys: Sequence[bytes] | pa.Array,
     min_position: PositionLike | None,
     as_of: PositionLike | None = None,
+    fields: Sequence[str] | None = None,
 ) -> Call:
     return Call(
         "POST",
         f"{store_path(store)}/keys:batchGet",
-        read_params(min_position, as_of=as_of),
+        {**read_params(min_position, as_of=as_of), **fields_params(fields)},
         {"Content-Type": ARROW_STREAM, "Accept": ARROW_STREAM},
         encode_keys(keys),
     )

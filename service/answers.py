@@ -4,7 +4,8 @@ A small request can ask for a huge answer: a batch naming a 1 MiB value 1,000 ti
 10,000 large values. So the values are read in chunks and their bytes counted as they come (a key
 asked several times counts each time, though it is read once); as soon as the answer would pass
 the bound, the read stops with ``413 answer-too-large``. A refused answer has read at most one
-chunk past the bound, and has built nothing.
+chunk past the bound, and has built nothing. With ``fields=`` the values are counted as projected:
+the bound is on what the answer carries.
 """
 
 from __future__ import annotations
@@ -21,14 +22,32 @@ SCAN_CHUNK = 256
 """Items read at once by a page of a scan or an index read."""
 
 
+Shape = Callable[[Sequence[bytes | None]], list[bytes | None]]
+"""Stored values as the answer carries them (``fields=``: service.projection)."""
+
+
 class AnswerBudget:
-    """The bytes of values an answer may still carry; ``413 answer-too-large`` once they are spent."""
+    """The bytes of values an answer may still carry; ``413 answer-too-large`` once they are spent.
 
-    __slots__ = ("left", "limit")
+    With a ``shape`` (a projection), the values are counted as answered, not as stored."""
 
-    def __init__(self, limit: int) -> None:
+    __slots__ = ("left", "limit", "shape")
+
+    def __init__(self, limit: int, shape: Shape | None = None) -> None:
         self.limit = limit
         self.left = limit
+        self.shape = shape
+
+    def fresh(self) -> AnswerBudget:
+        """A full budget of the same bound and shape."""
+        return AnswerBudget(self.limit, self.shape)
+
+    def take(self, values: list[bytes | None]) -> list[bytes | None]:
+        """``values`` as answered, spent from the budget."""
+        if self.shape is not None:
+            values = self.shape(values)
+        self.spend(_size(values))
+        return values
 
     def spend(self, size: int) -> None:
         self.left -= size
@@ -52,15 +71,13 @@ def read_keys(view: ReadOnlyKeyValueStore, keys: list[bytes], budget: AnswerBudg
     """The values of ``keys`` in request order, each distinct key read once, within ``budget``."""
     if len(set(keys)) == len(keys):
         if len(keys) <= GET_CHUNK:  # the usual batch: one read, one sum
-            values = view.get_many(keys)
-            budget.spend(_size(values))
-            return values
+            return budget.take(view.get_many(keys))
         return _read_chunks(view, keys, budget)
     # Read each distinct key once (stopping early if even those pass the bound), then count the
     # answer as asked: the list holds references, so nothing is copied before the count.
     found: dict[bytes, bytes | None] = dict.fromkeys(keys)
     distinct = list(found)
-    found.update(zip(distinct, _read_chunks(view, distinct, AnswerBudget(budget.limit)), strict=True))
+    found.update(zip(distinct, _read_chunks(view, distinct, budget.fresh()), strict=True))
     values = list(map(found.__getitem__, keys))
     budget.spend(_size(values))
     return values
@@ -69,9 +86,7 @@ def read_keys(view: ReadOnlyKeyValueStore, keys: list[bytes], budget: AnswerBudg
 def _read_chunks(view: ReadOnlyKeyValueStore, keys: list[bytes], budget: AnswerBudget) -> list[bytes | None]:
     values: list[bytes | None] = []
     for start in range(0, len(keys), GET_CHUNK):
-        read = view.get_many(keys[start : start + GET_CHUNK])
-        budget.spend(_size(read))
-        values += read
+        values += budget.take(view.get_many(keys[start : start + GET_CHUNK]))
     return values
 
 
@@ -79,12 +94,18 @@ def read_page(
     scan: Callable[[bytes | None, int], ScanPage], after: bytes | None, limit: int, budget: AnswerBudget
 ) -> ScanPage:
     """Up to ``limit`` items of ``scan(after, n)`` (a prefix or index scan of one view) after
-    ``after``, read ``SCAN_CHUNK`` at a time within ``budget``: the same page one call would give."""
+    ``after``, read ``SCAN_CHUNK`` at a time within ``budget``: the same page one call would give,
+    its values as answered."""
     items: list[tuple[bytes, bytes]] = []
     while True:
         page = scan(after, min(SCAN_CHUNK, limit - len(items)))
-        budget.spend(sum(len(value) for _, value in page.items))
-        items += page.items
+        if budget.shape is None:
+            budget.spend(sum(len(value) for _, value in page.items))
+            items += page.items
+        else:
+            shown = budget.take([value for _, value in page.items])
+            # A page holds no None value, and the shape keeps every value there is.
+            items += [(key, value or b"") for (key, _), value in zip(page.items, shown, strict=True)]
         if page.next_after is None or len(items) >= limit or page.next_after == after:
             return ScanPage(items, page.next_after)
         after = page.next_after

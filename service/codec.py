@@ -11,9 +11,12 @@ import re
 from typing import Literal
 from urllib.parse import unquote_to_bytes
 
+from service.natural_keys import NUMBER_FORMATS, number_key, number_text
 from wire.problems import BAD_KEY_ENCODING, ProblemError
 
-KeyEncoding = Literal["utf8", "base64"]
+# ``long`` and ``int``: the text of a key is its number (service.natural_keys), for stores whose
+# key_format is one of those; the stored bytes are the producer's.
+KeyEncoding = Literal["utf8", "base64", "long", "int"]
 
 BYTES_MEDIA_TYPE = "application/octet-stream"
 VALUE_MEDIA_TYPES = {
@@ -29,9 +32,14 @@ def bad_key_encoding(detail: str) -> ProblemError:
     return BAD_KEY_ENCODING(detail)
 
 
-def key_encoding(name: str | None) -> KeyEncoding:
-    """Validate a ``key_encoding`` parameter (default ``utf8``)."""
+def key_encoding(name: str | None, key_format: str = "bytes") -> KeyEncoding:
+    """Validate a ``key_encoding`` parameter (default ``utf8``): how key text is read and answered
+    for a store whose keys are in ``key_format`` (numbers for ``long`` and ``int`` keys)."""
     if name is None or name == "utf8":
+        if key_format == "long":
+            return "long"
+        if key_format == "int":
+            return "int"
         return "utf8"
     if name == "base64":
         return "base64"
@@ -40,6 +48,8 @@ def key_encoding(name: str | None) -> KeyEncoding:
 
 def decode_key_text(text: str, encoding: KeyEncoding) -> bytes:
     """Key bytes from a JSON string or query parameter in ``encoding``."""
+    if encoding in NUMBER_FORMATS:
+        return number_key(text, encoding)
     if encoding == "utf8":
         try:
             return text.encode("utf-8")
@@ -72,12 +82,14 @@ def decode_path_key(raw_segment: bytes, encoding: KeyEncoding) -> bytes:
     if encoding == "base64":
         return decode_base64(decoded)
     try:
-        decoded.decode("utf-8")
+        text = decoded.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise bad_key_encoding(
             "the key in the path is not valid UTF-8 once percent-decoded;"
             " send raw bytes with key_encoding=base64"
         ) from exc
+    if encoding in NUMBER_FORMATS:
+        return number_key(text, encoding)
     return decoded
 
 
@@ -85,6 +97,8 @@ def encode_key(key: bytes, encoding: KeyEncoding) -> str:
     """A key for a JSON answer in ``encoding``."""
     if encoding == "base64":
         return base64.b64encode(key).decode("ascii")
+    if encoding in NUMBER_FORMATS:
+        return number_text(key, encoding)
     try:
         return key.decode("utf-8")
     except UnicodeDecodeError as exc:

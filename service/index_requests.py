@@ -51,16 +51,15 @@ def index_read(requests: ReadRequests, request: Request) -> IndexRead:
     served = requests.store(request)
     limits = requests.limits
     query = Query.of(request.scope)
-    encoding = key_encoding(query.get("key_encoding"))
+    encoding = key_encoding(query.get("key_encoding"), served.key_format)
     limit = page_limit(query, "limit", DEFAULT_PAGE, limits)
     value = _path_value(request)
     after_text = query.get("after")
     after = None if after_text is None else decode_key_text(after_text, encoding)
     check_key_length("the indexed value", value, limits.max_key_bytes)
     check_key_length("after", after or b"", limits.max_key_bytes)
-    options = requests.options(query, request)
     index = request.path_params["index"]
-    return IndexRead(served, options, limits.max_answer_bytes, index, value, encoding, after, limit)
+    return IndexRead(*requests.common(served, query, request), index, value, encoding, after, limit)
 
 
 async def index_batch_read(requests: ReadRequests, request: Request) -> IndexBatchRead:
@@ -70,12 +69,12 @@ async def index_batch_read(requests: ReadRequests, request: Request) -> IndexBat
     media_type = batch_media_type(request, "values")
     query = Query.of(request.scope)
     limit = query.integer("limit_per_value", DEFAULT_LIMIT_PER_VALUE, 1)
-    options = requests.options(query, request)
+    common = requests.common(served, query, request)
     body = await read_body(request, limits)
     encoding: KeyEncoding
     if media_type == JSON:
         document = _json_document(body)
-        encoding = key_encoding(document.get("key_encoding", query.get("key_encoding")))
+        encoding = key_encoding(document.get("key_encoding", query.get("key_encoding")), served.key_format)
         limit = _body_limit(document, limit)
         texts = _json_values(document, limits.max_batch_keys)
     else:
@@ -89,9 +88,7 @@ async def index_batch_read(requests: ReadRequests, request: Request) -> IndexBat
     check_batch(len(values), longest, limits.max_batch_keys, limits.max_key_bytes, "values")
     limit = checked_page_limit(limit, limits)
     return IndexBatchRead(
-        served,
-        options,
-        limits.max_answer_bytes,
+        *common,
         index=request.path_params["index"],
         media_type=media_type,
         encoding=encoding,

@@ -164,6 +164,12 @@ class StoreCollector(Collector):
             "Copies of the store found corrupt (by a read, the verification or the materializer)",
             labels=["store"],
         )
+        undecodable = CounterMetricFamily(
+            "statestore_undecodable_values",
+            "Values that could not be decoded at ingest (unknown schema id, bad bytes): reads answer"
+            " them as errors",
+            labels=["store"],
+        )
         verifications = CounterMetricFamily(
             "statestore_verification_passes",
             "Background verification passes over the served copy completed without finding corruption",
@@ -194,6 +200,7 @@ class StoreCollector(Collector):
                 checked.add_metric([served.name], status.sharding.records_checked)
                 misplaced.add_metric([served.name], status.sharding.misplaced_records)
             corruptions.add_metric([served.name], status.corruptions_found)
+            undecodable.add_metric([served.name], status.undecodable_values)
             verifications.add_metric([served.name], status.verification_passes)
             if status.freshness is not None:
                 seen = status.freshness
@@ -207,7 +214,8 @@ class StoreCollector(Collector):
                 value = read(status)
                 if value is not None:
                     gauge.add_metric([served.name], value)
-        yield from (applied, null_keys, checked, misplaced, corruptions, verifications, lag, position, state)
+        yield from (applied, null_keys, checked, misplaced, corruptions, undecodable, verifications)
+        yield from (lag, position, state)
         yield freshness
         yield from (gauge for gauge, _ in gauges)
 

@@ -118,7 +118,13 @@ STORE_INFO_SCHEMA: dict[str, Any] = {
     "properties": {
         "name": {"type": "string"},
         "topic": {"type": "string"},
-        "value_format": {"type": "string", "enum": ["bytes", "string", "json"]},
+        "value_format": {
+            "type": "string",
+            "enum": ["bytes", "string", "json", "avro", "protobuf", "json_schema"],
+        },
+        # for a store decoding its values at ingest: their Spark DDL, from the latest schema
+        "value_schema": {"type": ["string", "null"]},
+        "key_format": {"type": "string", "enum": ["bytes", "string", "long", "int"]},
         "state": {
             "type": "string",
             "enum": ["CREATED", "RESTORING", "READY", "REBUILDING", "STOPPED", "FAILED"],

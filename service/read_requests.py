@@ -31,6 +31,8 @@ from service.bodies import (
     too_large,
 )
 from service.codec import KeyEncoding, decode_key_text, decode_path_key, key_encoding
+from service.natural_keys import is_number_column, stored_key_column
+from service.projection import Projection
 from service.queries import Query, ReadOptions, read_options
 from service.reads import find_store
 from service.registry import ServedStore, StoreRegistry
@@ -41,15 +43,18 @@ from wire.problems import PAGE_TOO_LARGE
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class StoreRead:
-    """What every read request holds: its store, its read options, and its answer's bound in bytes."""
+    """What every read request holds: its store, its read options, its answer's bound in bytes and
+    the fields its values are answered with (``fields=``; ``None``: whole values)."""
 
     served: ServedStore
     options: ReadOptions
     max_answer_bytes: int
+    projection: Projection | None
 
     def budget(self) -> AnswerBudget:
-        """A fresh budget for the answer's values (one per answer)."""
-        return AnswerBudget(self.max_answer_bytes)
+        """A fresh budget for the answer's values (one per answer), counted as projected."""
+        shape = None if self.projection is None else self.projection.values
+        return AnswerBudget(self.max_answer_bytes, shape)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -61,7 +66,8 @@ class KeyRead(StoreRead):
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class BatchRead(StoreRead):
-    """``POST .../keys:batchGet``: keys in request order, as JSON (``key_column`` ``None``) or Arrow."""
+    """``POST .../keys:batchGet``: keys in request order, as JSON (``key_column`` ``None``) or Arrow
+    (``key_column``: the keys as answered, numbers staying numbers)."""
 
     media_type: str
     encoding: KeyEncoding
@@ -108,10 +114,18 @@ class ReadRequests:
     def options(self, query: Query, request: Request) -> ReadOptions:
         return read_options(query, request.scope, self.limits, self.sharding)
 
+    def common(
+        self, served: ServedStore, query: Query, request: Request
+    ) -> tuple[ServedStore, ReadOptions, int, Projection | None]:
+        """What every read request holds (:class:`StoreRead`): its store, read options, answer
+        bound and ``fields=``, checked."""
+        projection = Projection.parse(query.get("fields"), served.value_format)
+        return served, self.options(query, request), self.limits.max_answer_bytes, projection
+
     def key(self, request: Request) -> KeyRead:
         served = self.store(request)
         query = Query.of(request.scope)
-        encoding = key_encoding(query.get("key_encoding"))
+        encoding = key_encoding(query.get("key_encoding"), served.key_format)
         # The raw path keeps bytes that are not UTF-8 and slashes that were percent-encoded.
         raw_path = request.scope.get("raw_path")
         parts = raw_path.split(b"/", 5) if isinstance(raw_path, bytes) else []
@@ -119,44 +133,51 @@ class ReadRequests:
         key = decode_path_key(raw_segment, encoding)
         check_key_length("the key", key, self.limits.max_key_bytes)
         self.check_keys(served, [key])
-        return KeyRead(served, self.options(query, request), self.limits.max_answer_bytes, key)
+        return KeyRead(*self.common(served, query, request), key)
 
     async def batch(self, request: Request) -> BatchRead:
         served = self.store(request)
         query = Query.of(request.scope)
         media_type = batch_media_type(request, "keys")
-        options = self.options(query, request)
+        common = self.common(served, query, request)
         limits = self.limits
         body = await read_body(request, limits)
+        key_format = served.key_format
         if media_type == JSON:
-            encoding, keys = _json_keys(body, query.get("key_encoding"), limits.max_batch_keys)
+            encoding, keys = _json_keys(body, query.get("key_encoding"), limits.max_batch_keys, key_format)
             longest = max(map(len, keys), default=0)
             check_batch(len(keys), longest, limits.max_batch_keys, limits.max_key_bytes)
             self.check_keys(served, keys)
             column = None
         else:
-            encoding = key_encoding(query.get("key_encoding"))
+            encoding = key_encoding(query.get("key_encoding"), key_format)
             # Decoding a large Arrow body takes a while: off the event loop.
-            column = await anyio.to_thread.run_sync(_arrow_keys, body, limits)
-            self.check_keys(served, column)
-            keys = column.to_pylist()
-        return BatchRead(served, options, limits.max_answer_bytes, media_type, encoding, keys, column)
+            asked = await anyio.to_thread.run_sync(_arrow_keys, body, limits)
+            stored = stored_key_column(asked, key_format)
+            self.check_keys(served, stored)
+            keys = stored.to_pylist()
+            # Keys are answered as they were asked: numbers stay numbers.
+            column = asked if is_number_column(asked.type) else stored
+        return BatchRead(*common, media_type, encoding, keys, column)
 
     def scan(self, request: Request) -> ScanRead:
         served = self.store(request)
         query = Query.of(request.scope)
-        encoding = key_encoding(query.get("key_encoding"))
+        encoding = key_encoding(query.get("key_encoding"), served.key_format)
         limit = page_limit(query, "limit", 100, self.limits)
-        prefix = decode_key_text(query.get("prefix") or "", encoding)
+        prefix_text = query.get("prefix")
+        # The empty prefix scans every key, whatever the key format.
+        prefix = decode_key_text(prefix_text, encoding) if prefix_text else b""
         after_text = query.get("after")
         after = None if after_text is None else decode_key_text(after_text, encoding)
         check_key_length("prefix", prefix, self.limits.max_key_bytes)
         check_key_length("after", after or b"", self.limits.max_key_bytes)
-        options = self.options(query, request)
-        return ScanRead(served, options, self.limits.max_answer_bytes, encoding, prefix, after, limit)
+        return ScanRead(*self.common(served, query, request), encoding, prefix, after, limit)
 
 
-def _json_keys(body: bytes, query_encoding: str | None, max_keys: int) -> tuple[KeyEncoding, list[bytes]]:
+def _json_keys(
+    body: bytes, query_encoding: str | None, max_keys: int, key_format: str
+) -> tuple[KeyEncoding, list[bytes]]:
     """The key encoding and the keys of a JSON batch body."""
     try:
         document = orjson.loads(body)
@@ -167,7 +188,7 @@ def _json_keys(body: bytes, query_encoding: str | None, max_keys: int) -> tuple[
             'the body must be a JSON object {"keys": [...]}',
             [{"loc": ["body", "keys"], "msg": "required list"}],
         )
-    encoding = key_encoding(document.get("key_encoding", query_encoding))
+    encoding = key_encoding(document.get("key_encoding", query_encoding), key_format)
     texts = document["keys"]
     # Refuse an oversized batch before doing any work per key.
     check_batch(len(texts), 0, max_keys, 1)
@@ -190,7 +211,8 @@ def _json_keys(body: bytes, query_encoding: str | None, max_keys: int) -> tuple[
 
 def _is_key_type(data_type: pa.DataType) -> bool:
     return bool(
-        pa.types.is_binary(data_type)
+        is_number_column(data_type)
+        or pa.types.is_binary(data_type)
         or pa.types.is_large_binary(data_type)
         or pa.types.is_string(data_type)
         or pa.types.is_large_string(data_type)
@@ -198,11 +220,15 @@ def _is_key_type(data_type: pa.DataType) -> bool:
 
 
 def _arrow_keys(body: bytes, limits: LimitSettings) -> pa.Array:
-    """The ``key`` column of an Arrow batch body, as ``binary``, checked before decompressing."""
+    """The ``key`` column of an Arrow batch body as sent, checked before decompressing
+    (``service.natural_keys.stored_key_column`` reads them by the store's key format)."""
     column = read_column(body, "key", _is_key_type, limits.max_batch_keys, limits.max_body_bytes)
     if column.null_count:
         raise malformed("the 'key' column holds nulls; every row needs a key")
     keys = column.combine_chunks()
+    if is_number_column(keys.type):
+        check_batch(len(keys), 8, limits.max_batch_keys, limits.max_key_bytes)
+        return keys
     longest = pc.max(pc.binary_length(keys)).as_py() or 0
     check_batch(len(keys), longest, limits.max_batch_keys, limits.max_key_bytes)
-    return keys if pa.types.is_binary(keys.type) else keys.cast(pa.binary())
+    return keys

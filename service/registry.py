@@ -6,9 +6,10 @@ import dataclasses
 import logging
 import threading
 from collections.abc import Mapping
+from pathlib import Path
 
 from service.codec import VALUE_MEDIA_TYPES
-from service.settings import HistorySettings, Settings
+from service.settings import DECODED_FORMATS, HistorySettings, Settings, schemas_dir
 from store import ServableStore, StoreState, StoreStatus
 
 logger = logging.getLogger(__name__)
@@ -25,6 +26,11 @@ class ServedStore:
     store: ServableStore
     history: HistorySettings | None = None  # the configured retention, when the store keeps history
     partitioner: str = "murmur2"  # how the topic's producers placed keys (clients.partitioners)
+    key_format: str = "bytes"  # how the producers wrote keys (service.natural_keys)
+    # The configured value format when it is decoded at ingest into JSON (``avro``...): the store
+    # then serves as a ``json`` store (``value_format``), and says this name.
+    format_name: str | None = None
+    schemas_dir: Path | None = None  # where such a store keeps the schemas it decodes with
 
 
 class StoreRegistry:
@@ -35,7 +41,8 @@ class StoreRegistry:
         self._served: dict[str, ServedStore] = {}
         for name, store in stores.items():
             configured = settings.store(name)
-            value_format = configured.value_format if configured else "bytes"
+            configured_format = configured.value_format if configured else "bytes"
+            value_format = "json" if configured_format in DECODED_FORMATS else configured_format
             self._served[name] = ServedStore(
                 name=name,
                 topic=configured.topic if configured else name,
@@ -44,6 +51,11 @@ class StoreRegistry:
                 store=store,
                 history=configured.history if configured else None,
                 partitioner=configured.partitioner if configured else "murmur2",
+                key_format=configured.key_format if configured else "bytes",
+                format_name=configured_format if configured_format != value_format else None,
+                schemas_dir=schemas_dir(settings.state_dir, name)
+                if configured_format != value_format
+                else None,
             )
         self._start_errors: dict[str, str] = {}
         self._lock = threading.Lock()

@@ -23,9 +23,10 @@ from service.reads import Reader
 from service.registry import ServedStore, StoreRegistry
 from service.settings import Settings
 from service.sharding import sharding_info
-from service.values import BadValues, JsonAnswer, not_json_detail, not_utf8_detail
+from service.value_schemas import stored_value_schema
+from service.values import BadValues, JsonAnswer, bad_value_problem, not_utf8_detail
 from store import ReadOnlyKeyValueStore, ScanPage
-from wire.problems import KEY_NOT_FOUND, VALUE_NOT_JSON, VALUE_NOT_UTF8
+from wire.problems import KEY_NOT_FOUND, VALUE_NOT_UTF8
 
 POSITION = docs.POSITION_HEADER
 KEY_ROUTE = "/v1/stores/{store}/keys/{key:path}"
@@ -38,10 +39,13 @@ def store_info(registry: StoreRegistry, served: ServedStore) -> dict[str, Any]:
     info: dict[str, Any] = {
         "name": served.name,
         "topic": served.topic,
-        "value_format": served.value_format,
+        "value_format": served.format_name or served.value_format,
+        "key_format": served.key_format,
         "state": state.value,
     }
     info["sharding"] = sharding_info(registry, served, status)
+    if served.schemas_dir is not None:
+        info["value_schema"] = stored_value_schema(served.schemas_dir)
     if status is None:
         info.update(position="", end_offsets="", lag={}, total_lag=0, restore=None)
         info["last_error"] = registry.start_error(served.name)
@@ -65,6 +69,7 @@ def store_info(registry: StoreRegistry, served: ServedStore) -> dict[str, Any]:
         },
         records_applied_total=status.records_applied_total,
         null_key_records=status.null_key_records,
+        undecodable_values=status.undecodable_values,
         approximate_num_keys=status.approximate_num_keys,
         size_on_disk_bytes=status.size_on_disk_bytes,
         last_error=registry.start_error(served.name) or status.last_error,
@@ -125,17 +130,16 @@ def add_store_routes(
                 headers={POSITION: str(position)},
             )
         if served.value_format == "json" and not bad_values.is_json(served.name, key, value):
-            raise VALUE_NOT_JSON(
-                not_json_detail(served.name),
-                extras={"store": served.name},
-                headers={POSITION: str(position)},
-            )
+            problem, detail = bad_value_problem(served.name, value)
+            raise problem(detail, extras={"store": served.name}, headers={POSITION: str(position)})
         if served.value_format == "string" and not bad_values.is_utf8(served.name, key, value):
             raise VALUE_NOT_UTF8(
                 not_utf8_detail(served.name),
                 extras={"store": served.name},
                 headers={POSITION: str(position)},
             )
+        if asked.projection is not None:
+            value = asked.projection.stored(value)
         return Response(value, media_type=served.media_type, headers={POSITION: str(position)})
 
     # The most frequent request skips FastAPI's per-request dependency solving: a plain Starlette

@@ -32,6 +32,11 @@ from clients.partitioners import PartitionerName, place
 from service.exceptions import ConfigError
 from service.memory_limit import auto_block_cache_bytes, memory_limit
 from store import MAX_SCAN_LIMIT, HistorySpec, IndexSpec, StoreConfig, StoreSharding, StoreTuning
+from store.formats import ValueCodec
+from store.formats.avro import AvroValues
+from store.formats.json_schema import JsonSchemaValues
+from store.formats.protobuf import ProtobufValues
+from store.formats.schemas import SchemaSource
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +45,15 @@ ENV_PREFIX = "STATESTORE_"
 _STORE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 _SECRET_MARKERS = ("password", "secret", "token", "ssl.key.pem", "private")
 
-ValueFormat = Literal["bytes", "string", "json"]
+ValueFormat = Literal["bytes", "string", "json", "avro", "protobuf", "json_schema"]
+KeyFormat = Literal["bytes", "string", "long", "int", "avro", "protobuf", "json_schema"]
+# Formats whose records are framed with a Schema Registry schema id (Confluent's serializers).
+REGISTRY_FORMATS = frozenset({"avro", "protobuf", "json_schema"})
+# Accepted by the contract, not served yet: refused at start rather than served as opaque bytes.
+UNSUPPORTED_VALUE_FORMATS: frozenset[str] = frozenset()
+# Value formats decoded at ingest into JSON documents (store.formats): served as ``json`` stores.
+DECODED_FORMATS = frozenset({"avro", "json_schema", "protobuf"})
+UNSUPPORTED_KEY_FORMATS: frozenset[str] = frozenset({"avro", "protobuf", "json_schema"})
 
 
 def _librdkafka_key(key: str) -> str:
@@ -88,6 +101,41 @@ class HttpSettings(BaseModel):
             "the access log). None by default: a header any client can send says nothing about who it is."
         ),
     )
+
+
+class SchemaRegistrySettings(BaseModel):
+    """The Confluent Schema Registry that ``avro``, ``protobuf`` and ``json_schema`` stores read
+    their schemas from (its REST API; any compatible server)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str = Field(pattern=r"^https?://", description="the registry's base URL, http:// or https://")
+    basic_auth_user_info: SecretStr | None = Field(
+        default=None, description="`USER:PASSWORD` for HTTP basic authentication (a secret)"
+    )
+    ca_file: Path | None = Field(
+        default=None, description="the CA bundle that verifies the registry's certificate"
+    )
+    certfile: Path | None = Field(default=None, description="a client certificate for the registry")
+    keyfile: Path | None = Field(default=None, description="the client certificate's key")
+
+    @model_validator(mode="after")
+    def _pairs(self) -> SchemaRegistrySettings:
+        if (self.certfile is None) != (self.keyfile is None):
+            raise ValueError("schema_registry.certfile and schema_registry.keyfile go together: set both")
+        return self
+
+    def client_config(self) -> dict[str, str]:
+        """The settings as confluent-kafka's ``SchemaRegistryClient`` takes them (secret revealed)."""
+        config = {"url": self.url}
+        if self.basic_auth_user_info is not None:
+            config["basic.auth.user.info"] = self.basic_auth_user_info.get_secret_value()
+        if self.ca_file is not None:
+            config["ssl.ca.location"] = str(self.ca_file)
+        if self.certfile is not None and self.keyfile is not None:
+            config["ssl.certificate.location"] = str(self.certfile)
+            config["ssl.key.location"] = str(self.keyfile)
+        return config
 
 
 class IndexSettings(BaseModel):
@@ -268,7 +316,17 @@ class StoreSettings(BaseModel):
     topic: str = Field(min_length=1, description="the compacted topic the store materializes")
     value_format: ValueFormat = Field(
         default="bytes",
-        description="how values are answered: `bytes` (base64 in JSON), `string` (UTF-8 text) or `json`",
+        description=(
+            "how values are written and answered: `bytes` (base64 in JSON), `string` (UTF-8 text), `json`, "
+            "or decoded once at ingest through the Schema Registry: `avro`, `protobuf`, `json_schema`"
+        ),
+    )
+    key_format: KeyFormat = Field(
+        default="bytes",
+        description=(
+            "how keys are written (Kafka's serializers: `long` = LongSerializer, `int` = IntegerSerializer, "
+            "`string` = StringSerializer); reads take and answer them by value"
+        ),
     )
     partitioner: PartitionerName = Field(
         default="murmur2",
@@ -310,8 +368,11 @@ class StoreSettings(BaseModel):
         names = [index.name for index in self.indexes]
         if len(set(names)) != len(names):
             raise ValueError(f"index names must be unique within store {self.name!r}")
-        if self.indexes and self.value_format != "json":
-            raise ValueError(f"store {self.name!r} has indexes, which need value_format: json")
+        if self.indexes and self.value_format != "json" and self.value_format not in DECODED_FORMATS:
+            raise ValueError(
+                f"store {self.name!r} has indexes, which need value_format: json (or a format decoded"
+                " at ingest: avro)"
+            )
         return self
 
 
@@ -569,6 +630,10 @@ class Settings(BaseSettings):
     stores: list[StoreSettings] = Field(
         default_factory=list, description="the stores to serve, one per compacted topic"
     )
+    schema_registry: SchemaRegistrySettings | None = Field(
+        default=None,
+        description="the Confluent Schema Registry that `avro`, `protobuf` and `json_schema` stores read schemas from",
+    )
     limits: LimitSettings = Field(
         default_factory=LimitSettings, description="bounds on what one request may ask"
     )
@@ -637,6 +702,20 @@ class Settings(BaseSettings):
             unknown = sorted(set(token.stores) - set(names))
             if unknown:
                 raise ValueError(f"auth token {token.name!r} names unknown stores: {', '.join(unknown)}")
+        if self.schema_registry is None:
+            for store in self.stores:
+                for what, fmt in (("key_format", store.key_format), ("value_format", store.value_format)):
+                    if fmt in REGISTRY_FORMATS:
+                        raise ValueError(
+                            f"store {store.name!r} has {what}: {fmt}, which needs a Schema Registry:"
+                            " set schema_registry.url (STATESTORE_SCHEMA_REGISTRY__URL)"
+                        )
+        for store in self.stores:
+            if store.value_format in UNSUPPORTED_VALUE_FORMATS or store.key_format in UNSUPPORTED_KEY_FORMATS:
+                raise ValueError(
+                    f"store {store.name!r}: key_format {store.key_format} / value_format"
+                    f" {store.value_format} is not served yet; use bytes to serve records as they are"
+                )
         return self
 
     def librdkafka_config(self) -> dict[str, str]:
@@ -717,6 +796,33 @@ def store_configs(settings: Settings) -> list[StoreConfig]:
                 partitioner=s.partitioner,
                 placer=functools.partial(place, s.partitioner),
             ),
+            value_codec=value_codec(settings, s),
         )
         for s in settings.stores
     ]
+
+
+def value_codec(settings: Settings, store: StoreSettings) -> ValueCodec | None:
+    """The codec that decodes the store's values at ingest, for the formats that need one.
+
+    Schemas come from the registry's subject ``<topic>-value`` (Confluent's default
+    ``TopicNameStrategy``) and are kept under ``<state_dir>/<store>.schemas``.
+    """
+    if store.value_format not in DECODED_FORMATS or settings.schema_registry is None:
+        return None
+    schemas = SchemaSource(
+        settings.schema_registry.client_config(),
+        f"{store.topic}-value",
+        schemas_dir(settings.state_dir, store.name),
+        fmt="serialized" if store.value_format == "protobuf" else None,
+    )
+    if store.value_format == "protobuf":
+        return ProtobufValues(schemas, store.name)
+    if store.value_format == "json_schema":
+        return JsonSchemaValues(schemas, store.name)
+    return AvroValues(schemas, store.name)
+
+
+def schemas_dir(state_dir: Path, store: str) -> Path:
+    """Where a store decoding values at ingest keeps the schemas it fetched."""
+    return state_dir / f"{store}.schemas"

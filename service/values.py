@@ -22,7 +22,14 @@ from typing import Any
 import orjson
 
 from service.codec import KeyEncoding, encode_key
-from wire.problems import VALUE_NOT_JSON, VALUE_NOT_UTF8, ProblemType
+from store.formats import undecodable_reason
+from wire.problems import (
+    UNKNOWN_SCHEMA,
+    VALUE_NOT_JSON,
+    VALUE_NOT_UTF8,
+    VALUE_UNDECODABLE,
+    ProblemType,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +38,21 @@ def not_json_detail(store: str) -> str:
     return (
         f'store "{store}" holds a value for this key that is not a JSON document: its topic has a bad'
         " record; the producer must write valid JSON (the next record for the key replaces it)"
+    )
+
+
+def bad_value_problem(store: str, value: bytes) -> tuple[ProblemType, str]:
+    """The problem type and detail of a stored value that is no JSON document: one that could not
+    be decoded at ingest (``store.formats``) names why; any other is ``value-not-json``."""
+    reason = undecodable_reason(value)
+    if reason is None:
+        return VALUE_NOT_JSON, not_json_detail(store)
+    slug, _, why = reason.partition(":")
+    problem = UNKNOWN_SCHEMA if slug == "unknown-schema" else VALUE_UNDECODABLE
+    return problem, (
+        f'store "{store}" holds a record for this key that could not be decoded at ingest: {why};'
+        " the producer must write a record the registry's schema decodes (the next record for the key"
+        " replaces it)"
     )
 
 
@@ -166,16 +188,18 @@ class JsonAnswer:
         # a stored JSON ``null`` (or, listed in ``errors``, a value that could not be answered).
         self.absent: list[int] = []
 
-    def _error(self, key: bytes, **where: Any) -> dict[str, Any]:
-        utf8 = self._format == "string"
-        problem = VALUE_NOT_UTF8 if utf8 else VALUE_NOT_JSON
+    def _error(self, key: bytes, value: bytes, **where: Any) -> dict[str, Any]:
+        if self._format == "string":
+            problem, detail = VALUE_NOT_UTF8, not_utf8_detail(self._store)
+        else:
+            problem, detail = bad_value_problem(self._store, value)
         error = {
             **where,
             "key": encode_key(key, self.encoding),
             "type": problem.uri,
             "title": problem.title,
             "status": problem.status,
-            "detail": not_utf8_detail(self._store) if utf8 else not_json_detail(self._store),
+            "detail": detail,
         }
         self.errors.append(error)
         return error
@@ -190,7 +214,7 @@ class JsonAnswer:
         answered: list[dict[str, Any]] = []
         for key, value in items:
             if self._is_bad(key, value):
-                error = self._error(key)
+                error = self._error(key, value)
                 answered.append(
                     {
                         "key": error["key"],
@@ -210,7 +234,7 @@ class JsonAnswer:
         if self._format == "string":
             bad = set(self._bad.not_utf8(self._store, keys, values, absent))
             for index in sorted(bad):
-                self._error(keys[index], index=index)
+                self._error(keys[index], values[index] or b"", index=index)
             return [None if i in bad else json_value(value, "string") for i, value in enumerate(values)]
         if self._format != "json":
             absent += [index for index, value in enumerate(values) if value is None]
@@ -219,7 +243,7 @@ class JsonAnswer:
         answered: list[Any] = [None if value is None else fragment(value) for value in values]
         # The pass checking the values finds the absent ones too: no pass of its own on the hot path.
         for index in self._bad.not_json(self._store, keys, values, absent):
-            self._error(keys[index], index=index)
+            self._error(keys[index], values[index] or b"", index=index)
             answered[index] = None
         return answered
 

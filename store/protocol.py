@@ -186,6 +186,8 @@ class StoreStatus:
     verification_passes: int = 0  # background verification passes completed without finding any
     sharding: ShardingStatus | None = None  # None: the store does not say (it holds every partition)
     freshness: FreshnessSnapshot | None = None  # record timestamp to visible, per batch (store.freshness)
+    # values stored as undecodable since the process opened the store (store.formats)
+    undecodable_values: int = 0
 
     @property
     def total_lag(self) -> int:

@@ -13,8 +13,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # module prefix -> prefixes it must not import
 FORBIDDEN: dict[str, tuple[str, ...]] = {
     "store": ("service", "clients", "bench", "tests"),
-    "store.kafka": ("store.table", "store.lifecycle"),
-    "store.table": ("store.kafka", "store.lifecycle"),
+    "store.kafka": ("store.table", "store.lifecycle", "store.formats"),
+    "store.table": ("store.kafka", "store.lifecycle", "store.formats"),
+    "store.formats": ("store.kafka", "store.table", "store.lifecycle"),
     "clients": ("store", "service", "bench", "tests"),
     "wire": ("store", "service", "clients", "bench", "tests"),
     "service": ("bench", "tests"),
@@ -48,10 +49,13 @@ def within(name: str, prefix: str) -> bool:
     return name == prefix or name.startswith(prefix + ".")
 
 
+ROOMS = ("kafka", "table", "lifecycle", "formats")
+
+
 def shared_leaf(name: str) -> bool:
     """A module at the top of ``store`` (its shared vocabulary), the package's ``__init__`` aside."""
     parts = name.split(".")
-    return len(parts) == 2 and parts[0] == "store" and parts[1] not in ("kafka", "table", "lifecycle")
+    return len(parts) == 2 and parts[0] == "store" and parts[1] not in ROOMS
 
 
 def modules() -> list[Path]:
@@ -67,8 +71,7 @@ def breaches(name: str, source: str) -> list[str]:
                 found.append(f"{name} imports {target}")
         if within(name, "service") and not any(within(name, user) for user in LOCAL_USERS):
             found += [f"{name} imports {target}" for no in LOCAL_ONLY if within(target, no)]
-        rooms = ("store.kafka", "store.table", "store.lifecycle")
-        if shared_leaf(name) and any(within(target, room) for room in rooms):
+        if shared_leaf(name) and any(within(target, f"store.{room}") for room in ROOMS):
             found.append(f"{name} (a shared leaf of store) imports {target}")
     return found
 
@@ -90,6 +93,14 @@ def test_the_check_sees_a_forbidden_import() -> None:
         "store.position (a shared leaf of store) imports store.table.Replica",
     ]
     assert breaches("store.lifecycle.store", "from store.table_format import table_options\n") == []
+    assert breaches("store.lifecycle.apply_loop", "from store.formats import decode_until_done\n") == []
+    assert breaches("store.formats.avro", "from store.kafka.batch import RecordBatch\n") == [
+        "store.formats.avro imports store.kafka.batch",
+        "store.formats.avro imports store.kafka.batch.RecordBatch",
+    ]
+    assert breaches("store.table.replica", "import store.formats\n") == [
+        "store.table.replica imports store.formats"
+    ]
     assert breaches("service.routes", "from service.local.broker import LocalBroker\n") == [
         "service.routes imports service.local.broker",
         "service.routes imports service.local.broker.LocalBroker",

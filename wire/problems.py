@@ -126,4 +126,8 @@ STORE_CORRUPT = _problem("store-corrupt", 503, "Store corrupt")
 # The service cannot answer correctly: the topic holds a value its format forbids, or a bug.
 VALUE_NOT_JSON = _problem("value-not-json", 502, "Stored value is not JSON")
 VALUE_NOT_UTF8 = _problem("value-not-utf8", 502, "Stored value is not UTF-8 text")
+# A value of a Schema Registry format whose schema id the registry does not know, or whose bytes
+# do not decode under their schema: found once, at ingest.
+UNKNOWN_SCHEMA = _problem("unknown-schema", 502, "Unknown schema")
+VALUE_UNDECODABLE = _problem("value-undecodable", 502, "Value undecodable")
 INTERNAL_ERROR = _problem("internal-error", 500, "Internal error")

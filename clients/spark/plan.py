@@ -29,6 +29,7 @@ from clients.exceptions import (
 from clients.lookup import LookupSpec, decode_json
 from clients.spark.compat import Counter, conf_value, is_connect, new_counter, parse_struct
 from clients.spark.options import LookupOptions, client_options
+from clients.wire import StoreInfo
 from wire.position import Position, PositionLike
 
 log = logging.getLogger("clients.spark")
@@ -122,6 +123,24 @@ def planned_lookup(lookup_id: str) -> LookupInfo | None:
         return _planned.get(lookup_id)
 
 
+def _value_schema(
+    session: SparkSession, info: StoreInfo, value_schema: str | StructType | None, index: str | None
+) -> StructType | None:
+    """The schema values are typed by: ``value_schema`` if given, else the one a store decoding its
+    values at ingest says (``StoreInfo.value_schema``; not for index lookups), else none."""
+    served = info.raw.get("value_schema")
+    if value_schema is None and isinstance(served, str) and index is None:
+        value_schema = served
+    return value_schema_of(session, value_schema) if value_schema is not None else None
+
+
+def _needed_fields(schema: StructType | None, index: str | None) -> tuple[str, ...] | None:
+    """A typed join needs only the schema's fields: the service is asked for no others."""
+    if schema is None or index is not None:
+        return None
+    return tuple(field.name for field in schema.fields)
+
+
 def value_schema_of(session: SparkSession, value_schema: str | StructType) -> StructType:
     if isinstance(value_schema, StructType):
         return value_schema
@@ -196,7 +215,7 @@ def plan_lookup(
                 exc.add_note(UNREADABLE_TOKEN)
             raise
         position = _pinned(info.position, options.as_of, options.min_position)
-        schema = value_schema_of(session, value_schema) if value_schema is not None else None
+        schema = _value_schema(session, info, value_schema, index)
         _check_format(store, info.value_format, index, schema)
         arrow_type = pa.struct(list(to_arrow_schema(schema))) if schema is not None else None
         spec = LookupSpec(
@@ -208,6 +227,8 @@ def plan_lookup(
             options.cache_bytes,
             exact,
             index,
+            key_format=info.key_format,
+            fields=_needed_fields(schema, index),
         )
         _check_reads(client, spec)
         if schema is not None:

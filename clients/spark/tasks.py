@@ -17,7 +17,8 @@ import pyarrow.compute as pc
 
 from clients.client import StatestoreClient
 from clients.index_lookup import IndexLookup
-from clients.lookup import Lookup, LookupSpec, decode, key_bytes_array
+from clients.lookup import Lookup, LookupSpec, decode
+from clients.natural_keys import stored_key_array
 from clients.options import ClientOptions
 
 log = logging.getLogger("clients.spark")
@@ -156,7 +157,7 @@ def udf_task(spec: LookupSpec, counter: Counter | None) -> Callable[[Iterator[pa
     """The iterator UDF function: one answer per input batch, looked up in groups of batches."""
 
     def answer(lookup: Lookup, group: list[pa.Array]) -> Iterator[pa.Array]:
-        result = lookup.lookup(pa.concat_arrays([key_bytes_array(keys) for keys in group]))
+        result = lookup.lookup(pa.concat_arrays([stored_key_array(keys, spec.key_format) for keys in group]))
         count_misfits(counter, spec.store, result.mismatched)
         offset = 0
         for keys in group:

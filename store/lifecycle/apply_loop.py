@@ -14,6 +14,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from store.formats import decode_until_done
+from store.formats.errors import ShapeChangedError
 from store.kafka.catchup import CatchUp, PartitionCatchUp
 from store.kafka.client import RebuildRequired, TopicWatch
 from store.kafka.source import RecordSource
@@ -90,6 +92,15 @@ class ApplyLoop:
         if poll.messages:
             progress.last_contact = time.monotonic()
         self._reporter.null_keys(records.null_keys)
+        codec = self._config.value_codec
+        if codec is not None and records.values:
+            try:
+                decoded = decode_until_done(codec, records.values, self._stop, progress.note_error)
+            except ShapeChangedError as exc:
+                raise RebuildRequired(str(exc)) from exc
+            if decoded is None:
+                return False  # stopped while waiting: nothing of this poll was written
+            records.values = decoded
         if records.next_offsets:
             writer.apply(records)
             if not self.restoring:

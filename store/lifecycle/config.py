@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
 
+from store.formats import ValueCodec
 from store.lifecycle.sharding import StoreSharding
 from store.table.history import HistorySpec
 from store.table.indexes import IndexSpec
@@ -32,6 +33,8 @@ class StoreConfig:
     # The shard of the topic this store materializes (default: every partition), and the
     # producers' partitioner its records are checked against.
     sharding: StoreSharding = dataclasses.field(default_factory=StoreSharding)
+    # Decodes every value once, at ingest (``store.formats``); ``None`` stores values as read.
+    value_codec: ValueCodec | None = dataclasses.field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kafka", MappingProxyType(dict(self.kafka)))

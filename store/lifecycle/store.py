@@ -248,6 +248,7 @@ class Store:
             verification_passes=self._verifier.passes if self._verifier is not None else 0,
             sharding=materializer.placement.status() if materializer is not None else None,
             freshness=progress.freshness.snapshot,
+            undecodable_values=codec.undecodable_count if (codec := self.config.value_codec) else 0,
         )
 
 

@@ -1,0 +1,182 @@
+"""Schema Registry formats (issue 24): bootstrap of an ``avro`` store against the same records as
+``bytes``, hot batch gets of an ``avro`` store against a ``json`` store, and projection::
+
+    python -m bench formats --records 1000000 --repeat 3
+
+Needs a quiet machine for its figures (docs/benchmarks.md). Every part runs in this run, on one
+embedded broker and the tests' Schema Registry stand-in, alternating the contenders:
+
+- ``bootstrap``: a store restoring the Avro topic (~15 fields, ~150 bytes a value, written by
+  confluent-kafka's ``AvroSerializer``) with ``value_format: avro`` (decoded at ingest) against the
+  same topic as ``bytes`` (which restores with the bulk workers); target >= 0.70.
+- ``batch``: 1,000 hot keys a request over HTTP, JSON answers: the ``avro`` store against a ``json``
+  store of the same records as JSON; target >= 0.90.
+- ``projection``: bytes on the wire of a 1,000-key batch asking 2 of the ~20 fields
+  (``fields=``) against whole values; target <= 0.20.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+
+from service.app import create_app
+from service.local.broker import LocalBroker
+from service.settings import Settings, store_configs
+from store import Store
+from tests.support.schema_registry import FakeSchemaRegistry, schema_registry
+from tests.support.server import serve_app
+
+PARTITIONS = 3
+FIELDS = [("id", "long"), ("name", "string"), ("email", "string"), ("city", "string"), ("zip", "string")] + [
+    (f"f{i}", "int" if i % 2 else "double") for i in range(15)
+]
+SCHEMA = {"type": "record", "name": "Customer", "fields": [{"name": n, "type": t} for n, t in FIELDS]}
+
+
+def _record(i: int) -> dict[str, Any]:
+    values: dict[str, Any] = {"id": i, "name": f"customer {i}", "email": f"c{i}@example.com"}
+    values |= {"city": f"city {i % 500}", "zip": f"{i % 99999:05d}"}
+    values |= {f"f{k}": (i + k) if k % 2 else (i + k) / 7 for k in range(15)}
+    return values
+
+
+def _produce(bootstrap: str, registry: FakeSchemaRegistry, records: int) -> tuple[str, str]:
+    """The Avro topic and the same records as JSON; their names."""
+    avro_topic, json_topic = "customers-avro", "customers-json"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics(
+        [NewTopic(t, PARTITIONS, 1) for t in (avro_topic, json_topic)]
+    ).values():
+        future.result()
+    serializer = AvroSerializer(SchemaRegistryClient({"url": registry.url}), json.dumps(SCHEMA))
+    context = SerializationContext(avro_topic, MessageField.VALUE)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "partitioner": "murmur2_random"})
+    for i in range(records):
+        record = _record(i)
+        key = f"c{i:09d}".encode()
+        for topic, value in (
+            (avro_topic, serializer(record, context)),
+            (json_topic, json.dumps(record).encode()),
+        ):
+            while True:
+                try:
+                    producer.produce(topic, key=key, value=value)
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+    producer.flush(120)
+    return avro_topic, json_topic
+
+
+def _settings(
+    bootstrap: str, registry: FakeSchemaRegistry, state: Path, stores: list[dict[str, Any]]
+) -> Settings:
+    return Settings(
+        kafka={"bootstrap_servers": bootstrap},
+        state_dir=state,
+        schema_registry={"url": registry.url},
+        stores=stores,
+    )
+
+
+def _bootstrap_seconds(settings: Settings) -> float:
+    (config,) = store_configs(settings)
+    store = Store(config)
+    start = time.perf_counter()
+    store.start()
+    try:
+        if not store.wait_until_ready(timeout=3600):
+            raise SystemExit(f"store {config.name} did not become READY")
+        return time.perf_counter() - start
+    finally:
+        store.stop()
+
+
+@contextmanager
+def _served(settings: Settings) -> Iterator[httpx.Client]:
+    with serve_app(create_app(settings)) as url, httpx.Client(base_url=url, timeout=120) as client:
+        deadline = time.monotonic() + 3600
+        while client.get("/readyz").status_code != 200:
+            if time.monotonic() > deadline:
+                raise SystemExit("the service did not become ready")
+            time.sleep(0.2)
+        yield client
+
+
+def _batch_rate(client: httpx.Client, store: str, keys: list[str], requests: int) -> float:
+    body = json.dumps({"keys": keys}).encode()
+    headers = {"content-type": "application/json"}
+    start = time.perf_counter()
+    for _ in range(requests):
+        client.post(f"/v1/stores/{store}/keys:batchGet", content=body, headers=headers).raise_for_status()
+    return requests * len(keys) / (time.perf_counter() - start)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--records", type=int, default=200_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--requests", type=int, default=200)
+    args = parser.parse_args(argv)
+    boot: dict[str, list[float]] = {"avro": [], "bytes": []}
+    rates: dict[str, list[float]] = {"avro": [], "json": []}
+    with LocalBroker() as broker, schema_registry() as registry, ExitStack() as stack:
+        bootstrap = broker.bootstrap_servers
+        print(f"producing {args.records:,} records twice (Avro, JSON)...", flush=True)
+        avro_topic, json_topic = _produce(bootstrap, registry, args.records)
+        base = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        for round_number in range(args.repeat):
+            for fmt in ("avro", "bytes"):
+                state = base / f"boot-{fmt}-{round_number}"
+                store = {"name": "customers", "topic": avro_topic, "value_format": fmt}
+                boot[fmt].append(_bootstrap_seconds(_settings(bootstrap, registry, state, [store])))
+        stores = [
+            {"name": "avro", "topic": avro_topic, "value_format": "avro"},
+            {"name": "json", "topic": json_topic, "value_format": "json"},
+        ]
+        rng = random.Random(7)
+        keys = [f"c{rng.randrange(args.records):09d}" for _ in range(1000)]
+        with _served(_settings(bootstrap, registry, base / "served", stores)) as client:
+            for _ in range(args.repeat):
+                for store_name in ("avro", "json"):
+                    rates[store_name].append(_batch_rate(client, store_name, keys, args.requests))
+            whole = len(client.post("/v1/stores/avro/keys:batchGet", json={"keys": keys}).content)
+            projected = len(
+                client.post(
+                    "/v1/stores/avro/keys:batchGet", params={"fields": "name,city"}, json={"keys": keys}
+                ).content
+            )
+    avro_rate = args.records / statistics.median(boot["avro"])
+    bytes_rate = args.records / statistics.median(boot["bytes"])
+    print(f"bootstrap: avro {avro_rate:,.0f} records/s, bytes {bytes_rate:,.0f} records/s,", end=" ")
+    print(f"ratio {avro_rate / bytes_rate:.2f} (target >= 0.70)")
+    avro_keys, json_keys = statistics.median(rates["avro"]), statistics.median(rates["json"])
+    print(
+        f"hot batch get, JSON answers: avro {avro_keys:,.0f} keys/s, json {json_keys:,.0f} keys/s,", end=" "
+    )
+    print(f"ratio {avro_keys / json_keys:.2f} (target >= 0.90)")
+    print(f"projection 2 of 20 fields: {projected:,} bytes against {whole:,} whole,", end=" ")
+    print(f"ratio {projected / whole:.2f} (target <= 0.20)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

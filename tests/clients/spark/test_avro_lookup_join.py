@@ -1,0 +1,61 @@
+"""A Spark lookup join on an ``avro`` store types its columns from the store's schema: no
+``value_schema`` argument (the service says the schema; ``value_schema`` still overrides it)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+from pyspark.sql import SparkSession
+
+from clients.spark import lookup_join
+from service.app import create_app
+from service.local.broker import LocalBroker
+from tests.clients.conftest import wait_until_ready
+from tests.service.test_avro_store import V2, customer, settings_for
+from tests.support.kafka import produce
+from tests.support.schema_registry import schema_registry
+from tests.support.server import serve_app
+
+
+def test_lookup_join_types_columns_from_the_avro_schema(
+    broker: LocalBroker, make_topic: Callable[..., str], spark: SparkSession, tmp_path: Path
+) -> None:
+    bootstrap = broker.bootstrap_servers
+    topic = make_topic()
+    with schema_registry() as registry:
+        serializer = AvroSerializer(SchemaRegistryClient({"url": registry.url}), json.dumps(V2))
+        context = SerializationContext(topic, MessageField.VALUE)
+        produce(
+            bootstrap,
+            topic,
+            [(f"c{n}".encode(), serializer(customer(n, city=f"city {n}"), context)) for n in range(5)],
+        )
+        with serve_app(create_app(settings_for(registry, bootstrap, topic, tmp_path / "state"))) as url:
+            wait_until_ready(url)
+            info = httpx.get(f"{url}/v1/stores/customers").json()
+            assert info["value_schema"].startswith("`id` BIGINT, `name` STRING, `balance` STRING")
+            orders = spark.createDataFrame(
+                [("o1", "c1"), ("o2", "c4"), ("o3", "nope")], "order string, cid string"
+            )
+            joined = lookup_join(orders, store="customers", on="cid", url=url)
+            types = dict(joined.dtypes)
+            assert (types["id"], types["name"], types["city"], types["nickname"]) == (
+                "bigint",
+                "string",
+                "string",
+                "string",
+            )
+            rows = {row["order"]: (row["id"], row["city"], row["tier"]) for row in joined.collect()}
+            assert rows == {
+                "o1": (1, "city 1", "GOLD"),
+                "o2": (4, "city 4", "GOLD"),
+                "o3": (None, None, None),
+            }
+            overridden = lookup_join(orders, store="customers", on="cid", url=url, value_schema="name string")
+            assert overridden.columns == ["order", "cid", "name"]
