@@ -632,7 +632,9 @@ class Settings(BaseSettings):
     )
     schema_registry: SchemaRegistrySettings | None = Field(
         default=None,
-        description="the Confluent Schema Registry that `avro`, `protobuf` and `json_schema` stores read schemas from",
+        description=(
+            "the Confluent Schema Registry that `avro`, `protobuf` and `json_schema` stores read schemas from"
+        ),
     )
     limits: LimitSettings = Field(
         default_factory=LimitSettings, description="bounds on what one request may ask"
