@@ -119,6 +119,7 @@ def _serve(args: argparse.Namespace) -> int:
     from service.connections import http_protocol  # noqa: PLC0415
     from service.settings import load_settings  # noqa: PLC0415
     from service.startup import check_startup  # noqa: PLC0415
+    from service.tls import reloading_context  # noqa: PLC0415
 
     if args.log_format is not None:  # before the configuration is read, so its errors come formatted too
         configure_logging(args.log_level, args.log_format)
@@ -144,11 +145,10 @@ def _serve(args: argparse.Namespace) -> int:
         host=host,
         port=port,
         loop="uvloop",
-        http=http_protocol(settings.limits),
+        # TLS is the protocol's own (service.connections), so the connection limits hold during handshakes.
+        http=http_protocol(settings.limits, reloading_context(tls) if tls else None),
         log_config=None,
         access_log=False,
-        ssl_certfile=str(tls.certfile) if tls else None,
-        ssl_keyfile=str(tls.keyfile) if tls else None,
     )
     return 0
 

@@ -16,6 +16,13 @@ reads its answers would keep each one in memory. Here, per connection:
   closed as soon as they open (``nginx``'s ``limit_conn``), so one host cannot take every socket.
 
 Body reads are bounded by the request deadline (``service.guard``).
+
+With TLS (``http.tls``) the protocol does the handshake itself, on the connection it counted, so
+the bounds above hold from the moment a connection is accepted: the head deadline covers the
+handshake too, and a connection over its address's limit is closed before any handshake. (A
+listener given to uvicorn with its own TLS would show a connection only once the handshake
+completed, leaving silent ones uncounted until the handshake timeout.) The verified client
+certificate, if any, reaches every request's scope (``service.tls.PEER_SCOPE_KEY``).
 """
 
 from __future__ import annotations
@@ -24,13 +31,18 @@ import asyncio
 import contextlib
 import logging
 import socket
+import ssl
 import struct
+import sys
+from asyncio import sslproto
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from service.reloading import Reloading
 from service.settings import LimitSettings
 from service.throttled_log import ThrottledWarnings
+from service.tls import PEER_SCOPE_KEY, PeerCertificate, peer_certificate
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +55,7 @@ class ConnectionCounts:
         self.open: dict[str, int] = {}
         self.full = ThrottledWarnings(logger)  # addresses whose new connections were closed
         self.slow = ThrottledWarnings(logger)  # addresses whose request heads did not come in time
+        self.refused = ThrottledWarnings(logger)  # addresses whose TLS handshakes failed
 
     def admit(self, address: str) -> bool:
         """Count a new connection of ``address``; ``False`` (uncounted) when it has its limit open."""
@@ -67,6 +80,32 @@ class ConnectionCounts:
             del self.open[address]
             self.full.forget(address)
             self.slow.forget(address)
+            self.refused.forget(address)
+
+
+class _Handshaking(asyncio.Protocol):
+    """The first protocol over a TLS connection: it hands the connection to ``owner`` when the
+    handshake completes, before the TLS layer passes anything on."""
+
+    def __init__(self, owner: GuardedProtocol) -> None:
+        self.owner = owner
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.owner.secured(transport)  # type: ignore[arg-type]
+
+
+def _tls_layer(loop: asyncio.AbstractEventLoop) -> Any:
+    """The class of the TLS layer ``loop.start_tls`` would insert: uvloop's own, else asyncio's.
+
+    Used directly so the layer takes over the connection within ``connection_made``: any later
+    (``start_tls`` runs on a later turn of the loop) and the client's first bytes could reach the
+    HTTP parser.
+    """
+    uvloop_layer = getattr(sys.modules.get("uvloop.loop"), "SSLProtocol", None)
+    uvloop_class = getattr(sys.modules.get("uvloop"), "Loop", None)
+    if uvloop_layer is not None and uvloop_class is not None and isinstance(loop, uvloop_class):
+        return uvloop_layer
+    return sslproto.SSLProtocol
 
 
 class GuardedProtocol(HttpToolsProtocol):
@@ -80,10 +119,14 @@ class GuardedProtocol(HttpToolsProtocol):
     head_timeout_seconds: float = 10.0
     idle_timeout_seconds: float = 5.0
     counts: ConnectionCounts = ConnectionCounts(1024)
+    tls: Reloading[ssl.SSLContext] | None = None  # the listener's TLS context; None: plain HTTP
     _stall: asyncio.TimerHandle | None = None
     _head_deadline: asyncio.TimerHandle | None = None
     _transport: asyncio.Transport | None = None
+    _tcp: asyncio.Transport | None = None  # the connection under TLS, closed without a TLS goodbye
     _address: str | None = None  # set while counted in ``counts``
+    _http_started = False  # uvicorn's connection_made ran (it ran its connection_lost otherwise)
+    _peer_certificate: PeerCertificate | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -92,13 +135,16 @@ class GuardedProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self._transport = transport
-        super().connection_made(transport)
         address = _peer(transport)[0]
+        if self.tls is None:
+            self._start_http(transport)
         if not self.counts.admit(address):
             _drop(transport)
             return
         self._address = address
         self._expect_head()
+        if self.tls is not None:
+            self._start_tls(transport, self.tls.current())
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_stall()
@@ -106,12 +152,63 @@ class GuardedProtocol(HttpToolsProtocol):
         if self._address is not None:
             self.counts.release(self._address)
             self._address = None
-        super().connection_lost(exc)
+        if self._http_started:
+            super().connection_lost(exc)
+
+    def _start_http(self, transport: asyncio.Transport) -> None:
+        self._http_started = True
+        super().connection_made(transport)
+
+    def _start_tls(self, tcp: asyncio.Transport, context: ssl.SSLContext) -> None:
+        """Put the TLS layer between ``tcp`` and this protocol, as ``loop.start_tls`` does, but now."""
+        self._tcp = tcp
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+        done.add_done_callback(self._handshake_done)
+        layer = _tls_layer(loop)(
+            loop,
+            _Handshaking(self),
+            context,
+            done,
+            server_side=True,
+            call_connection_made=True,
+            ssl_handshake_timeout=self.head_timeout_seconds,
+        )
+        tcp.set_protocol(layer)
+        layer.connection_made(tcp)
+
+    def secured(self, transport: asyncio.Transport) -> None:
+        """The handshake completed: serve HTTP over ``transport``, knowing the client's certificate."""
+        self._transport = transport
+        self._peer_certificate = peer_certificate(transport.get_extra_info("ssl_object"))
+        transport.set_protocol(self)
+        self._start_http(transport)
+
+    def _handshake_done(self, done: asyncio.Future[None]) -> None:
+        exc = None if done.cancelled() else done.exception()
+        if exc is None or self._http_started:
+            return
+        tcp = self._tcp
+        assert tcp is not None
+        if self._address is not None and self._head_deadline is not None:  # not closed for being slow
+            address, port = _peer(tcp)
+            self.counts.refused.warn(
+                address,
+                "refused the TLS handshake of %s:%s: %s; further ones of this address are not logged"
+                " for a minute",
+                address,
+                port,
+                exc,
+            )
+        _drop(tcp)
+        self.connection_lost(exc if isinstance(exc, Exception) else None)
 
     # -- the request head ------------------------------------------------------------------
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        if self._peer_certificate is not None:
+            self.scope[PEER_SCOPE_KEY] = self._peer_certificate  # type: ignore[literal-required]
         self._expect_head()
 
     def on_headers_complete(self) -> None:
@@ -142,7 +239,8 @@ class GuardedProtocol(HttpToolsProtocol):
             port,
             self.head_timeout_seconds,
         )
-        transport.close()
+        # Under TLS the connection itself is closed: a TLS goodbye would wait for the silent client.
+        (self._tcp or transport).close()
 
     # -- answers the client does not read --------------------------------------------------
 
@@ -194,8 +292,11 @@ def _drop(transport: asyncio.Transport) -> None:
     transport.abort()
 
 
-def http_protocol(limits: LimitSettings) -> type[asyncio.Protocol]:
-    """The protocol class ``uvicorn`` serves HTTP with (its ``http`` setting), bounded by ``limits``.
+def http_protocol(
+    limits: LimitSettings, tls: Reloading[ssl.SSLContext] | None = None
+) -> type[asyncio.Protocol]:
+    """The protocol class ``uvicorn`` serves HTTP with (its ``http`` setting), bounded by ``limits``;
+    with ``tls`` it serves HTTPS itself (give uvicorn no TLS settings then).
 
     Each call makes a class of its own, with its own connection counts: use one per server.
     """
@@ -207,5 +308,6 @@ def http_protocol(limits: LimitSettings) -> type[asyncio.Protocol]:
             "head_timeout_seconds": limits.request_head_timeout_ms / 1000,
             "idle_timeout_seconds": limits.idle_connection_timeout_ms / 1000,
             "counts": ConnectionCounts(limits.max_connections_per_client),
+            "tls": tls,
         },
     )

@@ -13,18 +13,21 @@ import uvicorn
 from service.connections import http_protocol
 from service.local_broker import free_port
 from service.settings import Settings
+from service.tls import reloading_context
 
 
 @contextlib.contextmanager
 def serve_app(app: Any, *, host: str = "127.0.0.1", port: int | None = None, **config: Any) -> Iterator[str]:
     """Serve ``app`` with uvicorn (uvloop + httptools) and yield its base URL; stop on exit.
 
-    An app with settings (``create_app``'s) gets the protocol ``statestore serve`` uses.
+    An app with settings (``create_app``'s) gets the protocol ``statestore serve`` uses, serving
+    TLS itself when the settings have ``http.tls``.
     """
     port = port or free_port(host)
     settings = getattr(getattr(app, "state", None), "settings", None)
+    tls = settings.http.tls if isinstance(settings, Settings) else None
     if isinstance(settings, Settings):
-        config.setdefault("http", http_protocol(settings.limits))
+        config.setdefault("http", http_protocol(settings.limits, reloading_context(tls) if tls else None))
     config.setdefault("http", "httptools")
     server = uvicorn.Server(
         uvicorn.Config(app, host=host, port=port, log_level="warning", loop="uvloop", **config)
@@ -36,7 +39,7 @@ def serve_app(app: Any, *, host: str = "127.0.0.1", port: int | None = None, **c
         if not thread.is_alive() or time.monotonic() > deadline:
             raise RuntimeError(f"uvicorn did not start on {host}:{port}")
         time.sleep(0.01)
-    scheme = "https" if config.get("ssl_certfile") else "http"
+    scheme = "https" if config.get("ssl_certfile") or tls else "http"
     try:
         yield f"{scheme}://{host}:{port}"
     finally:

@@ -1,0 +1,119 @@
+"""TLS connections are bounded from accept: the per-address cap and the head deadline hold before and
+during the handshake, as on plain HTTP (real sockets, a real uvicorn, certificates made here)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+import ssl
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.service.conftest import Service
+from tests.support.certificates import Authority
+
+HEALTH = b"GET /healthz HTTP/1.1\r\nHost: statestore\r\n\r\n"
+
+
+def tls_service(
+    make_service: Callable[..., Service], tmp_path: Path, **overrides: object
+) -> tuple[Service, Authority]:
+    authority = Authority(tmp_path, "server")
+    issued = authority.server()
+    service = make_service(
+        http={"tls": {"certfile": str(issued.cert), "keyfile": str(issued.key)}}, **overrides
+    )
+    assert service.url.startswith("https://")
+    return service, authority
+
+
+def connect(url: str, source: str = "127.0.0.1") -> socket.socket:
+    host, port = url.removeprefix("https://").split(":")
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind((source, 0))
+    sock.connect((host, int(port)))
+    return sock
+
+
+def closed_by_server(sock: socket.socket, timeout: float = 10) -> bool:
+    """Whether the server closes ``sock`` (end of stream or reset) within ``timeout``."""
+    sock.settimeout(timeout)
+    try:
+        while sock.recv(65536):
+            pass
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    except TimeoutError:
+        return False
+    return True
+
+
+def healthy_over_tls(sock: socket.socket, authority: Authority) -> bool:
+    """Complete the handshake on ``sock`` and ask /healthz; whether the answer is a 200."""
+    context = ssl.create_default_context(cafile=authority.bundle)
+    with context.wrap_socket(sock, server_hostname="127.0.0.1") as secure:
+        secure.settimeout(10)
+        secure.sendall(HEALTH)
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            chunk = secure.recv(65536)
+            if not chunk:
+                break
+            answer += chunk
+        return answer.startswith(b"HTTP/1.1 200 ")
+
+
+def test_silent_tls_connections_over_the_cap_are_closed_at_once(
+    make_service: Callable[..., Service], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A head deadline far beyond the waits below: what closes the connections is the cap.
+    service, authority = tls_service(
+        make_service, tmp_path, limits={"max_connections_per_client": 20, "request_head_timeout_ms": 60_000}
+    )
+    held = [connect(service.url) for _ in range(20)]
+    try:
+        with caplog.at_level(logging.WARNING, logger="service.connections"):
+            flood = [connect(service.url) for _ in range(40)]
+            try:
+                assert all(closed_by_server(sock) for sock in flood)
+            finally:
+                for sock in flood:
+                    sock.close()
+        assert any("limits.max_connections_per_client" in r.getMessage() for r in caplog.records)
+        # The twenty within the cap are open, still waiting for their handshakes, and serve.
+        assert not any(closed_by_server(sock, timeout=0.2) for sock in held)
+        assert all(healthy_over_tls(sock, authority) for sock in held[:3])
+        # Another address is served meanwhile.
+        context = ssl.create_default_context(cafile=authority.bundle)
+        with httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2", verify=context)) as other:
+            assert other.get(f"{service.url}/healthz").status_code == 200
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def test_tls_connections_without_a_handshake_or_a_head_are_closed_at_the_head_deadline(
+    make_service: Callable[..., Service], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    service, authority = tls_service(make_service, tmp_path, limits={"request_head_timeout_ms": 300})
+    silent = [connect(service.url) for _ in range(60)]
+    half_hello = connect(service.url)
+    half_hello.sendall(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03")  # the start of a ClientHello
+    # A completed handshake and then nothing: the deadline counts from accept, so it closes too.
+    context = ssl.create_default_context(cafile=authority.bundle)
+    no_head = context.wrap_socket(connect(service.url), server_hostname="127.0.0.1")
+    try:
+        with caplog.at_level(logging.WARNING, logger="service.connections"):
+            assert all(closed_by_server(sock) for sock in silent)
+            assert closed_by_server(half_hello)
+            with contextlib.suppress(ssl.SSLError):  # an abrupt end, as the connection is cut
+                assert closed_by_server(no_head)
+        assert any("no complete request head within 0.3 s" in r.getMessage() for r in caplog.records)
+    finally:
+        for sock in (*silent, half_hello, no_head):
+            sock.close()
+    assert healthy_over_tls(connect(service.url), authority)
