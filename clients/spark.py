@@ -17,6 +17,8 @@ history). The position is logged and kept in the new columns' metadata (see :fun
 
 The service URL and token can be set once per session in the Spark conf (``spark.statestore.url``,
 ``spark.statestore.token`` or ``spark.statestore.authFile``); ``url=`` and ``token=`` override them.
+So can a CA bundle and a client certificate (``spark.statestore.caFile``, ``spark.statestore.certFile``
+and ``spark.statestore.keyFile``); ``verify=`` and ``cert=`` override them.
 ``on=`` is a column name or any Column expression (``F.concat_ws(":", "region", "id")``).
 :func:`read_store` reads a whole store as a DataFrame pinned at one position.
 
@@ -101,6 +103,7 @@ def lookup_join(
     batch_size: int = DEFAULT_BATCH_SIZE,
     token: str | None = None,
     verify: bool | str = True,
+    cert: str | tuple[str, str] | None = None,
     min_position: PositionLike | None = None,
     consistent: bool = False,
     as_of: PositionLike | None = None,
@@ -117,7 +120,10 @@ def lookup_join(
 
     ``on`` is a column name or a Column expression (``F.concat_ws(":", "region", "id")``). ``url``
     and ``token`` default to the session's ``spark.statestore.url`` / ``spark.statestore.token``
-    (or ``spark.statestore.authFile``).
+    (or ``spark.statestore.authFile``). ``verify`` (a CA bundle path) and ``cert`` (a client
+    certificate for mTLS: ``(certfile, keyfile)`` or one PEM file with both) default to
+    ``spark.statestore.caFile`` and ``spark.statestore.certFile`` / ``spark.statestore.keyFile``;
+    executors read those files at the same paths.
 
     For a JSON store with ``value_schema`` (a DDL string or ``StructType``) each field becomes a
     column named ``prefix + field``; otherwise one column ``prefix + value_column`` (binary for
@@ -147,6 +153,7 @@ def lookup_join(
         value_schema=value_schema,
         token=token,
         verify=verify,
+        cert=cert,
         min_position=min_position,
         consistent=consistent,
         as_of=as_of,

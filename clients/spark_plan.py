@@ -27,7 +27,7 @@ from clients.exceptions import (
     UnsupportedSparkError,
 )
 from clients.lookup import LookupSpec, decode_json
-from clients.options import ClientOptions, Verify
+from clients.options import Cert, ClientOptions, Verify
 from clients.position import Position, PositionLike
 from clients.retry import RetryPolicy
 from clients.spark_compat import Counter, conf_value, is_connect, new_counter, parse_struct
@@ -40,12 +40,17 @@ SAMPLE_SIZE = 20
 URL_CONF = "spark.statestore.url"
 TOKEN_CONF = "spark.statestore.token"
 TOKEN_FILE_CONF = "spark.statestore.authFile"
+CA_FILE_CONF = "spark.statestore.caFile"
+CERT_FILE_CONF = "spark.statestore.certFile"
+KEY_FILE_CONF = "spark.statestore.keyFile"
 """Spark conf keys whose values are the defaults of every lookup and read of the session.
 
 The token file's key holds no "token": Spark Connect hides from its clients every conf whose key
 or value matches ``spark.redaction.regex`` (secret, password, token, ...), so under Connect
 ``spark.statestore.token`` cannot be read back; the file works when its path does not say "token"
-either (e.g. ``/etc/statestore/auth``).
+either (e.g. ``/etc/statestore/auth``). ``caFile`` is the CA bundle verifying the service,
+``certFile`` and ``keyFile`` a client certificate and its key (mTLS): files read where the client
+runs, so on the driver and on every executor at the same path (a mounted Secret, or ``--files``).
 """
 
 
@@ -78,6 +83,28 @@ def connection(session: SparkSession, url: str | None, token: str | None) -> tup
                     f"{TOKEN_FILE_CONF} names {token_file!r}, which cannot be read on the driver: {exc}"
                 ) from exc
     return url, token
+
+
+def client_tls(session: SparkSession, verify: Verify, cert: Cert | None) -> tuple[bool | str, Cert | None]:
+    """The CA bundle and client certificate of a call: the arguments, else the session's conf.
+
+    ``verify=True`` (the default) takes ``spark.statestore.caFile`` when set; ``cert=None`` takes
+    ``spark.statestore.certFile`` with ``spark.statestore.keyFile``.
+    """
+    if not isinstance(verify, bool | str):
+        raise TypeError(
+            "verify must be True/False or a CA bundle path: tasks rebuild the client on executors"
+        )
+    if verify is True:
+        verify = conf_value(session, CA_FILE_CONF) or True
+    if cert is None:
+        certfile = conf_value(session, CERT_FILE_CONF)
+        keyfile = conf_value(session, KEY_FILE_CONF)
+        if keyfile and not certfile:
+            raise ValueError(f"{KEY_FILE_CONF} is set without {CERT_FILE_CONF}: set both, or neither")
+        if certfile:
+            cert = (certfile, keyfile) if keyfile else certfile
+    return verify, cert
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,25 +209,25 @@ def plan_lookup(
     session: SparkSession,
     observations: list[Any] | None = None,
     uncounted: str | None = None,
+    cert: Cert | None = None,
 ) -> Plan:
     """Driver side of a lookup: check the store, pin its position, fix the output type.
 
     ``consistent`` (or an explicit ``as_of``) makes every read exactly as of the pinned position, so
     task retries and reruns read the same table; otherwise reads demand at least that position.
-    ``url`` and ``token`` default to the session's Spark conf (see :func:`connection`).
+    ``url`` and ``token`` default to the session's Spark conf (see :func:`connection`), and so do
+    ``verify`` and ``cert`` (see :func:`client_tls`).
     """
     if as_of is not None and min_position is not None:
         raise ValueError("pass as_of= or min_position=, not both: as_of pins the exact position")
     url, token = connection(session, url, token)
     exact = consistent or as_of is not None
-    if not isinstance(verify, bool | str):
-        raise TypeError(
-            "verify must be True/False or a CA bundle path: tasks rebuild the client on executors"
-        )
+    verify, cert = client_tls(session, verify, cert)
     options = ClientOptions(
         url,
         token=token,
         verify=verify,
+        cert=cert,
         timeout=timeout,
         deadline=deadline,
         batch_size=batch_size,
