@@ -5,17 +5,24 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import select
+import signal
 import socket
 import ssl
+import subprocess
+import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 import pytest
 
+from service.local_broker import free_port
 from tests.service.conftest import Service
 from tests.support.certificates import Authority
 
+REPO = Path(__file__).resolve().parents[2]
 HEALTH = b"GET /healthz HTTP/1.1\r\nHost: statestore\r\n\r\n"
 
 
@@ -50,6 +57,22 @@ def closed_by_server(sock: socket.socket, timeout: float = 10) -> bool:
     except TimeoutError:
         return False
     return True
+
+
+def closed_within(socks: list[socket.socket], seconds: float) -> set[socket.socket]:
+    """The sockets of ``socks`` the server closes within ``seconds`` (watched together)."""
+    closed: set[socket.socket] = set()
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0 and len(closed) < len(socks):
+        readable, _, _ = select.select([s for s in socks if s not in closed], [], [], left)
+        for sock in readable:
+            try:
+                ended = not sock.recv(65536)
+            except (ConnectionResetError, BrokenPipeError):
+                ended = True
+            if ended:
+                closed.add(sock)
+    return closed
 
 
 def healthy_over_tls(sock: socket.socket, authority: Authority) -> bool:
@@ -117,3 +140,43 @@ def test_tls_connections_without_a_handshake_or_a_head_are_closed_at_the_head_de
         for sock in (*silent, half_hello, no_head):
             sock.close()
     assert healthy_over_tls(connect(service.url), authority)
+
+
+def test_statestore_serve_over_tls_caps_silent_connections(tmp_path: Path) -> None:
+    """The command itself (no stores, so no broker needed): silent TLS connections are capped."""
+    authority = Authority(tmp_path, "server")
+    issued = authority.server()
+    port = free_port()
+    config = tmp_path / "statestore.yaml"
+    config.write_text(
+        f"state_dir: {tmp_path / 'state'}\n"
+        f"http: {{host: 127.0.0.1, port: {port}, tls: {{certfile: {issued.cert}, keyfile: {issued.key}}}}}\n"
+        "limits: {max_connections_per_client: 20, request_head_timeout_ms: 60000}\n"
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-m", "service.cli", "serve", "--config", str(config)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    url = f"https://127.0.0.1:{port}"
+    context = ssl.create_default_context(cafile=authority.bundle)
+    held: list[socket.socket] = []
+    try:
+        with httpx.Client(verify=context, timeout=5) as client:
+            for _ in range(300):
+                with contextlib.suppress(httpx.TransportError):
+                    if client.get(f"{url}/healthz").status_code == 200:
+                        break
+                assert process.poll() is None, "statestore serve stopped"
+                time.sleep(0.1)
+        held = [connect(url) for _ in range(60)]
+        # The cap closes 40 at once; the head deadline, a minute away, closes none meanwhile.
+        assert len(closed_within(held, 10)) == 40
+    finally:
+        for sock in held:
+            sock.close()
+        process.send_signal(signal.SIGTERM)
+        output, _ = process.communicate(timeout=30)
+    assert "limits.max_connections_per_client" in output
