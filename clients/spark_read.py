@@ -29,11 +29,11 @@ from clients.base import ReadAt, Row
 from clients.client import StatestoreClient
 from clients.exceptions import SchemaMismatchError, StatestoreClientError, ValueDecodeError
 from clients.lookup import decode
-from clients.options import ClientOptions
+from clients.options import Cert, ClientOptions
 from clients.position import Position, PositionLike
 from clients.retry import RetryPolicy
 from clients.spark_compat import conf_value, has_python_data_source, parse_struct, require
-from clients.spark_plan import TOKEN_CONF, TOKEN_FILE_CONF, URL_CONF, connection
+from clients.spark_plan import TOKEN_CONF, TOKEN_FILE_CONF, URL_CONF, client_tls, connection
 from clients.wire import ValueFormat
 
 log = logging.getLogger("clients.spark")
@@ -293,6 +293,7 @@ def read_store(
     prefix: str | bytes = b"",
     token: str | None = None,
     verify: bool | str = True,
+    cert: str | tuple[str, str] | None = None,
     page_size: int = 1000,
     key_column: str = "key",
     binary_keys: bool = False,
@@ -310,11 +311,13 @@ def read_store(
     exactly ``as_of`` it, so the DataFrame is one version of the table however often and wherever
     it is computed (the store must keep history); ``consistent=False`` reads at least that position.
     The keys are split into ``partitions`` ranges (default: one per 250,000 keys), one Spark
-    partition each. ``url`` and ``token`` default to the session's Spark conf, as for lookups.
+    partition each. ``url``, ``token``, ``verify`` and ``cert`` default to the session's Spark conf,
+    as for lookups.
     """
     url, token = connection(spark, url, token)
+    checked, chosen = client_tls(spark, verify, cert)
     plan = plan_read(
-        _options(url, token, verify, timeout, deadline),
+        _options(url, token, checked, timeout, deadline, chosen),
         store=store,
         value_schema=parse_struct(spark, value_schema) if isinstance(value_schema, str) else value_schema,
         position=position,
@@ -333,10 +336,17 @@ def read_store(
 
 
 def _options(
-    url: str, token: str | None, verify: bool | str, timeout: float, deadline: float
+    url: str,
+    token: str | None,
+    verify: bool | str,
+    timeout: float,
+    deadline: float,
+    cert: Cert | None = None,
 ) -> ClientOptions:
     retry = RetryPolicy(max_backoff=5.0)
-    return ClientOptions(url, token=token, verify=verify, timeout=timeout, deadline=deadline, retry=retry)
+    return ClientOptions(
+        url, token=token, verify=verify, cert=cert, timeout=timeout, deadline=deadline, retry=retry
+    )
 
 
 def register_data_source(spark: SparkSession) -> None:

@@ -12,7 +12,7 @@ from pyspark.sql import SparkSession
 
 from clients import AsyncStatestoreClient, StatestoreClient, UnauthorizedError
 from clients.retry import RetryPolicy
-from clients.spark import lookup_join
+from clients.spark import lookup_join, read_store
 from store import InMemoryStore
 from tests.clients.conftest import ServeStores
 from tests.support.certificates import Authority, Issued
@@ -68,7 +68,7 @@ def test_the_async_client_reads_with_a_certificate(mtls: Mtls) -> None:
     assert asyncio.run(read()) == [{"name": "product 1", "price": 1.5}, {"name": "product 4", "price": 6.0}]
 
 
-def test_a_spark_lookup_join_over_mtls_with_arguments_or_the_session_conf(
+def test_a_spark_lookup_join_and_read_over_mtls_with_arguments_or_the_session_conf(
     spark: SparkSession, mtls: Mtls
 ) -> None:
     purchases = spark.createDataFrame([(1, "p001"), (2, "p010"), (3, "missing")], "id int, product_id string")
@@ -98,6 +98,8 @@ def test_a_spark_lookup_join_over_mtls_with_arguments_or_the_session_conf(
     try:
         by_conf = lookup_join(purchases, store="products", on="product_id", url=mtls.url, value_schema=schema)
         assert sorted(tuple(r) for r in by_conf.collect()) == rows
+        whole = read_store(spark, store="products", url=mtls.url, value_schema=schema, consistent=False)
+        assert whole.count() == 250
     finally:
         for key in confs:
             spark.conf.unset(key)
