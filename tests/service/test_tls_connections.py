@@ -21,6 +21,7 @@ import pytest
 from service.local_broker import free_port
 from tests.service.conftest import Service
 from tests.support.certificates import Authority
+from tests.support.sockets import closed_by_server, connect
 
 REPO = Path(__file__).resolve().parents[2]
 HEALTH = b"GET /healthz HTTP/1.1\r\nHost: statestore\r\n\r\n"
@@ -36,27 +37,6 @@ def tls_service(
     )
     assert service.url.startswith("https://")
     return service, authority
-
-
-def connect(url: str, source: str = "127.0.0.1") -> socket.socket:
-    host, port = url.removeprefix("https://").split(":")
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind((source, 0))
-    sock.connect((host, int(port)))
-    return sock
-
-
-def closed_by_server(sock: socket.socket, timeout: float = 10) -> bool:
-    """Whether the server closes ``sock`` (end of stream or reset) within ``timeout``."""
-    sock.settimeout(timeout)
-    try:
-        while sock.recv(65536):
-            pass
-    except (ConnectionResetError, BrokenPipeError):
-        return True
-    except TimeoutError:
-        return False
-    return True
 
 
 def closed_within(socks: list[socket.socket], seconds: float) -> set[socket.socket]:
