@@ -38,7 +38,7 @@ class Reloading(Generic[T]):
     """The value ``build()`` makes from ``paths``, built again when their contents change.
 
     ``build`` raises ``ConfigError`` (its message names the setting and what to do) for files it
-    cannot use; at construction that error propagates, later it keeps the previous value.
+    cannot use; at construction that error propagates, later any error keeps the previous value.
     """
 
     def __init__(
@@ -76,13 +76,13 @@ class Reloading(Generic[T]):
         self._seen = seen
         try:
             value = self._build()
-        except ConfigError as exc:
+        except Exception as exc:  # whatever a new file breaks, serving goes on with the old one
             self.failures += 1
             logger.error(
                 "kept the %s in use: its files changed but cannot be used: %s; fix or replace the files"
                 " (they are checked again every %g s, no restart needed)",
                 self.what,
-                exc,
+                exc if isinstance(exc, ConfigError) else f"{type(exc).__name__}: {exc}",
                 self._interval,
             )
             return
