@@ -191,6 +191,13 @@ class GuardedProtocol(BoundedHeads):
             address,
         )
 
+    def _refuse(self, problem: ProblemError) -> None:
+        super()._refuse(problem)
+        if self._tcp is not None:
+            # The answer is in the connection's buffer now; a TLS goodbye would go on reading (and
+            # decrypting) whatever the client still streams until it says goodbye too.
+            self._tcp.close()
+
     def _start_http(self, transport: asyncio.Transport) -> None:
         self._http_started = True
         super().connection_made(transport)

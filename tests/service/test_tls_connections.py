@@ -4,6 +4,7 @@ during the handshake, as on plain HTTP (real sockets, a real uvicorn, certificat
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import select
 import signal
@@ -160,3 +161,66 @@ def test_statestore_serve_over_tls_caps_silent_connections(tmp_path: Path) -> No
         process.send_signal(signal.SIGTERM)
         output, _ = process.communicate(timeout=30)
     assert "limits.max_connections_per_client" in output
+
+
+HEAD_LIMIT = 8 * 1024
+
+
+def _answer_over_tls(secure: ssl.SSLSocket) -> tuple[int, dict[str, object] | bytes]:
+    """The status of the answer on ``secure`` and its body (parsed when a problem), read to its end."""
+    data = b""
+    with contextlib.suppress(ConnectionResetError, ssl.SSLError):  # an abrupt end after the answer
+        while chunk := secure.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    status = int(head.split(b" ", 2)[1])
+    if b"content-type: application/problem+json" in head.lower():
+        problem: dict[str, object] = json.loads(body)
+        return status, problem
+    return status, body
+
+
+def test_a_tls_connections_request_head_is_bounded_in_bytes_too(
+    make_service: Callable[..., Service], tmp_path: Path
+) -> None:
+    service, authority = tls_service(make_service, tmp_path, limits={"max_request_head_bytes": HEAD_LIMIT})
+    context = ssl.create_default_context(cafile=authority.bundle)
+    start = b"GET /healthz HTTP/1.1\r\nHost: statestore\r\nX-Pad: "
+    end = b"\r\n\r\n"
+    exact = start + b"a" * (HEAD_LIMIT - len(start) - len(end)) + end
+    closing = b"GET /healthz HTTP/1.1\r\nHost: statestore\r\nConnection: close\r\n\r\n"
+    for head, status in ((exact, 200), (exact[:-4] + b"a" + end, 431)):
+        with context.wrap_socket(connect(service.url), server_hostname="127.0.0.1") as secure:
+            secure.settimeout(10)
+            secure.sendall(head + closing)  # the decrypted bytes are what counts
+            code, answer = _answer_over_tls(secure)
+        assert code == status, answer
+        if status == 200:
+            assert isinstance(answer, bytes)
+            assert answer.count(b'{"status":"alive"}') == 2
+        else:
+            assert isinstance(answer, dict)
+            assert answer["type"] == "urn:statestore:problem:request-head-too-large"
+            assert answer["limit"] == HEAD_LIMIT
+
+
+def test_a_huge_header_over_tls_is_refused_with_431_before_it_is_read(
+    make_service: Callable[..., Service], tmp_path: Path
+) -> None:
+    huge = 64 * 1024 * 1024
+    service, authority = tls_service(make_service, tmp_path, limits={"max_request_head_bytes": HEAD_LIMIT})
+    context = ssl.create_default_context(cafile=authority.bundle)
+    with context.wrap_socket(connect(service.url), server_hostname="127.0.0.1") as secure:
+        secure.settimeout(10)
+        secure.sendall(b"GET /v1/stores/products/keys/p1 HTTP/1.1\r\nHost: statestore\r\nX-Pad: ")
+        sent = 0
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError, ssl.SSLError):
+            while sent < huge:
+                sent += secure.send(b"a" * 65536)
+        code, answer = _answer_over_tls(secure)
+    assert code == 431, answer
+    assert isinstance(answer, dict)
+    assert answer["limit"] == HEAD_LIMIT
+    # The server stopped reading: only what the socket buffers hold got through, not the header.
+    assert sent < huge
+    assert healthy_over_tls(connect(service.url), authority)
