@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 from clients import AsyncStatestoreClient, StatestoreClient, UnauthorizedError
 from clients.retry import RetryPolicy
-from clients.spark import lookup_join, read_store
+from clients.spark import lookup_join, lookup_udf, read_store
 from store import InMemoryStore
 from tests.clients.conftest import ServeStores
 from tests.support.certificates import Authority, Issued
@@ -68,7 +69,7 @@ def test_the_async_client_reads_with_a_certificate(mtls: Mtls) -> None:
     assert asyncio.run(read()) == [{"name": "product 1", "price": 1.5}, {"name": "product 4", "price": 6.0}]
 
 
-def test_a_spark_lookup_join_and_read_over_mtls_with_arguments_or_the_session_conf(
+def test_a_spark_lookup_join_udf_and_read_over_mtls_with_arguments_or_the_session_conf(
     spark: SparkSession, mtls: Mtls
 ) -> None:
     purchases = spark.createDataFrame([(1, "p001"), (2, "p010"), (3, "missing")], "id int, product_id string")
@@ -87,6 +88,20 @@ def test_a_spark_lookup_join_and_read_over_mtls_with_arguments_or_the_session_co
         (1, "p001", "product 1", 1.5),
         (2, "p010", "product 10", 15.0),
         (3, "missing", None, None),
+    ]
+    products = lookup_udf(
+        store="products",
+        url=mtls.url,
+        value_schema=schema,
+        verify=str(mtls.server_ca),
+        cert=(str(mtls.etl.cert), str(mtls.etl.key)),
+        spark=spark,
+    )
+    looked_up = purchases.withColumn("product", products(F.col("product_id"))).collect()
+    assert sorted((r["id"], r["product"] and tuple(r["product"])) for r in looked_up) == [
+        (1, ("product 1", 1.5)),
+        (2, ("product 10", 15.0)),
+        (3, None),
     ]
     confs = {
         "spark.statestore.caFile": str(mtls.server_ca),
