@@ -22,7 +22,7 @@ from clients.exceptions import AnswerTooLargeError, DeadlineExceededError, KeyNo
 from clients.flow import Attempt, Flow, Together
 from clients.indexes import IndexValue
 from clients.natural_keys import NUMBER_FORMATS, stored_key, stored_key_array
-from clients.options import DEFAULT_BATCH_SIZE, ClientOptions, Verify
+from clients.options import DEFAULT_BATCH_SIZE, Cert, ClientOptions, Verify
 from clients.paging import Pager
 from clients.retry import Deadline, RetryPolicy
 from clients.routing import ShardRouting
@@ -122,6 +122,7 @@ class BaseClient(ShardRouting, ABC, Generic[HttpT, TransportT, RowsT]):
         *,
         token: str | None = None,
         verify: Verify = True,
+        cert: Cert | None = None,
         timeout: float = 10.0,
         deadline: float = 30.0,
         retry: RetryPolicy | None = None,
@@ -132,7 +133,8 @@ class BaseClient(ShardRouting, ABC, Generic[HttpT, TransportT, RowsT]):
         or the :class:`ClientOptions` of another client.
 
         ``token`` is sent as a bearer token; ``verify`` is ``True`` (system CAs), ``False`` or a CA
-        bundle; ``timeout`` bounds one attempt and ``deadline`` a whole call with its retries;
+        bundle; ``cert`` is a client certificate for mTLS, ``(certfile, keyfile)`` or one PEM file
+        with both; ``timeout`` bounds one attempt and ``deadline`` a whole call with its retries;
         ``batch_size`` is the number of keys per batch request; ``transport`` replaces httpx's.
         """
         if isinstance(url, ClientOptions):
@@ -142,6 +144,7 @@ class BaseClient(ShardRouting, ABC, Generic[HttpT, TransportT, RowsT]):
                 url,
                 token=token,
                 verify=verify,
+                cert=cert,
                 timeout=timeout,
                 deadline=deadline,
                 retry=retry or RetryPolicy(),

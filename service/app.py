@@ -71,7 +71,7 @@ def create_app(settings: Settings, stores: Mapping[str, ServableStore] | None = 
         stores = owned
     registry = StoreRegistry(settings, stores)
     metrics = Metrics(registry)
-    auth = Auth(settings.auth)
+    auth = Auth(settings.auth, [s.name for s in settings.stores])
     reader = Reader(registry, settings)
     bad_values = BadValues(metrics.invalid_value)
     protect_metrics = settings.auth.metrics == "token"
@@ -117,7 +117,7 @@ def create_app(settings: Settings, stores: Mapping[str, ServableStore] | None = 
     app.state.metrics = metrics
     install_problem_handlers(app)
     # Added last, the metrics middleware is outermost: it also counts what the guard refuses.
-    app.add_middleware(RequestGuard, limits=settings.limits, auth=settings.auth, on_refusal=metrics.refused)
+    app.add_middleware(RequestGuard, limits=settings.limits, auth=auth, on_refusal=metrics.refused)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     if settings.logging.access_log:
         app.add_middleware(AccessLogMiddleware, auth=auth)

@@ -146,11 +146,11 @@ def _serve(args: argparse.Namespace) -> int:
         uvicorn.Config(
             create_app(settings),
             loop="uvloop",
+            # TLS is the protocol's own (service.connections), so the connection limits hold during
+            # handshakes.
             **server_options(settings),
             log_config=None,
             access_log=False,
-            ssl_certfile=str(tls.certfile) if tls else None,
-            ssl_keyfile=str(tls.keyfile) if tls else None,
         )
     )
     server.run(sockets=listeners)

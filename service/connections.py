@@ -19,6 +19,15 @@ reads its answers would keep each one in memory. Here, per connection:
 
 Body reads are bounded by the request deadline (``service.guard``). Proxy headers
 (``X-Forwarded-For``) are believed only from the addresses ``http.forwarded_allow_ips`` names.
+
+With TLS (``http.tls``) the protocol does the handshake itself, on the connection it counted, so
+the bounds above hold from the moment a connection is accepted: the head deadline covers the
+handshake too, and a connection over its address's limit is closed before any handshake (with no
+503: answering would take the handshake the limit is there to spare). Request heads are bounded
+in bytes over TLS as over plain HTTP, counting the decrypted bytes. (A listener given to uvicorn
+with its own TLS would show a connection only once the handshake completed, leaving silent ones
+uncounted until the handshake timeout.) The verified client certificate, if any, reaches every
+request's scope (``service.tls.PEER_SCOPE_KEY``).
 """
 
 from __future__ import annotations
@@ -27,12 +36,17 @@ import asyncio
 import contextlib
 import logging
 import socket
+import ssl
 import struct
+import sys
+from asyncio import sslproto
 from typing import Any
 
 from service.heads import BoundedHeads, raw_problem
+from service.reloading import Reloading
 from service.settings import LimitSettings, Settings
 from service.throttled_log import ThrottledWarnings
+from service.tls import PEER_SCOPE_KEY, PeerCertificate, peer_certificate, reloading_context
 from wire.problems import CLIENT_TOO_MANY_CONNECTIONS, ProblemError
 
 logger = logging.getLogger(__name__)
@@ -46,6 +60,7 @@ class ConnectionCounts:
         self.open: dict[str, int] = {}
         self.full = ThrottledWarnings(logger)  # addresses whose new connections were closed
         self.slow = ThrottledWarnings(logger)  # addresses whose request heads did not come in time
+        self.refused = ThrottledWarnings(logger)  # addresses whose TLS handshakes failed
         self.oversized = ThrottledWarnings(logger)  # addresses whose request heads were too large
 
     def admit(self, address: str) -> bool:
@@ -54,9 +69,9 @@ class ConnectionCounts:
         if held >= self.limit:
             self.full.warn(
                 address,
-                "answered 503 to a new connection of %s and closed it: it has %d open,"
-                " limits.max_connections_per_client"
-                " (it should reuse its connections; behind a proxy that hides addresses, raise the limit)",
+                "refused a new connection of %s and closed it: it has %d open,"
+                " limits.max_connections_per_client (it should reuse its connections; behind a proxy that"
+                " hides addresses, raise the limit)",
                 address,
                 held,
             )
@@ -72,7 +87,33 @@ class ConnectionCounts:
             del self.open[address]
             self.full.forget(address)
             self.slow.forget(address)
+            self.refused.forget(address)
             self.oversized.forget(address)
+
+
+class _Handshaking(asyncio.Protocol):
+    """The first protocol over a TLS connection: it hands the connection to ``owner`` when the
+    handshake completes, before the TLS layer passes anything on."""
+
+    def __init__(self, owner: GuardedProtocol) -> None:
+        self.owner = owner
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.owner.secured(transport)  # type: ignore[arg-type]
+
+
+def _tls_layer(loop: asyncio.AbstractEventLoop) -> Any:
+    """The class of the TLS layer ``loop.start_tls`` would insert: uvloop's own, else asyncio's.
+
+    Used directly so the layer takes over the connection within ``connection_made``: any later
+    (``start_tls`` runs on a later turn of the loop) and the client's first bytes could reach the
+    HTTP parser.
+    """
+    uvloop_layer = getattr(sys.modules.get("uvloop.loop"), "SSLProtocol", None)
+    uvloop_class = getattr(sys.modules.get("uvloop"), "Loop", None)
+    if uvloop_layer is not None and uvloop_class is not None and isinstance(loop, uvloop_class):
+        return uvloop_layer
+    return sslproto.SSLProtocol
 
 
 class GuardedProtocol(BoundedHeads):
@@ -87,10 +128,14 @@ class GuardedProtocol(BoundedHeads):
     idle_timeout_seconds: float = 5.0
     retry_after_seconds: int = 1
     counts: ConnectionCounts = ConnectionCounts(1024)
+    tls: Reloading[ssl.SSLContext] | None = None  # the listener's TLS context; None: plain HTTP
     _stall: asyncio.TimerHandle | None = None
     _head_deadline: asyncio.TimerHandle | None = None
     _transport: asyncio.Transport | None = None
+    _tcp: asyncio.Transport | None = None  # the connection under TLS, closed without a TLS goodbye
     _address: str | None = None  # set while counted in ``counts``
+    _http_started = False  # uvicorn's connection_made ran (it ran its connection_lost otherwise)
+    _peer_certificate: PeerCertificate | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -99,15 +144,16 @@ class GuardedProtocol(BoundedHeads):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self._transport = transport
-        super().connection_made(transport)
         address = _peer(transport)[0]
+        if self.tls is None:
+            self._start_http(transport)
         if not self.counts.admit(address):
-            self._refused = True  # nothing it sends is read
-            transport.write(raw_problem(self._too_many_connections(), "/"))
-            transport.close()
+            self._refuse_connection(transport)
             return
         self._address = address
         self._expect_head()
+        if self.tls is not None:
+            self._start_tls(transport, self.tls.current())
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_stall()
@@ -115,7 +161,17 @@ class GuardedProtocol(BoundedHeads):
         if self._address is not None:
             self.counts.release(self._address)
             self._address = None
-        super().connection_lost(exc)
+        if self._http_started:
+            super().connection_lost(exc)
+
+    def _refuse_connection(self, transport: asyncio.Transport) -> None:
+        """Close a connection over its address's limit: with a 503 over plain HTTP, at once under TLS."""
+        if self.tls is not None:  # answering would take the handshake the limit is there to spare
+            _drop(transport)
+            return
+        self._refused = True  # nothing it sends is read
+        transport.write(raw_problem(self._too_many_connections(), "/"))
+        transport.close()
 
     def _too_many_connections(self) -> ProblemError:
         return CLIENT_TOO_MANY_CONNECTIONS(
@@ -135,10 +191,67 @@ class GuardedProtocol(BoundedHeads):
             address,
         )
 
+    def _refuse(self, problem: ProblemError) -> None:
+        super()._refuse(problem)
+        if self._tcp is not None:
+            # The answer is in the connection's buffer now; a TLS goodbye would go on reading (and
+            # decrypting) whatever the client still streams until it says goodbye too.
+            self._tcp.close()
+
+    def _start_http(self, transport: asyncio.Transport) -> None:
+        self._http_started = True
+        super().connection_made(transport)
+
+    def _start_tls(self, tcp: asyncio.Transport, context: ssl.SSLContext) -> None:
+        """Put the TLS layer between ``tcp`` and this protocol, as ``loop.start_tls`` does, but now."""
+        self._tcp = tcp
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+        done.add_done_callback(self._handshake_done)
+        layer = _tls_layer(loop)(
+            loop,
+            _Handshaking(self),
+            context,
+            done,
+            server_side=True,
+            call_connection_made=True,
+            ssl_handshake_timeout=self.head_timeout_seconds,
+        )
+        tcp.set_protocol(layer)
+        layer.connection_made(tcp)
+
+    def secured(self, transport: asyncio.Transport) -> None:
+        """The handshake completed: serve HTTP over ``transport``, knowing the client's certificate."""
+        self._transport = transport
+        self._peer_certificate = peer_certificate(transport.get_extra_info("ssl_object"))
+        transport.set_protocol(self)
+        self._start_http(transport)
+
+    def _handshake_done(self, done: asyncio.Future[None]) -> None:
+        exc = None if done.cancelled() else done.exception()
+        if exc is None or self._http_started:
+            return
+        tcp = self._tcp
+        assert tcp is not None
+        if self._address is not None and self._head_deadline is not None:  # not closed for being slow
+            address, port = _peer(tcp)
+            self.counts.refused.warn(
+                address,
+                "refused the TLS handshake of %s:%s: %s; further ones of this address are not logged"
+                " for a minute",
+                address,
+                port,
+                exc,
+            )
+        _drop(tcp)
+        self.connection_lost(exc if isinstance(exc, Exception) else None)
+
     # -- the request head ------------------------------------------------------------------
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        if self._peer_certificate is not None:
+            self.scope[PEER_SCOPE_KEY] = self._peer_certificate  # type: ignore[literal-required]
         self._expect_head()
 
     def on_headers_complete(self) -> None:
@@ -169,7 +282,8 @@ class GuardedProtocol(BoundedHeads):
             port,
             self.head_timeout_seconds,
         )
-        transport.close()
+        # Under TLS the connection itself is closed: a TLS goodbye would wait for the silent client.
+        (self._tcp or transport).close()
 
     # -- answers the client does not read --------------------------------------------------
 
@@ -221,8 +335,11 @@ def _drop(transport: asyncio.Transport) -> None:
     transport.abort()
 
 
-def http_protocol(limits: LimitSettings) -> type[asyncio.Protocol]:
-    """The protocol class ``uvicorn`` serves HTTP with (its ``http`` setting), bounded by ``limits``.
+def http_protocol(
+    limits: LimitSettings, tls: Reloading[ssl.SSLContext] | None = None
+) -> type[asyncio.Protocol]:
+    """The protocol class ``uvicorn`` serves HTTP with (its ``http`` setting), bounded by ``limits``;
+    with ``tls`` it serves HTTPS itself (give uvicorn no TLS settings then).
 
     Each call makes a class of its own, with its own connection counts: use one per server.
     """
@@ -237,6 +354,7 @@ def http_protocol(limits: LimitSettings) -> type[asyncio.Protocol]:
             "max_head_bytes": int(limits.max_request_head_bytes),
             "max_url_bytes": int(limits.max_url_bytes),
             "counts": ConnectionCounts(limits.max_connections_per_client),
+            "tls": tls,
         },
     )
 
@@ -244,13 +362,16 @@ def http_protocol(limits: LimitSettings) -> type[asyncio.Protocol]:
 def server_options(settings: Settings) -> dict[str, Any]:
     """The ``uvicorn`` settings of the service's HTTP server for ``settings`` (one server each).
 
-    Proxy headers are believed only from ``http.forwarded_allow_ips``; uvicorn would otherwise
-    believe them from 127.0.0.1, letting anything beside the service (a sidecar, a local process)
-    claim any address, and so escape the per-client limits and write any address into the log.
+    TLS (``http.tls``) is the protocol's own, so the connection limits hold during handshakes: give
+    uvicorn no TLS settings beside these. Proxy headers are believed only from
+    ``http.forwarded_allow_ips``; uvicorn would otherwise believe them from 127.0.0.1, letting
+    anything beside the service (a sidecar, a local process) claim any address, and so escape the
+    per-client limits and write any address into the log.
     """
+    tls = settings.http.tls
     trusted = settings.http.forwarded_allow_ips
     return {
-        "http": http_protocol(settings.limits),
+        "http": http_protocol(settings.limits, reloading_context(tls) if tls else None),
         "proxy_headers": bool(trusted),
         "forwarded_allow_ips": list(trusted) if trusted else [],
     }

@@ -48,7 +48,7 @@ class RequestGuard:
         self,
         app: ASGIApp,
         limits: LimitSettings,
-        auth: AuthSettings | None = None,
+        auth: Auth | AuthSettings | None = None,
         on_refusal: Callable[[str], None] | None = None,
     ) -> None:
         self.app = app
@@ -56,7 +56,7 @@ class RequestGuard:
         self.max_per_client = limits.max_concurrent_requests_per_client
         self.timeout = limits.request_timeout_ms / 1000
         self.retry_after = str(limits.retry_after_seconds)
-        self.identify = Auth(auth or AuthSettings()).client
+        self.identify = (auth if isinstance(auth, Auth) else Auth(auth or AuthSettings())).client
         self.on_refusal = on_refusal
         self.in_flight = 0
         # Requests in flight per client; a client leaves the map when its last request ends.

@@ -75,12 +75,29 @@ def _default_kafka() -> dict[str, str | SecretStr]:
 
 
 class TlsSettings(BaseModel):
-    """TLS for the HTTP listener: a PEM certificate chain and its private key."""
+    """TLS for the HTTP listener: a PEM certificate chain and its private key; with ``client_ca``
+    (a PEM bundle of CA certificates) clients may present certificates, verified against it.
+
+    A client without a certificate still connects (and needs a token); a certificate the bundle
+    does not vouch for is refused in the handshake. The files are read again when they change.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
     certfile: Path = Field(description="PEM file with the server certificate chain")
     keyfile: Path = Field(description="PEM file with the certificate's private key")
+    client_ca: Path | None = Field(
+        default=None,
+        description=(
+            "PEM bundle of the CAs whose client certificates are asked for and verified (mTLS; a client "
+            "without a certificate may still use a token)"
+        ),
+    )
+    reload_interval_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        description="how often the files are checked for changes (a rotated certificate serves new connections)",
+    )
 
 
 class HttpSettings(BaseModel):
@@ -555,18 +572,69 @@ class TokenSettings(BaseModel):
         return self.stores == [ALL_STORES]
 
 
+class CertificateSettings(BaseModel):
+    """Clients presenting a verified certificate (see ``http.tls.client_ca``) named ``common_name``,
+    as its subject's CN or one of its DNS subject alternative names, and the stores they may read
+    (as a token's ``stores``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, description="who the certificate is, in logs and the access log")
+    common_name: str = Field(
+        min_length=1, description="the verified certificate's subject CN or one of its DNS names"
+    )
+    stores: list[str] = Field(description='the stores it may read, or ["*"] for every store')
+
+    @model_validator(mode="after")
+    def _explicit_stores(self) -> CertificateSettings:
+        _check_stores(f"auth certificate {self.name!r}", self.stores)
+        return self
+
+    @property
+    def reads_every_store(self) -> bool:
+        return self.stores == [ALL_STORES]
+
+
+def _check_stores(what: str, stores: list[str]) -> None:
+    if not stores:
+        raise ValueError(
+            f"{what} names no stores: list the stores it may read,"
+            f' or stores: ["{ALL_STORES}"] for every store'
+        )
+    if ALL_STORES in stores and len(stores) > 1:
+        raise ValueError(
+            f'{what} lists "{ALL_STORES}" with other stores: use ["{ALL_STORES}"] alone for every store,'
+            " or only names"
+        )
+
+
 class AuthSettings(BaseModel):
-    """``open`` serves everyone (local development only); ``tokens`` requires a bearer token."""
+    """``open`` serves everyone (local development only); ``tokens`` requires a bearer token or a
+    client certificate named in ``certificates``."""
 
     model_config = ConfigDict(extra="forbid")
 
     mode: Literal["open", "tokens"] = Field(
         default="open",
-        description="`open` serves everyone (local development only); `tokens` requires a bearer token",
+        description=(
+            "`open` serves everyone (local development only); `tokens` requires a bearer token or a client "
+            "certificate"
+        ),
     )
     tokens: list[TokenSettings] = Field(
         default_factory=list,
         description="the bearer tokens and the stores each may read (with `mode: tokens`)",
+    )
+    tokens_file: Path | None = Field(
+        default=None,
+        description="a YAML (or JSON) file holding more tokens, a list shaped as `tokens`; read again when it changes",
+    )
+    reload_interval_seconds: float = Field(
+        default=10.0, gt=0, description="how often `tokens_file` is checked for changes"
+    )
+    certificates: list[CertificateSettings] = Field(
+        default_factory=list,
+        description="verified client certificates (by subject CN or DNS name) and the stores each may read",
     )
     metrics: Literal["open", "token"] = Field(
         default="open",
@@ -577,8 +645,18 @@ class AuthSettings(BaseModel):
 
     @model_validator(mode="after")
     def _tokens_when_needed(self) -> AuthSettings:
-        if self.mode == "tokens" and not self.tokens:
-            raise ValueError("auth.mode is 'tokens' but auth.tokens is empty: list at least one token")
+        if self.mode == "tokens" and not (self.tokens or self.tokens_file or self.certificates):
+            raise ValueError(
+                "auth.mode is 'tokens' but auth.tokens, auth.tokens_file and auth.certificates are empty:"
+                " list at least one token or certificate"
+            )
+        names = [c.common_name for c in self.certificates]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ValueError(
+                f"auth.certificates: common_name {', '.join(map(repr, repeated))} is listed more than once;"
+                " one name must mean one set of stores"
+            )
         if self.metrics == "token" and self.mode != "tokens":
             raise ValueError("auth.metrics is 'token' but auth.mode is 'open': set auth.mode to 'tokens'")
         _refuse_ambiguous_tokens(self.tokens)
@@ -718,6 +796,17 @@ class Settings(BaseSettings):
                     f"store {store.name!r}: key_format {store.key_format} / value_format"
                     f" {store.value_format} is not served yet; use bytes to serve records as they are"
                 )
+        for certificate in self.auth.certificates:
+            unknown = [] if certificate.reads_every_store else sorted(set(certificate.stores) - set(names))
+            if unknown:
+                raise ValueError(
+                    f"auth certificate {certificate.name!r} names unknown stores: {', '.join(unknown)}"
+                )
+        if self.auth.tokens_file is not None:
+            try:
+                load_tokens_file(self.auth.tokens_file, names)
+            except ConfigError as exc:
+                raise ValueError(str(exc)) from exc
         return self
 
     def librdkafka_config(self) -> dict[str, str]:
@@ -730,6 +819,33 @@ class Settings(BaseSettings):
     def store(self, name: str) -> StoreSettings | None:
         """The settings of the store called ``name``, if configured."""
         return next((s for s in self.stores if s.name == name), None)
+
+
+def load_tokens_file(path: Path, stores: list[str] | None = None) -> list[TokenSettings]:
+    """The tokens of ``auth.tokens_file`` (a YAML or JSON list shaped as ``auth.tokens``); ``stores``,
+    when given, are the configured store names the tokens may name. Raises ``ConfigError``."""
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise ConfigError(f"auth.tokens_file: cannot read {path}: {exc}") from exc
+    if not isinstance(raw, list):
+        raise ConfigError(
+            f"auth.tokens_file: {path} must hold a list of tokens (name, sha256, stores), as auth.tokens"
+        )
+    try:
+        tokens = [TokenSettings.model_validate(entry) for entry in raw]
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in error['loc']) or '(entry)'}: {error['msg']}" for error in exc.errors()
+        )
+        raise ConfigError(f"auth.tokens_file: {path} holds an invalid token: {problems}") from exc
+    for token in tokens:
+        unknown = [] if stores is None or token.reads_every_store else sorted(set(token.stores) - set(stores))
+        if unknown:
+            raise ConfigError(
+                f"auth.tokens_file: token {token.name!r} in {path} names unknown stores: {', '.join(unknown)}"
+            )
+    return tokens
 
 
 def load_settings(path: Path | str | None = None) -> Settings:

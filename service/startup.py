@@ -9,7 +9,6 @@ setting: a :class:`~service.exceptions.ConfigError`.
 from __future__ import annotations
 
 import errno
-import ssl
 import tempfile
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from pydantic import SecretStr
 
 from service.exceptions import ConfigError
 from service.settings import Settings, TlsSettings
+from service.tls import server_context
 
 _VOLUME_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
@@ -31,22 +31,8 @@ def check_startup(settings: Settings) -> None:
 
 
 def check_tls(tls: TlsSettings) -> None:
-    """The certificate chain and its key load, and belong together."""
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    try:
-        context.load_cert_chain(tls.certfile, tls.keyfile)
-    except FileNotFoundError as exc:
-        setting, path = (
-            ("http.tls.certfile", tls.certfile)
-            if not tls.certfile.is_file()
-            else ("http.tls.keyfile", tls.keyfile)
-        )
-        raise ConfigError(f"{setting}: {path} does not exist") from exc
-    except (ssl.SSLError, OSError) as exc:
-        raise ConfigError(
-            f"http.tls: cannot use certificate {tls.certfile} with key {tls.keyfile}: {exc};"
-            " give a PEM certificate chain and the private key of its first certificate"
-        ) from exc
+    """The certificate chain and its key load, and belong together; the client CA bundle loads."""
+    server_context(tls)
 
 
 def check_kafka(settings: Settings) -> None:

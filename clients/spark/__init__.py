@@ -17,6 +17,8 @@ history). The position is logged and kept in the new columns' metadata (see :fun
 
 The service URL and token can be set once per session in the Spark conf (``spark.statestore.url``,
 ``spark.statestore.token`` or ``spark.statestore.authFile``); ``url=`` and ``token=`` override them.
+So can a CA bundle and a client certificate (``spark.statestore.caFile``, ``spark.statestore.certFile``
+and ``spark.statestore.keyFile``); ``verify=`` and ``cert=`` override them.
 ``on=`` is a column name or any Column expression (``F.concat_ws(":", "region", "id")``).
 :func:`read_store` reads a whole store as a DataFrame pinned at one position.
 

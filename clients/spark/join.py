@@ -64,6 +64,7 @@ def lookup_join(
     batch_size: int = DEFAULT_BATCH_SIZE,
     token: str | None = None,
     verify: bool | str = True,
+    cert: str | tuple[str, str] | None = None,
     min_position: PositionLike | None = None,
     consistent: bool = False,
     as_of: PositionLike | None = None,
@@ -80,7 +81,10 @@ def lookup_join(
 
     ``on`` is a column name or a Column expression (``F.concat_ws(":", "region", "id")``). ``url``
     and ``token`` default to the session's ``spark.statestore.url`` / ``spark.statestore.token``
-    (or ``spark.statestore.authFile``).
+    (or ``spark.statestore.authFile``). ``verify`` (a CA bundle path) and ``cert`` (a client
+    certificate for mTLS: ``(certfile, keyfile)`` or one PEM file with both) default to
+    ``spark.statestore.caFile`` and ``spark.statestore.certFile`` / ``spark.statestore.keyFile``;
+    executors read those files at the same paths.
 
     For a JSON store with ``value_schema`` (a DDL string or ``StructType``) each field becomes a
     column named ``prefix + field``; otherwise one column ``prefix + value_column`` (binary for
@@ -105,7 +109,7 @@ def lookup_join(
     connect = is_connect(df)
     observed = connect and can_observe(df)
     options = LookupOptions(
-        store=store, url=url, value_schema=value_schema, token=token, verify=verify,
+        store=store, url=url, value_schema=value_schema, token=token, verify=verify, cert=cert,
         min_position=min_position, consistent=consistent, as_of=as_of, index=index,
         batch_size=batch_size, timeout=timeout, deadline=deadline,
         planning_deadline=planning_deadline, cache_bytes=cache_bytes,

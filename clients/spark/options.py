@@ -8,7 +8,7 @@ import dataclasses
 from pyspark.sql.types import StructType
 
 from clients.lookup import DEFAULT_CACHE_BYTES
-from clients.options import DEFAULT_BATCH_SIZE, ClientOptions
+from clients.options import DEFAULT_BATCH_SIZE, Cert, ClientOptions
 from clients.retry import RetryPolicy
 from wire.position import PositionLike
 
@@ -20,7 +20,9 @@ TASK_RETRY = RetryPolicy(max_backoff=5.0)
 class LookupOptions:
     """One lookup of ``store``: where the service is, what to read, how exactly, and how to batch.
 
-    ``url`` and ``token`` default to the session's Spark conf (``clients.spark.plan.connection``).
+    ``url`` and ``token`` default to the session's Spark conf (``clients.spark.plan.connection``),
+    and so do ``verify`` (a CA bundle path) and ``cert`` (a client certificate for mTLS:
+    ``(certfile, keyfile)`` or one PEM file with both; ``clients.spark.plan.client_tls``).
     ``consistent`` (or an explicit ``as_of``) makes every read exactly as of the pinned position;
     otherwise reads demand at least it (and ``min_position``, when given). ``index`` makes the
     lookup one-to-many through that index.
@@ -31,6 +33,7 @@ class LookupOptions:
     value_schema: str | StructType | None = None
     token: str | None = dataclasses.field(default=None, repr=False)
     verify: bool | str = True
+    cert: str | tuple[str, str] | None = None
     min_position: PositionLike | None = None
     consistent: bool = False
     as_of: PositionLike | None = None
@@ -56,9 +59,14 @@ class LookupOptions:
 
 
 def client_options(
-    url: str, token: str | None, verify: bool | str, timeout: float, deadline: float
+    url: str,
+    token: str | None,
+    verify: bool | str,
+    timeout: float,
+    deadline: float,
+    cert: Cert | None = None,
 ) -> ClientOptions:
     """The HTTP client options of a Spark task (picklable: executors rebuild the client from them)."""
     return ClientOptions(
-        url, token=token, verify=verify, timeout=timeout, deadline=deadline, retry=TASK_RETRY
+        url, token=token, verify=verify, cert=cert, timeout=timeout, deadline=deadline, retry=TASK_RETRY
     )

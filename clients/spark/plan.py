@@ -27,6 +27,7 @@ from clients.exceptions import (
     UnsupportedSparkError,
 )
 from clients.lookup import LookupSpec, decode_json
+from clients.options import Cert, Verify
 from clients.spark.compat import Counter, conf_value, is_connect, new_counter, parse_struct
 from clients.spark.options import LookupOptions, client_options
 from clients.wire import StoreInfo
@@ -40,12 +41,17 @@ SAMPLE_SIZE = 20
 URL_CONF = "spark.statestore.url"
 TOKEN_CONF = "spark.statestore.token"
 TOKEN_FILE_CONF = "spark.statestore.authFile"
+CA_FILE_CONF = "spark.statestore.caFile"
+CERT_FILE_CONF = "spark.statestore.certFile"
+KEY_FILE_CONF = "spark.statestore.keyFile"
 """Spark conf keys whose values are the defaults of every lookup and read of the session.
 
 The token file's key holds no "token": Spark Connect hides from its clients every conf whose key
 or value matches ``spark.redaction.regex`` (secret, password, token, ...), so under Connect
 ``spark.statestore.token`` cannot be read back; the file works when its path does not say "token"
-either (e.g. ``/etc/statestore/auth``).
+either (e.g. ``/etc/statestore/auth``). ``caFile`` is the CA bundle verifying the service,
+``certFile`` and ``keyFile`` a client certificate and its key (mTLS): files read where the client
+runs, so on the driver and on every executor at the same path (a mounted Secret, or ``--files``).
 """
 
 
@@ -78,6 +84,28 @@ def connection(session: SparkSession, url: str | None, token: str | None) -> tup
                     f"{TOKEN_FILE_CONF} names {token_file!r}, which cannot be read on the driver: {exc}"
                 ) from exc
     return url, token
+
+
+def client_tls(session: SparkSession, verify: Verify, cert: Cert | None) -> tuple[bool | str, Cert | None]:
+    """The CA bundle and client certificate of a call: the arguments, else the session's conf.
+
+    ``verify=True`` (the default) takes ``spark.statestore.caFile`` when set; ``cert=None`` takes
+    ``spark.statestore.certFile`` with ``spark.statestore.keyFile``.
+    """
+    if not isinstance(verify, bool | str):
+        raise TypeError(
+            "verify must be True/False or a CA bundle path: tasks rebuild the client on executors"
+        )
+    if verify is True:
+        verify = conf_value(session, CA_FILE_CONF) or True
+    if cert is None:
+        certfile = conf_value(session, CERT_FILE_CONF)
+        keyfile = conf_value(session, KEY_FILE_CONF)
+        if keyfile and not certfile:
+            raise ValueError(f"{KEY_FILE_CONF} is set without {CERT_FILE_CONF}: set both, or neither")
+        if certfile:
+            cert = (certfile, keyfile) if keyfile else certfile
+    return verify, cert
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,12 +219,14 @@ def plan_lookup(
     """Driver side of a lookup: check the store, pin its position, fix the output type.
 
     ``observations`` collects the Spark Connect observations that count misfits (``None``: nothing
-    can count them, for the reason ``uncounted``).
+    can count them, for the reason ``uncounted``). ``url``, ``token``, ``verify`` and ``cert`` default
+    to the session's Spark conf (see :func:`connection` and :func:`client_tls`).
     """
     url, token = connection(session, options.url, options.token)
+    verify, cert = client_tls(session, options.verify, options.cert)
     store, index, value_schema, exact = options.store, options.index, options.value_schema, options.exact
     task_options = dataclasses.replace(
-        client_options(url, token, options.verify, options.timeout, options.deadline),
+        client_options(url, token, verify, options.timeout, options.deadline, cert),
         batch_size=options.batch_size,
     )
     planning = dataclasses.replace(

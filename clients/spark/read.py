@@ -31,7 +31,7 @@ from clients.lookup import decode
 from clients.options import ClientOptions
 from clients.spark.compat import parse_struct
 from clients.spark.options import client_options
-from clients.spark.plan import connection
+from clients.spark.plan import client_tls, connection
 from clients.wire import ValueFormat
 from wire.position import Position, PositionLike
 
@@ -309,6 +309,7 @@ def read_store(
     prefix: str | bytes = b"",
     token: str | None = None,
     verify: bool | str = True,
+    cert: str | tuple[str, str] | None = None,
     page_size: int = 1000,
     key_column: str = "key",
     binary_keys: bool = False,
@@ -326,11 +327,13 @@ def read_store(
     exactly ``as_of`` it, so the DataFrame is one version of the table however often and wherever
     it is computed (the store must keep history); ``consistent=False`` reads at least that position.
     The keys are split into ``partitions`` ranges (default: one per 250,000 keys), one Spark
-    partition each. ``url`` and ``token`` default to the session's Spark conf, as for lookups.
+    partition each. ``url``, ``token``, ``verify`` and ``cert`` default to the session's Spark conf,
+    as for lookups.
     """
     url, token = connection(spark, url, token)
+    checked, chosen = client_tls(spark, verify, cert)
     plan = plan_read(
-        client_options(url, token, verify, timeout, deadline),
+        client_options(url, token, checked, timeout, deadline, chosen),
         store=store,
         value_schema=parse_struct(spark, value_schema) if isinstance(value_schema, str) else value_schema,
         position=position,

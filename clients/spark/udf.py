@@ -148,6 +148,7 @@ def lookup_udf(
     batch_size: int = DEFAULT_BATCH_SIZE,
     token: str | None = None,
     verify: bool | str = True,
+    cert: str | tuple[str, str] | None = None,
     min_position: PositionLike | None = None,
     consistent: bool = False,
     as_of: PositionLike | None = None,
@@ -160,9 +161,9 @@ def lookup_udf(
     """A lookup UDF for ``store``, planned now on the driver (same checks and pinning as ``lookup_join``).
 
     Uses ``spark`` or the active session (classic or Connect), whose Spark conf gives the defaults of
-    ``url`` and ``token``. Under Spark Connect the UDF cannot count values that do not fit
-    ``value_schema`` (no accumulators, and a UDF has no rows to observe): use ``lookup_join`` with
-    ``misfit_column=`` where that count matters.
+    ``url``, ``token``, ``verify`` and ``cert`` (as for ``lookup_join``). Under Spark Connect the UDF
+    cannot count values that do not fit ``value_schema`` (no accumulators, and a UDF has no rows to
+    observe): use ``lookup_join`` with ``misfit_column=`` where that count matters.
     """
     session = spark or active_session()
     connect = is_connect(session)
@@ -174,6 +175,7 @@ def lookup_udf(
                 value_schema=value_schema,
                 token=token,
                 verify=verify,
+                cert=cert,
                 min_position=min_position,
                 consistent=consistent,
                 as_of=as_of,

@@ -6,6 +6,7 @@ SDK (``helm-python-sdk``), and the Dockerfile is read as text.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
 import re
@@ -129,6 +130,45 @@ def container_environment(
 
             environment[entry["name"]] = _VARIABLE.sub(expand, str(entry.get("value", "")))
     return environment
+
+
+def mount_rendered_secrets(rendered: Rendered, root: Path) -> dict[str, Path]:
+    """Write the volumes of the pod that hold Secrets the chart itself renders under ``root``, as
+    the kubelet would mount them (the keys listed in ``items``, or every key); returns each mount
+    path and the directory standing in for it."""
+    secrets = {doc["metadata"]["name"]: doc for doc in rendered.of_kind("Secret")}
+    pod = rendered.of_kind("StatefulSet")[0]["spec"]["template"]["spec"]  # every shard's mounts alike
+    volumes = {v["name"]: v["secret"] for v in pod["volumes"] if "secret" in v}
+    mounted: dict[str, Path] = {}
+    for mount in pod["containers"][0]["volumeMounts"]:
+        volume = volumes.get(mount["name"])
+        if volume is None or volume["secretName"] not in secrets:
+            continue
+        data = secrets[volume["secretName"]]["data"]
+        items = volume.get("items") or [{"key": key, "path": key} for key in data]
+        directory = root / mount["name"]
+        directory.mkdir(parents=True, exist_ok=True)
+        for item in items:
+            (directory / item["path"]).write_bytes(base64.b64decode(data[item["key"]]))
+        mounted[mount["mountPath"]] = directory
+    return mounted
+
+
+def rendered_secrets(rendered: Rendered) -> dict[str, dict[str, str]]:
+    """The Secrets the chart renders, as ``container_environment`` takes them (name → key → value)."""
+    return {
+        doc["metadata"]["name"]: {k: base64.b64decode(v).decode() for k, v in doc.get("data", {}).items()}
+        for doc in rendered.of_kind("Secret")
+    }
+
+
+def pod_config_text(rendered: Rendered, root: Path) -> str:
+    """The pod's ``statestore.yaml`` with the paths of the Secrets the chart renders pointing into
+    ``root``, where they are written as the kubelet would mount them."""
+    text = rendered.config_text
+    for mount_path, directory in mount_rendered_secrets(rendered, root).items():
+        text = text.replace(f"{mount_path}/", f"{directory}/")
+    return text
 
 
 @dataclasses.dataclass(frozen=True)

@@ -7,6 +7,7 @@ own settings loader with the environment the kubelet would give the pod.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -21,7 +22,7 @@ import pytest
 import yaml
 
 from service.exceptions import ConfigError
-from service.settings import load_settings, store_configs
+from service.settings import load_settings, load_tokens_file, store_configs
 from tests.deploy.manifests import (
     CHART,
     KUBERNETES_VERSION,
@@ -29,6 +30,7 @@ from tests.deploy.manifests import (
     Rendered,
     container_environment,
     lint,
+    pod_config_text,
     render,
 )
 
@@ -170,6 +172,34 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
         },
         "helmTest": {"bearerTokenSecret": {"name": "statestore-test", "key": "token"}},
     },
+    "explicitly-open": {"auth": {"mode": "open"}},
+    "mtls-cert-manager": {
+        "stores": TWO_STORES,
+        "http": {
+            "tls": {
+                "enabled": True,
+                "certManager": {
+                    "enabled": True,
+                    "issuerRef": {"name": "internal-ca", "kind": "ClusterIssuer"},
+                    "dnsNames": ["statestore.example.com"],
+                },
+                "clientCA": {"enabled": True},
+            }
+        },
+        "auth": {
+            "mode": "tokens",
+            "tokens": [{"name": "dashboards", "stores": ["products"], "sha256": INLINE_HASH}],
+            "certificates": [
+                {
+                    "name": "etl",
+                    "commonName": "spark-etl",
+                    "stores": ["customers"],
+                    "secretName": "etl-client",
+                },
+                {"name": "ops", "commonName": "ops.example.com", "stores": ["*"]},
+            ],
+        },
+    },
     "ephemeral-minimal": {
         "persistence": {"enabled": False},
         "serviceAccount": {"create": False},
@@ -198,7 +228,7 @@ def load_pod_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 
     def load(chart: Rendered) -> Any:
         config = tmp_path / "statestore.yaml"
-        config.write_text(chart.config_text, encoding="utf-8")
+        config.write_text(pod_config_text(chart, tmp_path / "mounts"), encoding="utf-8")
         for name in [n for n in os.environ if n.upper().startswith("STATESTORE_")]:
             monkeypatch.delenv(name)
         for name, value in container_environment(chart.container, SECRETS).items():
@@ -228,7 +258,7 @@ def test_every_manifest_is_valid_kubernetes(rendered: dict[str, Rendered], value
     kinds = sorted(doc["kind"] for doc in chart.documents)
     assert {"ConfigMap", "Service", "StatefulSet"} <= set(kinds)
     for document in chart.documents:
-        if document["apiVersion"].startswith("monitoring.coreos.com/"):
+        if document["apiVersion"].startswith(("monitoring.coreos.com/", "cert-manager.io/")):
             continue  # a CRD kind: no Kubernetes schema; its shape is checked below
         kubernetes_validate.validate(document, KUBERNETES_VERSION, strict=True)
 
@@ -441,7 +471,7 @@ def test_rendered_config_loads_with_the_service_settings(
     assert str(settings.state_dir) == STATE_DIR
     assert settings.http.host == "0.0.0.0"
     assert settings.http.port == chart.container["ports"][0]["containerPort"]
-    assert settings.auth.mode == values.get("auth", {}).get("mode", "open")
+    assert settings.auth.mode == values.get("auth", {}).get("mode", "tokens")
 
 
 def test_kafka_credentials_come_from_the_secret_not_the_configmap(
@@ -543,14 +573,28 @@ def test_a_config_the_service_refuses_is_refused(tmp_path: Path) -> None:
         ({"kafka": {"config": {"ssl.key.password": "hunter2"}}}, "looks secret"),
         ({"kafka": {"config": {"bootstrap.servers": "k:9092"}}}, "kafka.bootstrapServers"),
         ({"http": {"tls": {"enabled": True}}}, "http.tls.existingSecret"),
-        ({"auth": {"mode": "tokens"}}, "auth.tokens is empty"),
+        ({"http": {"tls": {"enabled": True, "certManager": {"enabled": True}}}}, "issuerRef.name"),
+        ({"http": {"tls": {"clientCA": {"enabled": True}}}}, "clientCA.enabled needs http.tls.enabled"),
+        (
+            {"auth": {"certificates": [{"name": "a", "commonName": "a", "stores": ["*"]}]}},
+            "auth.certificates needs http.tls.clientCA.enabled",
+        ),
+        (
+            {
+                "http": {"tls": {"enabled": True, "existingSecret": "t", "clientCA": {"enabled": True}}},
+                "auth": {
+                    "certificates": [{"name": "a", "commonName": "a", "stores": ["*"], "secretName": "s"}]
+                },
+            },
+            "set http.tls.certManager.enabled",
+        ),
         (
             {"auth": {"mode": "tokens", "tokens": [{"name": "a", "secretKey": "a"}]}},
             "auth.existingSecret is empty",
         ),
         ({"auth": {"mode": "tokens", "tokens": [{"name": "a"}]}}, "needs secretKey"),
         ({"auth": {"mode": "tokens", "tokens": [{"name": "a", "sha256": INLINE_HASH}]}}, "names no stores"),
-        ({"auth": {"metrics": "token"}}, "auth.mode is open"),
+        ({"auth": {"mode": "open", "metrics": "token"}}, "auth.mode is open"),
         (
             {
                 "auth": {
@@ -580,8 +624,104 @@ def test_notes_tell_how_to_reach_the_service(rendered: dict[str, Rendered]) -> N
     notes = rendered["defaults"].notes
     assert f"statefulset/{RELEASE}-statestore" in notes
     assert f"http://{RELEASE}-statestore.data.svc:8080/v1/stores/products/keys/KEY" in notes
-    assert 'auth.mode is "open"' in notes
-    assert 'auth.mode is "open"' not in rendered["tokens-auth"].notes
+    # Auth is on by default, and the notes say how to read the generated token.
+    assert "Auth is on" in notes
+    secret = f"{RELEASE}-statestore-token"
+    assert f"get secret {secret} -o jsonpath='{{.data.token}}' | base64 -d" in notes
+    assert 'auth.mode is "open"' not in notes
+    assert 'WARNING: auth.mode is "open"' in rendered["explicitly-open"].notes
+    for value_set in ("tokens-auth", "mtls-cert-manager"):
+        assert "generated" not in rendered[value_set].notes
+        assert 'auth.mode is "open"' not in rendered[value_set].notes
+    assert "Client certificates (mTLS) are asked for" in rendered["mtls-cert-manager"].notes
+
+
+# --- secure by default: the generated token, mTLS and cert-manager ------------------------------
+
+
+def test_defaults_turn_auth_on_with_a_generated_token_the_service_knows_by_its_hash(
+    rendered: dict[str, Rendered], load_pod_settings: Any
+) -> None:
+    chart = rendered["defaults"]
+    secret = chart.one("Secret", "-token")
+    assert secret["metadata"]["name"] == f"{RELEASE}-statestore-token"
+    token = base64.b64decode(secret["data"]["token"]).decode()
+    assert len(token) == 48
+    assert token.isalnum()
+    settings = load_pod_settings(chart)
+    assert settings.auth.mode == "tokens"
+    assert settings.auth.tokens == []
+    listed = load_tokens_file(settings.auth.tokens_file, ["products"])
+    assert [(t.name, t.sha256, t.stores) for t in listed] == [
+        ("generated", hashlib.sha256(token.encode()).hexdigest(), ["*"])
+    ]
+    # The pod gets the hash only, in a directory the kubelet updates (no subPath).
+    pod = chart.statefulset["spec"]["template"]["spec"]
+    volume = next(v for v in pod["volumes"] if v["name"] == "auth-tokens")
+    assert volume["secret"]["items"] == [{"key": "tokens.yaml", "path": "tokens.yaml"}]
+    mount = next(m for m in chart.container["volumeMounts"] if m["name"] == "auth-tokens")
+    assert mount == {"name": "auth-tokens", "mountPath": "/etc/statestore/auth", "readOnly": True}
+    assert token not in json.dumps(chart.statefulset)
+    assert token not in chart.config_text
+    # Tokens given (or certificates only): nothing is generated.
+    for value_set in ("tokens-auth", "inline-token-hashes", "explicitly-open", "mtls-cert-manager"):
+        assert rendered[value_set].of_kind("Secret") == []
+
+
+def test_an_upgrade_keeps_the_token_already_in_the_cluster(tmp_path: Path) -> None:
+    # helm template has no cluster to look the Secret up in; a copy of the chart whose lookup finds
+    # one shows what an upgrade renders.
+    upgraded = tmp_path / "statestore"
+    shutil.copytree(CHART, upgraded)
+    template = upgraded / "templates" / "secret-token.yaml"
+    text = template.read_text(encoding="utf-8")
+    lookup = 'lookup "v1" "Secret" .Release.Namespace $name'
+    assert lookup in text
+    kept = base64.b64encode(b"kept-token-0123456789").decode()
+    template.write_text(text.replace(lookup, f'dict "data" (dict "token" "{kept}")'), encoding="utf-8")
+    with helm.Chart.load(upgraded) as chart:
+        manifests = chart.render({}, name=RELEASE, namespace="data")
+    secret = yaml.safe_load(
+        next(text for path, text in manifests.items() if path.endswith("secret-token.yaml"))
+    )
+    assert secret["data"]["token"] == kept
+    listed = yaml.safe_load(base64.b64decode(secret["data"]["tokens.yaml"]))
+    assert listed[0]["sha256"] == hashlib.sha256(b"kept-token-0123456789").hexdigest()
+
+
+def test_mtls_with_cert_manager_issues_the_certificates_and_asks_clients_for_theirs(
+    rendered: dict[str, Rendered], load_pod_settings: Any
+) -> None:
+    chart = rendered["mtls-cert-manager"]
+    certificates = {c["metadata"]["name"]: c["spec"] for c in chart.of_kind("Certificate")}
+    server = certificates[f"{RELEASE}-statestore-tls"]
+    assert server["secretName"] == f"{RELEASE}-statestore-tls"
+    assert server["issuerRef"] == {"name": "internal-ca", "kind": "ClusterIssuer", "group": "cert-manager.io"}
+    assert f"{RELEASE}-statestore.data.svc" in server["dnsNames"]
+    assert "statestore.example.com" in server["dnsNames"]
+    assert server["usages"] == ["server auth", "digital signature"]
+    client = certificates["etl-client"]
+    assert (client["commonName"], client["usages"]) == ("spark-etl", ["client auth", "digital signature"])
+    assert set(certificates) == {f"{RELEASE}-statestore-tls", "etl-client"}
+    volumes = {v["name"]: v for v in chart.statefulset["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["http-tls"]["secret"]["secretName"] == f"{RELEASE}-statestore-tls"
+    settings = load_pod_settings(chart)
+    assert settings.http.tls is not None
+    assert str(settings.http.tls.client_ca) == "/etc/statestore/http-tls/ca.crt"
+    assert [(c.name, c.common_name, c.stores) for c in settings.auth.certificates] == [
+        ("etl", "spark-etl", ["customers"]),
+        ("ops", "ops.example.com", ["*"]),
+    ]
+    # A CA bundle of its own is mounted from its Secret.
+    own = render({**VALUE_SETS["mtls-cert-manager"], "http": {"tls": {
+        **VALUE_SETS["mtls-cert-manager"]["http"]["tls"],
+        "clientCA": {"enabled": True, "existingSecret": "partner-ca", "key": "bundle.pem"},
+    }}})  # fmt: skip
+    assert "client_ca: /etc/statestore/client-ca/bundle.pem" in own.config_text
+    volume = next(
+        v for v in own.statefulset["spec"]["template"]["spec"]["volumes"] if v["name"] == "client-ca"
+    )
+    assert volume["secret"]["secretName"] == "partner-ca"
 
 
 def _leaves(values: dict[str, Any], prefix: str = "") -> list[str]:

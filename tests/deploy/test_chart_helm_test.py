@@ -11,6 +11,7 @@ import hashlib
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,7 +21,14 @@ from service.local.broker import free_port
 from service.settings import Settings
 from store import StoreState
 from store.lifecycle.memory import InMemoryStore
-from tests.deploy.manifests import NAMESPACE, RELEASE, container_environment, render
+from tests.deploy.manifests import (
+    NAMESPACE,
+    RELEASE,
+    Rendered,
+    container_environment,
+    render,
+    rendered_secrets,
+)
 from tests.support.server import serve_app
 
 TOKEN = "helm-test-token"
@@ -36,7 +44,7 @@ def hook_pod(values: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_the_hook_is_a_test_pod_running_the_service_image() -> None:
-    chart = render({})
+    chart = render({"auth": {"mode": "open"}})
     pod = chart.one("Pod", "-test")
     assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
     assert pod["spec"]["restartPolicy"] == "Never"
@@ -50,14 +58,24 @@ def test_the_hook_is_a_test_pod_running_the_service_image() -> None:
     assert "TEST_TOKEN" not in environment
 
 
+def test_by_default_the_hook_reads_with_the_generated_token() -> None:
+    chart = render({})
+    [container] = chart.one("Pod", "-test")["spec"]["containers"]
+    generated = f"{RELEASE}-statestore-token"
+    environment = container_environment(container, rendered_secrets(chart))
+    assert environment["TEST_TOKEN"] == rendered_secrets(chart)[generated]["token"]
+    assert environment["AUTH_MODE"] == "tokens"
+
+
 def test_no_hook_when_disabled() -> None:
     assert render({"helmTest": {"enabled": False}}).of_kind("Pod") == []
 
 
 def test_tls_hook_uses_https_and_the_listeners_ca() -> None:
-    pod = hook_pod({"http": {"tls": {"enabled": True, "existingSecret": "statestore-tls"}}})
+    chart = render({"http": {"tls": {"enabled": True, "existingSecret": "statestore-tls"}}})
+    pod = chart.one("Pod", "-test")
     [container] = pod["spec"]["containers"]
-    assert container_environment(container, SECRETS)["TEST_URL"].startswith("https://")
+    assert container_environment(container, rendered_secrets(chart))["TEST_URL"].startswith("https://")
     assert container["volumeMounts"] == [
         {"name": "http-tls", "mountPath": "/etc/statestore/http-tls", "readOnly": True}
     ]
@@ -84,9 +102,10 @@ def service() -> Iterator[Callable[..., tuple[str, InMemoryStore]]]:
         yield start
 
 
-def run_hook(values: dict[str, Any], url: str) -> subprocess.CompletedProcess[str]:
-    [container] = hook_pod(values)["spec"]["containers"]
-    environment = container_environment(container, SECRETS)
+def run_hook(values: dict[str, Any] | Rendered, url: str) -> subprocess.CompletedProcess[str]:
+    chart = values if isinstance(values, Rendered) else render(values)
+    [container] = chart.one("Pod", "-test")["spec"]["containers"]
+    environment = container_environment(container, {**SECRETS, **rendered_secrets(chart)})
     environment["TEST_URL"] = url  # the Service's DNS name, as this machine reaches the server
     return subprocess.run(
         [sys.executable, *container["command"][1:], *container["args"]],
@@ -103,6 +122,21 @@ def test_passes_when_ready_and_the_store_reads(service: Callable[..., tuple[str,
     done = run_hook({}, url)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "OK: ready; store products is READY and answers reads" in done.stdout
+
+
+def test_the_generated_token_reads_from_the_service_given_only_its_hash(
+    service: Callable[..., tuple[str, InMemoryStore]], tmp_path: Path
+) -> None:
+    chart = render({})  # auth on by default, a token generated
+    secret = rendered_secrets(chart)[f"{RELEASE}-statestore-token"]
+    tokens = tmp_path / "tokens.yaml"
+    tokens.write_text(secret["tokens.yaml"], encoding="utf-8")  # what the pod mounts
+    assert secret["token"] not in secret["tokens.yaml"]
+    assert hashlib.sha256(secret["token"].encode()).hexdigest() in secret["tokens.yaml"]
+    url, _ = service({"mode": "tokens", "tokens_file": str(tokens)})
+    done = run_hook(chart, url)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "store products is READY and answers reads" in done.stdout
 
 
 def test_fails_while_not_ready(service: Callable[..., tuple[str, InMemoryStore]]) -> None:

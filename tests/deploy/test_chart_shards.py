@@ -19,6 +19,7 @@ from tests.deploy.manifests import (
     Rendered,
     container_environment,
     lint,
+    pod_config_text,
     render,
 )
 
@@ -121,7 +122,7 @@ def test_each_pod_is_told_its_shard_and_the_service_loads_it(
 ) -> None:
     chart = rendered["three-shards"]
     config = tmp_path / "statestore.yaml"
-    config.write_text(chart.config_text, encoding="utf-8")
+    config.write_text(pod_config_text(chart, tmp_path / "mounts"), encoding="utf-8")
     for shard, statefulset in enumerate(named(chart, "StatefulSet").values()):
         container = statefulset["spec"]["template"]["spec"]["containers"][0]
         for name in [n for n in os.environ if n.upper().startswith("STATESTORE_")]:

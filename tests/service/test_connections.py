@@ -14,6 +14,7 @@ import pytest
 
 from store import InMemoryStore
 from tests.service.conftest import Service
+from tests.support.sockets import closed_by_server, connect
 
 BIG = 2 * 1024 * 1024
 REQUESTS = 20
@@ -74,27 +75,6 @@ def test_a_client_that_never_reads_is_cut_off_and_others_are_served(
     assert len(answer.content) == BIG
 
 
-def _closed_by_server(sock: socket.socket, timeout: float = 10) -> bool:
-    """Whether the server closes ``sock`` (end of stream or reset) within ``timeout``; reads what came."""
-    sock.settimeout(timeout)
-    try:
-        while sock.recv(65536):
-            pass
-    except (ConnectionResetError, BrokenPipeError):
-        return True
-    except TimeoutError:
-        return False
-    return True
-
-
-def _connect(url: str, source: str = "127.0.0.1") -> socket.socket:
-    host, port = url.removeprefix("http://").split(":")
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind((source, 0))
-    sock.connect((host, int(port)))
-    return sock
-
-
 def _answered(sock: socket.socket, request: bytes) -> bool:
     """Send ``request`` and read its whole (small) answer; whether it was a 200."""
     sock.sendall(request)
@@ -116,19 +96,19 @@ def test_connections_without_a_complete_request_head_and_idle_ones_are_closed(
     make_service: Callable[..., Service], caplog: pytest.LogCaptureFixture
 ) -> None:
     service = make_service(limits={"request_head_timeout_ms": 300, "idle_connection_timeout_ms": 300})
-    silent = _connect(service.url)
-    partial = _connect(service.url)
+    silent = connect(service.url)
+    partial = connect(service.url)
     partial.sendall(PARTIAL)
-    idle = _connect(service.url)
+    idle = connect(service.url)
     assert _answered(idle, HEALTH)
-    partial_second = _connect(service.url)
+    partial_second = connect(service.url)
     assert _answered(partial_second, HEALTH)
     partial_second.sendall(PARTIAL)
-    trickle = _connect(service.url)
+    trickle = connect(service.url)
     try:
         with caplog.at_level(logging.WARNING, logger="service.connections"):
             for sock in (silent, partial, idle, partial_second):
-                assert _closed_by_server(sock), sock
+                assert closed_by_server(sock), sock
             # A head sent a byte at a time is closed too: the deadline is the whole head's.
             closed = False
             for byte in PARTIAL * 100:
@@ -150,7 +130,7 @@ def test_one_address_holds_at_most_its_connections_and_others_are_served(
     make_service: Callable[..., Service], caplog: pytest.LogCaptureFixture
 ) -> None:
     service = make_service(limits={"max_connections_per_client": 20, "request_head_timeout_ms": 500})
-    held = [_connect(service.url) for _ in range(20)]
+    held = [connect(service.url) for _ in range(20)]
     others = httpx.Client(
         base_url=service.url, transport=httpx.HTTPTransport(local_address="127.0.0.2"), timeout=10
     )
@@ -159,12 +139,12 @@ def test_one_address_holds_at_most_its_connections_and_others_are_served(
             assert _answered(sock, HEALTH)  # open, and counted by the server
         with caplog.at_level(logging.WARNING, logger="service.connections"):
             # Many more connections sending part of a head: closed at once, or at the head deadline.
-            flood = [_connect(service.url) for _ in range(200)]
+            flood = [connect(service.url) for _ in range(200)]
             for sock in flood:
                 with contextlib.suppress(OSError):
                     sock.sendall(PARTIAL)
             assert others.get("/v1/stores/products/keys/p1").status_code == 200
-            assert all(_closed_by_server(sock) for sock in flood)
+            assert all(closed_by_server(sock) for sock in flood)
         assert any("limits.max_connections_per_client" in r.getMessage() for r in caplog.records)
         # The connections within the limit still serve.
         assert all(_answered(sock, HEALTH) for sock in held[:3])
@@ -179,11 +159,11 @@ def test_a_connection_above_the_cap_is_answered_503_with_retry_after_before_it_i
     make_service: Callable[..., Service],
 ) -> None:
     service = make_service(limits={"max_connections_per_client": 3, "retry_after_seconds": 7})
-    held = [_connect(service.url) for _ in range(3)]
+    held = [connect(service.url) for _ in range(3)]
     try:
         for sock in held:
             assert _answered(sock, HEALTH)  # open, and counted by the server
-        refused = _connect(service.url)
+        refused = connect(service.url)
         refused.settimeout(10)
         answer = b""
         with contextlib.suppress(ConnectionResetError):

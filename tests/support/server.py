@@ -19,10 +19,12 @@ from service.settings import Settings
 def serve_app(app: Any, *, host: str = "127.0.0.1", port: int | None = None, **config: Any) -> Iterator[str]:
     """Serve ``app`` with uvicorn (uvloop + httptools) and yield its base URL; stop on exit.
 
-    An app with settings (``create_app``'s) gets the server options ``statestore serve`` uses.
+    An app with settings (``create_app``'s) gets the server options ``statestore serve`` uses,
+    serving TLS itself when the settings have ``http.tls``.
     """
     port = port or free_port(host)
     settings = getattr(getattr(app, "state", None), "settings", None)
+    tls = settings.http.tls if isinstance(settings, Settings) else None
     if isinstance(settings, Settings):
         config = {**server_options(settings), **config}
     config.setdefault("http", "httptools")
@@ -36,7 +38,7 @@ def serve_app(app: Any, *, host: str = "127.0.0.1", port: int | None = None, **c
         if not thread.is_alive() or time.monotonic() > deadline:
             raise RuntimeError(f"uvicorn did not start on {host}:{port}")
         time.sleep(0.01)
-    scheme = "https" if config.get("ssl_certfile") else "http"
+    scheme = "https" if config.get("ssl_certfile") or tls else "http"
     try:
         yield f"{scheme}://{host}:{port}"
     finally:

@@ -191,6 +191,39 @@ STATESTORE_KAFKA__<KEY> with the dots of the key written as underscores.
 {{- printf "STATESTORE_KAFKA__%s" (. | upper | replace "." "_" | replace "-" "_") }}
 {{- end }}
 
+{{/* Whether the chart generates the token: auth on, and neither tokens nor certificates given. */}}
+{{- define "statestore.generatesToken" -}}
+{{- if and (eq .Values.auth.mode "tokens") (not .Values.auth.tokens) (not .Values.auth.certificates) }}true{{ end }}
+{{- end }}
+
+{{/* The Secret holding the generated token (key token) and the service's list of its hash (key tokens.yaml). */}}
+{{- define "statestore.tokenSecretName" -}}
+{{- printf "%s-token" (include "statestore.fullname" . | trunc 57 | trimSuffix "-") }}
+{{- end }}
+
+{{/* Where the pod mounts the generated token's list; auth.tokens_file names it. */}}
+{{- define "statestore.tokensFile" -}}
+/etc/statestore/auth/tokens.yaml
+{{- end }}
+
+{{/* The kubernetes.io/tls Secret of the listener: the given one, else the one cert-manager fills. */}}
+{{- define "statestore.tlsSecretName" -}}
+{{- if .Values.http.tls.existingSecret }}
+{{- .Values.http.tls.existingSecret }}
+{{- else if .Values.http.tls.certManager.enabled }}
+{{- printf "%s-tls" (include "statestore.fullname" . | trunc 59 | trimSuffix "-") }}
+{{- end }}
+{{- end }}
+
+{{/* Where the service finds the clients' CA bundle (mTLS). */}}
+{{- define "statestore.clientCaFile" -}}
+{{- if .Values.http.tls.clientCA.existingSecret }}
+{{- printf "/etc/statestore/client-ca/%s" .Values.http.tls.clientCA.key }}
+{{- else }}
+{{- "/etc/statestore/http-tls/ca.crt" }}
+{{- end }}
+{{- end }}
+
 {{/* Whether the token list is delivered through the environment (hashes from a Secret). */}}
 {{- define "statestore.tokensFromSecret" -}}
 {{- if and (eq .Values.auth.mode "tokens") .Values.auth.existingSecret }}true{{ end }}
@@ -207,14 +240,25 @@ STATESTORE_KAFKA__<KEY> with the dots of the key written as underscores.
 {{- fail "set the Kafka bootstrap servers with kafka.bootstrapServers, not kafka.config" }}
 {{- end }}
 {{- end }}
-{{- if and .Values.http.tls.enabled (not .Values.http.tls.existingSecret) }}
-{{- fail "http.tls.enabled needs http.tls.existingSecret: the name of a kubernetes.io/tls Secret" }}
+{{- if and .Values.http.tls.enabled (not (include "statestore.tlsSecretName" .)) }}
+{{- fail "http.tls.enabled needs http.tls.existingSecret (the name of a kubernetes.io/tls Secret) or http.tls.certManager.enabled" }}
+{{- end }}
+{{- if and .Values.http.tls.certManager.enabled (not .Values.http.tls.certManager.issuerRef.name) }}
+{{- fail "http.tls.certManager.enabled needs http.tls.certManager.issuerRef.name: the cert-manager Issuer or ClusterIssuer that signs the certificates" }}
+{{- end }}
+{{- if and .Values.http.tls.clientCA.enabled (not .Values.http.tls.enabled) }}
+{{- fail "http.tls.clientCA.enabled needs http.tls.enabled: client certificates are asked for in the TLS handshake" }}
+{{- end }}
+{{- if and .Values.auth.certificates (not .Values.http.tls.clientCA.enabled) }}
+{{- fail "auth.certificates needs http.tls.clientCA.enabled: without a CA bundle no client certificate is asked for" }}
+{{- end }}
+{{- range .Values.auth.certificates }}
+{{- if and .secretName (not $.Values.http.tls.certManager.enabled) }}
+{{- fail (printf "auth certificate %q has a secretName, which cert-manager fills: set http.tls.certManager.enabled" .name) }}
+{{- end }}
 {{- end }}
 {{- if not (has .Values.auth.mode (list "open" "tokens")) }}
 {{- fail (printf "auth.mode must be open or tokens, got %q" .Values.auth.mode) }}
-{{- end }}
-{{- if and (eq .Values.auth.mode "tokens") (not .Values.auth.tokens) }}
-{{- fail "auth.mode is tokens but auth.tokens is empty: list at least one token" }}
 {{- end }}
 {{- range .Values.auth.tokens }}
 {{- if and .secretKey (not $.Values.auth.existingSecret) }}
