@@ -96,7 +96,7 @@ class TlsSettings(BaseModel):
     reload_interval_seconds: float = Field(
         default=10.0,
         gt=0,
-        description="how often the files are checked for changes (a rotated certificate serves new connections)",
+        description="how often the files are checked for changes (new connections use a rotated certificate)",
     )
 
 
@@ -627,7 +627,7 @@ class AuthSettings(BaseModel):
     )
     tokens_file: Path | None = Field(
         default=None,
-        description="a YAML (or JSON) file holding more tokens, a list shaped as `tokens`; read again when it changes",
+        description="a YAML (or JSON) file of more tokens, shaped as `tokens`; read again when it changes",
     )
     reload_interval_seconds: float = Field(
         default=10.0, gt=0, description="how often `tokens_file` is checked for changes"
