@@ -776,38 +776,38 @@ class Settings(BaseSettings):
                 f"store names must be unique (a name is one store's directory, URL and token scope);"
                 f" repeated: {', '.join(duplicates)}: rename one of each"
             )
-        for token in self.auth.tokens:
-            if token.reads_every_store:
-                continue
-            unknown = sorted(set(token.stores) - set(names))
-            if unknown:
-                raise ValueError(f"auth token {token.name!r} names unknown stores: {', '.join(unknown)}")
-        if self.schema_registry is None:
-            for store in self.stores:
-                for what, fmt in (("key_format", store.key_format), ("value_format", store.value_format)):
-                    if fmt in REGISTRY_FORMATS:
-                        raise ValueError(
-                            f"store {store.name!r} has {what}: {fmt}, which needs a Schema Registry:"
-                            " set schema_registry.url (STATESTORE_SCHEMA_REGISTRY__URL)"
-                        )
+        self._check_formats()
+        self._check_credentials(names)
+        return self
+
+    def _check_formats(self) -> None:
+        """Every store's formats are served, and those that need a Schema Registry have one."""
+        for store in self.stores:
+            for what, fmt in (("key_format", store.key_format), ("value_format", store.value_format)):
+                if fmt in REGISTRY_FORMATS and self.schema_registry is None:
+                    raise ValueError(
+                        f"store {store.name!r} has {what}: {fmt}, which needs a Schema Registry:"
+                        " set schema_registry.url (STATESTORE_SCHEMA_REGISTRY__URL)"
+                    )
         for store in self.stores:
             if store.value_format in UNSUPPORTED_VALUE_FORMATS or store.key_format in UNSUPPORTED_KEY_FORMATS:
                 raise ValueError(
                     f"store {store.name!r}: key_format {store.key_format} / value_format"
                     f" {store.value_format} is not served yet; use bytes to serve records as they are"
                 )
-        for certificate in self.auth.certificates:
-            unknown = [] if certificate.reads_every_store else sorted(set(certificate.stores) - set(names))
-            if unknown:
-                raise ValueError(
-                    f"auth certificate {certificate.name!r} names unknown stores: {', '.join(unknown)}"
-                )
+
+    def _check_credentials(self, names: list[str]) -> None:
+        """Every token and certificate names only configured stores."""
+        for kind, entries in (("token", self.auth.tokens), ("certificate", self.auth.certificates)):
+            for entry in entries:
+                unknown = [] if entry.reads_every_store else sorted(set(entry.stores) - set(names))
+                if unknown:
+                    raise ValueError(f"auth {kind} {entry.name!r} names unknown stores: {', '.join(unknown)}")
         if self.auth.tokens_file is not None:
             try:
                 load_tokens_file(self.auth.tokens_file, names)
             except ConfigError as exc:
                 raise ValueError(str(exc)) from exc
-        return self
 
     def librdkafka_config(self) -> dict[str, str]:
         """The Kafka settings as librdkafka takes them, secrets revealed (never log this)."""

@@ -248,8 +248,12 @@ class Store:
             verification_passes=self._verifier.passes if self._verifier is not None else 0,
             sharding=materializer.placement.status() if materializer is not None else None,
             freshness=progress.freshness.snapshot,
-            undecodable_values=codec.undecodable_count if (codec := self.config.value_codec) else 0,
+            undecodable_values=self._undecodable_values(),
         )
+
+    def _undecodable_values(self) -> int:
+        codec = self.config.value_codec
+        return codec.undecodable_count if codec is not None else 0
 
 
 def _size(serving: Replica | None) -> tuple[int, int]:
