@@ -3,8 +3,9 @@
 Run as root (as CI runs), the tests create a system account and run the commands as that user; run
 as anyone else, they run as that user. The PATH offers every command of ``/usr/bin`` but ``java``
 (``/bin`` is ``/usr/bin`` on merged-usr systems, so leaving it off would hide nothing), and ``uv``.
-uv's cache is the one of the environment running the tests, linked file by file (hard links: no
-copy of gigabytes), in directories the user owns, so the set-up installs without a download.
+uv's cache is the one of the environment running the tests (as root: linked file by file, hard
+links and no copy of gigabytes, in directories the user owns), so the set-up installs without a
+download.
 """
 
 from __future__ import annotations
@@ -102,13 +103,20 @@ def _tools(directory: Path) -> Path:
     return directory
 
 
+def _running_cache() -> Path | None:
+    """uv's cache of the environment running the tests (None without uv or a cache)."""
+    uv = BIN / "uv" if (BIN / "uv").exists() else shutil.which("uv")
+    if uv is None:
+        return None
+    found = subprocess.run([str(uv), "cache", "dir"], capture_output=True, text=True, timeout=60, check=False)
+    source = Path(found.stdout.strip())
+    return source if found.returncode == 0 and source.is_dir() else None
+
+
 def _linked_cache(destination: Path, uid: int, gid: int) -> Path | None:
     """uv's cache of the running environment, hard-linked into ``destination`` and made the user's."""
-    found = subprocess.run(
-        [str(BIN / "uv"), "cache", "dir"], capture_output=True, text=True, timeout=60, check=False
-    )
-    source = Path(found.stdout.strip())
-    if found.returncode != 0 or not source.is_dir():
+    source = _running_cache()
+    if source is None:
         return None
     linked = subprocess.run(
         ["cp", "-al", f"{source}/.", str(destination)], capture_output=True, timeout=600, check=False
@@ -139,7 +147,11 @@ def newcomer(base_environment: Mapping[str, str]) -> Iterator[Newcomer]:
         home = workdir / "home"
         home.mkdir()
         tools = _tools(workdir / "tools")
-        cache = _linked_cache(workdir / "uv-cache", uid, gid) if os.geteuid() == 0 else None
+        # As root, the account is another user's: the cache is linked for it. Otherwise the user is
+        # the one running the tests, and shares its cache as it is (a home of its own would start
+        # with an empty cache, and download every wheel again).
+        linked = _linked_cache(workdir / "uv-cache", uid, gid) if os.geteuid() == 0 else None
+        shared = None if os.geteuid() == 0 else _running_cache()
         environment = {
             k: v
             for k, v in base_environment.items()
@@ -151,11 +163,13 @@ def newcomer(base_environment: Mapping[str, str]) -> Iterator[Newcomer]:
             USER=ACCOUNT if os.geteuid() == 0 else environment.get("USER", ""),
             LOGNAME=ACCOUNT if os.geteuid() == 0 else environment.get("LOGNAME", ""),
         )
-        if cache is not None:
+        if linked is not None:
             # The cache's files belong to another user, which the kernel forbids hard-linking
             # (fs.protected_hardlinks): the venv links to them symbolically (no copy of gigabytes);
             # cache and venv go together when the test ends.
-            environment.update(UV_CACHE_DIR=str(cache), UV_LINK_MODE="symlink")
+            environment.update(UV_CACHE_DIR=str(linked), UV_LINK_MODE="symlink")
+        elif shared is not None:
+            environment.update(UV_CACHE_DIR=str(shared))
         _own(home, uid, gid)
         os.chmod(workdir, 0o755)
         yield Newcomer(uid, gid, home, workdir, environment)
