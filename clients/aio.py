@@ -14,6 +14,7 @@ import httpx
 import pyarrow as pa
 
 from clients import indexes
+from clients.answer import Answer
 from clients.base import BaseClient, IndexReadAt, IndexRowsAt, ReadAt, Row
 from clients.flow import Attempt, Emit, Flow, Sleep, Step, Thrown, Together, Walk, gathered
 from clients.indexes import IndexValue
@@ -115,6 +116,18 @@ class AsyncStatestoreClient(BaseClient[httpx.AsyncClient, httpx.AsyncBaseTranspo
     ) -> list[Any]:
         """The values of ``keys`` in request order (``default`` for absent keys), deduped and batched."""
         return await self._run(self._get_many_flow(store, keys, raw, read, default))
+
+    async def get_with_position(
+        self, store: str, key: Key, *, raw: bool = False, **read: Unpack[ReadAt]
+    ) -> Answer[Any]:
+        """:meth:`get`'s value and the position it was read at: ``value, position = await ...``."""
+        return await self._run(self._get_answer_flow(store, key, raw, read))
+
+    async def get_many_with_position(
+        self, store: str, keys: Sequence[Key], *, raw: bool = False, **read: Unpack[ReadAt]
+    ) -> Answer[list[Any]]:
+        """:meth:`get_many`'s values and the position they were read at (see :class:`clients.Answer`)."""
+        return await self._run(self._get_many_answer_flow(store, keys, raw, read))
 
     async def get_arrow(self, store: str, keys: pa.Array, **read: Unpack[ReadAt]) -> pa.Array:
         """Stored values (``binary``, null when absent) for an Arrow array of keys, row for row."""

@@ -12,12 +12,14 @@ from __future__ import annotations
 import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Generic, TypedDict, TypeVar, Unpack
+from typing import Any, Generic, Self, TypedDict, TypeVar, Unpack
 
 import httpx
 import pyarrow as pa
 
 from clients import flow, indexes, merging, wire
+from clients.answer import Answer, merged_positions
+from clients.environment import service_token, service_url
 from clients.exceptions import AnswerTooLargeError, DeadlineExceededError, KeyNotFoundError
 from clients.flow import Attempt, Flow, Together
 from clients.indexes import IndexValue
@@ -153,6 +155,21 @@ class BaseClient(ShardRouting, ABC, Generic[HttpT, TransportT, RowsT]):
         super().__init__()
         self._http: HttpT = self._connect(transport)
 
+    @classmethod
+    def from_url(cls, url: str | None = None, *, token: str | None = None, **options: Any) -> Self:
+        """A client of ``url`` (default: ``$STATESTORE_URL``), sending ``token`` (default:
+        ``$STATESTORE_TOKEN``); ``options`` are the constructor's (``verify=``, ``deadline=``, ...).
+
+        Raises ``ClientConfigError`` when no URL is given and ``STATESTORE_URL`` is unset.
+        """
+        return cls(service_url(url), token=service_token(token), **options)
+
+    @classmethod
+    def from_env(cls, **options: Any) -> Self:
+        """A client configured by ``STATESTORE_URL`` and ``STATESTORE_TOKEN`` (``options`` as for
+        the constructor); the same as ``from_url()`` with no URL."""
+        return cls.from_url(None, **options)
+
     @abstractmethod
     def _connect(self, transport: TransportT | None) -> HttpT:
         """The httpx client (one connection pool) this client sends with."""
@@ -218,17 +235,23 @@ class BaseClient(ShardRouting, ABC, Generic[HttpT, TransportT, RowsT]):
     # -- flows: every read, routed to its shards (see clients.routing) ----------------------------
 
     def _get_flow(self, store: str, key: Key, raw: bool, read: ReadAt, default: Any = None) -> Flow[Any]:
+        answer = yield from self._get_answer_flow(store, key, raw, read, default)
+        return answer.value
+
+    def _get_answer_flow(
+        self, store: str, key: Key, raw: bool, read: ReadAt, default: Any = None
+    ) -> Flow[Answer[Any]]:
         if key in ("", b""):
             # The empty key has no path segment: the batch route asks for it.
-            found = yield from self._get_many_flow(store, [key], raw, read, default)
-            return found[0]
+            found = yield from self._get_many_answer_flow(store, [key], raw, read, default)
+            return Answer(found.value[0], found.position)
         min_position, as_of = pinned_at(read)
         deadline = self._deadline(read.get("deadline"))
         key_format = yield from self._key_format_flow(store)
         # Number keys go as the producer's bytes: those are what a sharded store is routed by.
         sent: Key = key if key_format not in NUMBER_FORMATS else stored_key(key, key_format)
 
-        def read_key(sharding: Sharding) -> Flow[Any]:
+        def read_key(sharding: Sharding) -> Flow[Answer[Any]]:
             shard = sharding.shard_of(wire.key_bytes(sent))
             call = wire.get_call(
                 store,
@@ -239,27 +262,34 @@ class BaseClient(ShardRouting, ABC, Generic[HttpT, TransportT, RowsT]):
             )
             try:
                 response = yield from self._sent(call.to(self._target(shard)), deadline)
-            except KeyNotFoundError:
-                return default
+            except KeyNotFoundError as absent:
+                return Answer(default, merged_positions([absent.position]))
             self._notice_growth(store, sharding, response)
-            return wire.decode_get(response, raw)
+            return Answer(wire.decode_get(response, raw), merged_positions([wire.position_of(response)]))
 
         return (yield from self._routed(store, deadline, read_key))
 
     def _get_many_flow(
         self, store: str, keys: Sequence[Key], raw: bool, read: ReadAt, default: Any = None
     ) -> Flow[list[Any]]:
+        answer = yield from self._get_many_answer_flow(store, keys, raw, read, default)
+        return answer.value
+
+    def _get_many_answer_flow(
+        self, store: str, keys: Sequence[Key], raw: bool, read: ReadAt, default: Any = None
+    ) -> Flow[Answer[list[Any]]]:
         key_format = yield from self._key_format_flow(store)
         unique, index = wire.dedupe([stored_key(k, key_format) for k in keys])
         value_format = None if raw else (yield from self._value_format_flow(store))
-        array = yield from self._get_arrow_flow(store, pa.array(unique, type=pa.binary()), read)
+        unique_keys = pa.array(unique, type=pa.binary())
+        array, position = yield from self._get_arrow_answer_flow(store, unique_keys, read)
         # Arrow answers null only for an absent key; a stored JSON null is the bytes ``null``.
         found = array.to_pylist()
         if value_format is not None:
             found = [default if v is None else wire.decode_value(v, value_format) for v in found]
         elif default is not None:
             found = [default if v is None else v for v in found]
-        return [found[i] for i in index]
+        return Answer([found[i] for i in index], position)
 
     def _batches(self, values: pa.Array, deadline: Deadline, what: str) -> Iterator[pa.Array]:
         """``values`` in slices of ``batch_size``; a slice not yet sent when ``deadline`` passes fails."""
@@ -270,13 +300,17 @@ class BaseClient(ShardRouting, ABC, Generic[HttpT, TransportT, RowsT]):
             yield values.slice(start, size)
 
     def _get_arrow_flow(self, store: str, keys: pa.Array, read: ReadAt) -> Flow[pa.Array]:
+        answer = yield from self._get_arrow_answer_flow(store, keys, read)
+        return answer.value
+
+    def _get_arrow_answer_flow(self, store: str, keys: pa.Array, read: ReadAt) -> Flow[Answer[pa.Array]]:
         min_position, as_of = pinned_at(read)
         deadline = self._deadline(read.get("deadline"))
         if not pa.types.is_binary(keys.type):
             keys = stored_key_array(keys, (yield from self._key_format_flow(store)))
         fields = read.get("fields")
 
-        def read_keys(sharding: Sharding) -> Flow[pa.Array]:
+        def read_keys(sharding: Sharding) -> Flow[Answer[pa.Array]]:
             if sharding.shards == 1:
                 return (
                     yield from self._get_arrow_shard(
@@ -285,8 +319,8 @@ class BaseClient(ShardRouting, ABC, Generic[HttpT, TransportT, RowsT]):
                 )
             groups = grouped_by_shard(sharding.shards_of(keys), sharding.shards)
             if not groups:
-                return pa.array([], type=pa.binary())
-            parts = yield Together(
+                return Answer(pa.array([], type=pa.binary()), Position())
+            parts: list[Answer[pa.Array]] = yield Together(
                 tuple(
                     self._get_arrow_shard(
                         store,
@@ -301,7 +335,10 @@ class BaseClient(ShardRouting, ABC, Generic[HttpT, TransportT, RowsT]):
                     for shard, rows in groups
                 )
             )
-            return in_request_order(parts, [rows for _, rows in groups])
+            return Answer(
+                in_request_order([part.value for part in parts], [rows for _, rows in groups]),
+                merged_positions(part.position for part in parts),
+            )
 
         return (yield from self._routed(store, deadline, read_keys))
 
@@ -315,15 +352,18 @@ class BaseClient(ShardRouting, ABC, Generic[HttpT, TransportT, RowsT]):
         as_of: PositionLike | None,
         deadline: Deadline,
         fields: Sequence[str] | None = None,
-    ) -> Flow[pa.Array]:
+    ) -> Flow[Answer[pa.Array]]:
         """The values of keys that all live on ``shard``, in batches of ``batch_size``."""
         parts: list[pa.Array] = []
+        positions: list[Position | None] = []
         for chunk in self._batches(keys, deadline, f"batch get on store {store!r}"):
             call = wire.batch_get_call(store, chunk, min_position, as_of, fields).to(self._target(shard))
             response = yield from self._sent(call, deadline)
             self._notice_growth(store, sharding, response)
             parts.append(wire.decode_values(response.content, len(chunk)))
-        return pa.concat_arrays(parts) if parts else pa.array([], type=pa.binary())
+            positions.append(wire.position_of(response))
+        values = pa.concat_arrays(parts) if parts else pa.array([], type=pa.binary())
+        return Answer(values, merged_positions(positions))
 
     def _listing_flow(
         self,

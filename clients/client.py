@@ -16,6 +16,7 @@ import httpx
 import pyarrow as pa
 
 from clients import indexes
+from clients.answer import Answer
 from clients.base import BaseClient, IndexReadAt, IndexRowsAt, ReadAt, Row
 from clients.flow import Attempt, Emit, Flow, Sleep, Step, Thrown, Together, Walk, gathered
 from clients.indexes import IndexValue
@@ -29,8 +30,10 @@ T = TypeVar("T")
 class StatestoreClient(BaseClient[httpx.Client, httpx.BaseTransport, Iterator[Row]]):
     """A client of one statestore service; thread-safe, one connection pool.
 
-    ``client = StatestoreClient("http://127.0.0.1:8080", token=..., verify="ca.pem")``;
-    ``client.get("products", "p1")``. Every read takes ``min_position=``, ``as_of=`` and
+    ``client = StatestoreClient("http://127.0.0.1:8080", token=..., verify="ca.pem")``, or
+    ``StatestoreClient.from_env()`` (``STATESTORE_URL``, ``STATESTORE_TOKEN``);
+    ``client.get("products", "p1")``; ``client.get_with_position(...)`` adds the answer's position.
+    Every read takes ``min_position=``, ``as_of=`` and
     ``deadline=`` (:class:`clients.base.ReadAt`); ``client.pinned("products")`` gives a view whose
     reads all demand the position read once when it was made.
     """
@@ -157,6 +160,21 @@ class StatestoreClient(BaseClient[httpx.Client, httpx.BaseTransport, Iterator[Ro
         Duplicates are asked once; keys go in Arrow batches of ``batch_size``.
         """
         return self._run(self._get_many_flow(store, keys, raw, read, default))
+
+    def get_with_position(
+        self, store: str, key: Key, *, raw: bool = False, **read: Unpack[ReadAt]
+    ) -> Answer[Any]:
+        """:meth:`get`'s value and the position it was read at: ``value, position = ...``.
+
+        ``client.get("products", "p-1", min_position=answer.position)`` later never reads an older table.
+        """
+        return self._run(self._get_answer_flow(store, key, raw, read))
+
+    def get_many_with_position(
+        self, store: str, keys: Sequence[Key], *, raw: bool = False, **read: Unpack[ReadAt]
+    ) -> Answer[list[Any]]:
+        """:meth:`get_many`'s values and the position they were read at (see :class:`clients.Answer`)."""
+        return self._run(self._get_many_answer_flow(store, keys, raw, read))
 
     def get_arrow(self, store: str, keys: pa.Array, **read: Unpack[ReadAt]) -> pa.Array:
         """Stored values (``binary``, null when absent) for an Arrow array of keys, row for row.

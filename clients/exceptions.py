@@ -3,6 +3,7 @@
 Hierarchy::
 
     StatestoreClientError
+    ├── ClientConfigError (also ValueError)     not told enough to start (no URL, STATESTORE_URL unset)
     ├── TransportError (also ConnectionError)   the service could not be reached or the connection broke
     ├── DeadlineExceededError (also TimeoutError)  the call's deadline passed (``last_error`` tells why)
     ├── UnexpectedResponseError                 an answer the HTTP API does not describe
@@ -73,6 +74,10 @@ class TransportError(StatestoreClientError, ConnectionError):
     """The service could not be reached, or the connection failed mid-request."""
 
 
+class ClientConfigError(StatestoreClientError, ValueError):
+    """The client was not told enough to start (e.g. no URL given and ``STATESTORE_URL`` unset)."""
+
+
 class DeadlineExceededError(StatestoreClientError, TimeoutError):
     """The call did not succeed before its deadline; ``last_error`` is the last failure seen, if any."""
 
@@ -109,6 +114,8 @@ class ProblemError(StatestoreClientError):
     """The service answered with an RFC 9457 problem; the members are kept on the exception."""
 
     slug: str | None = None
+    position: Position | None = None
+    """The answer's ``Statestore-Position``, when it carried one (e.g. a 404 ``key-not-found``)."""
 
     def __init__(self, problem: Mapping[str, Any], status: int, retry_after: float | None = None) -> None:
         self.problem = dict(problem)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import dataclasses
 import json
 from collections.abc import Mapping, Sequence
@@ -17,6 +18,7 @@ import httpx
 import pyarrow as pa
 
 from clients.exceptions import (
+    ProblemError,
     StatestoreClientError,
     UnexpectedResponseError,
     ValueDecodeError,
@@ -326,7 +328,11 @@ def response_error(response: httpx.Response) -> StatestoreClientError | None:
             problem = None
     if not isinstance(problem, dict):
         problem = {"title": response.reason_phrase, "detail": response.text[:200]}
-    return problem_error(problem, response.status_code, retry_after)
+    error = problem_error(problem, response.status_code, retry_after)
+    if isinstance(error, ProblemError):
+        with contextlib.suppress(UnexpectedResponseError):  # a bad header must not hide the problem
+            error.position = position_of(response)
+    return error
 
 
 def position_of(response: httpx.Response) -> Position | None:

@@ -1,4 +1,5 @@
-"""The ``statestore`` command: ``serve``, ``broker``, ``demo`` and ``version``."""
+"""The ``statestore`` command: ``serve``, ``broker``, ``demo``, ``version``; ``get``, ``scan`` and
+``check-config`` live in :mod:`service.cli_tools`."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from service.cli_tools import add_commands
+from service.cli_tools import run as run_tool
 from service.exceptions import ConfigError
 from service.logs import configure_logging
 
@@ -18,6 +21,8 @@ if TYPE_CHECKING:
     from service.settings import Settings
 
 logger = logging.getLogger("statestore")
+
+LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR"]
 
 
 def _version() -> str:
@@ -33,13 +38,16 @@ def build_parser() -> argparse.ArgumentParser:
         prog="statestore",
         description="A shared, read-only state store served from a Kafka changelog.",
     )
-    parser.add_argument(
-        "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="log verbosity"
-    )
+    parser.add_argument("--log-level", default="INFO", choices=LOG_LEVELS, help="log verbosity")
+    parser.add_argument("--version", action="version", version=f"statestore {_version()}")
+    # The global flags, accepted after the subcommand too (`statestore serve --log-level DEBUG`).
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--log-level", default=argparse.SUPPRESS, choices=LOG_LEVELS, help="log verbosity")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     serve = commands.add_parser(
         "serve",
+        parents=[common],
         help="serve the configured stores over HTTP",
         description="Materialize the configured topics and serve them over HTTP (uvicorn).",
     )
@@ -66,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     broker = commands.add_parser(
         "broker",
+        parents=[common],
         help="start the embedded Kafka-protocol broker, for development (memory only)",
         description="Start the embedded Kafka-protocol broker (Tansu) on this machine's loopback, for "
         "development and trying statestore out: it keeps its topics in memory only, so stopping it "
@@ -78,6 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = commands.add_parser(
         "demo",
+        parents=[common],
         help="run the end-to-end demo: broker, service and a Spark lookup join",
         description="Seed a topic, serve it, and join purchases against it with Spark.",
     )
@@ -107,7 +117,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve the stores as N shards, one `statestore serve` process each (default 1: unsharded)",
     )
 
-    commands.add_parser("version", help="print the version", description="Print the statestore version.")
+    add_commands(commands, common)
+    commands.add_parser(
+        "version", parents=[common], help="print the version", description="Print the statestore version."
+    )
     return parser
 
 
@@ -204,6 +217,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _broker(args)
         if args.command == "demo":
             return _demo(args)
+        if args.command in ("get", "scan", "check-config"):
+            return run_tool(args)
         print(f"statestore {_version()}")
         return 0
     except ConfigError as exc:

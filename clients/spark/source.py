@@ -5,15 +5,20 @@ reads the state of streaming queries) and a built-in format always wins over a P
 Register it with :func:`clients.spark.register_data_source`, then::
 
     spark.read.format("statestore_http").option("store", "products")
-        .schema("key string, name string, price double").load()
+        .option("valueSchema", "name string, price double").load()
+
+``valueSchema`` is the ``value_schema=`` of :func:`clients.spark.read_store` and the lookups: the
+fields of the JSON values, the key column ``key`` put before them. Spark's own ``.schema(...)`` is
+an alias that names the key column too (``.schema("key string, name string, price double")``: the
+first column is the key, the others are fields of the values).
 
 Options: ``store`` (required), ``url`` and ``token`` (default: the session's ``spark.statestore.*``
-conf when registered), ``authFile``, ``position`` (default: the store's position at planning),
-``consistent`` (``true``: read exactly as of the position, the default), ``partitions``, ``prefix``,
-``pageSize``, ``binaryKeys``. Without ``.schema(...)`` the columns are ``key`` and ``value`` (the
-stored document as text, or bytes); with it, the first column is the key and the others are fields
-of the JSON values (a single string or binary column named ``value`` is the whole stored value).
-The same planning and range reads as :func:`clients.spark.read_store`.
+conf when registered), ``authFile``, ``valueSchema``, ``position`` (default: the store's position
+at planning), ``consistent`` (``true``: read exactly as of the position, the default),
+``partitions``, ``prefix``, ``pageSize``, ``binaryKeys``. With neither ``valueSchema`` nor
+``.schema(...)`` the columns are ``key`` and ``value`` (the stored document as text, or bytes; a
+single string or binary column named ``value`` is always the whole stored value). The same
+planning and range reads as :func:`clients.spark.read_store`.
 """
 
 from __future__ import annotations
@@ -56,8 +61,12 @@ class StatestoreDataSource(DataSource):
         value = options.get(name)
         return str(value) if value is not None else self.defaults.get(name, default)
 
-    def schema(self) -> StructType:
+    def schema(self) -> StructType | str:
         binary = (self._option("binaryKeys", "false") or "").lower() in _TRUE
+        value_schema = self._option("valueSchema")
+        if value_schema:
+            # DDL, parsed by Spark itself: the key column, then the value's fields.
+            return f"key {'binary' if binary else 'string'}, {value_schema}"
         with StatestoreClient(self._client_options()) as client:
             value_format = client.value_format(self._store())
         return StructType(

@@ -64,14 +64,14 @@ def test_images_run_as_a_fixed_non_root_user_with_the_cli_as_entrypoint(
     assert f"--uid {APP_UID}" in runs
 
 
-def test_runtime_serves_the_mounted_config_on_8080_with_state_on_a_volume(
+def test_runtime_serves_from_variables_alone_on_8080_with_state_on_a_volume(
     instructions: list[Instruction],
 ) -> None:
-    assert json.loads(in_stage(instructions, "runtime", "CMD")[-1]) == [
-        "serve",
-        "--config",
-        "/etc/statestore/statestore.yaml",
-    ]
+    # No file: the configuration comes from STATESTORE_... variables (test_image_command.py runs it).
+    assert json.loads(in_stage(instructions, "runtime", "CMD")[-1]) == ["serve"]
+    environment = " ".join(in_stage(instructions, "runtime", "ENV"))
+    assert "STATESTORE_HTTP__HOST=0.0.0.0" in environment
+    assert "STATESTORE_STATE_DIR=/var/lib/statestore" in environment
     assert in_stage(instructions, "runtime", "EXPOSE") == ["8080"]
     assert json.loads(in_stage(instructions, "runtime", "VOLUME")[-1]) == ["/var/lib/statestore"]
     assert len(in_stage(instructions, "runtime", "HEALTHCHECK")) == 1

