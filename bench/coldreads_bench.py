@@ -51,7 +51,7 @@ from pathlib import Path
 
 import rocksdict
 
-from bench.scale_data import BATCH, FreshKeys, key, value
+from bench.scale_data import BATCH, FreshKeys, key, key_streams, value, wrapped_note
 from bench.scale_support import MIB
 from store import Position, RocksDBOptions, StoreTuning
 from store.kafka.restore_worker import last_per_key_order
@@ -307,16 +307,23 @@ Rounds = dict[str, list[tuple[int, float, float, float]]]
 
 
 def _measure_all(readers: dict[str, _Reader], args: argparse.Namespace) -> Rounds:
-    """Every variant warmed, then measured in ``args.rounds`` interleaved rounds."""
-    stream = FreshKeys(args.records)
-    for reader in readers.values():
+    """Every variant warmed, then measured in ``args.rounds`` interleaved rounds.
+
+    Each variant has its own stream of keys; variants reading the same database (its block cache)
+    take disjoint ranges of the table.
+    """
+    streams = key_streams(args.records, {name: _built(name) for name in readers})
+    for name, reader in readers.items():
         for _ in range(args.warm):
-            reader.read(stream.batch())
+            reader.read(streams[name].batch())
     results: Rounds = {name: [] for name in readers}
     for round_number in range(args.rounds):
         for name, reader in readers.items():
-            results[name].append(_measure(reader, stream, args.seconds))
+            results[name].append(_measure(reader, streams[name], args.seconds))
         print(f"round {round_number + 1} done", flush=True)
+    note = wrapped_note(streams)
+    if note:
+        print(note, flush=True)
     return results
 
 
