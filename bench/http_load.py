@@ -196,6 +196,8 @@ async def _redis_slice(port: int, batches: BatchSource, seconds: float, connecti
             writer.write(request)
             while (reply := parser.gets()) is False:
                 parser.feed(await reader.read(1 << 18))
+            if reply.__class__ is not list:  # an error reply: as an HTTP status other than 200
+                raise AnswerError(f"unexpected MGET reply: {str(reply)[:200]}")
             latencies.append(time.perf_counter() - sent)
             if i == number * 13:
                 first.append((reply, asked))
