@@ -5,7 +5,8 @@ MD5 keys, ~105-byte JSON values), built the way a bulk restore builds it: chunks
 records in random key order, each sorted and written as an SST file, ingested one after the other
 with compactions deferred, then compactions resumed and waited for. Reads are 1,000-key
 ``get_many`` calls of ``store.table.engine.SnapshotReader`` (the store's read path below its hot-key
-cache) on keys never asked before (``FreshKeys``), after a warm-up of ``--warm`` batches that fills
+cache) on keys never asked before (``FreshKeys``: each variant its own, disjoint from those of
+the variants reading the same database), after a warm-up of ``--warm`` batches that fills
 the block cache as far as it goes. Variants:
 
 - ``before``: the files as the bulk restore wrote them before issue 19 (no bloom filters), and

@@ -8,8 +8,11 @@ to the embedded broker; ``redis-server`` holds the same keys and values. Servers
 (``bench/http_bench.py``); medians over ``--rounds`` rounds of ``--seconds`` each.
 
 Cold keys are keys nobody asked for before in the run: every batch takes the next 1,000 record
-numbers (``FreshKeys``), so neither the service's hot-key cache nor Redis has seen them; RocksDB's
-block cache holds what its size allows. Hot keys are 50 prepared batches asked over and over.
+numbers of its reader's own stream (``FreshKeys``; the service's readers take disjoint ranges of
+the table, Redis and the in-process store have it whole), so neither the service's hot-key cache
+nor Redis has seen them; RocksDB's block cache holds what its size allows. A table too small for
+the seconds measured asks keys again, and the run says which reader did. Hot keys are 50
+prepared batches asked over and over.
 
 Parts (``--parts``, comma-separated; default all):
 
