@@ -318,7 +318,9 @@ def _part_cold(
     service: Service, streams: dict[str, FreshKeys], redis_port: int, args: argparse.Namespace, report: Report
 ) -> list[list[bytes]]:
     rng = random.Random(42)
-    hot = [[key(rng.randrange(args.records)) for _ in range(BATCH)] for _ in range(50)]
+    # From a range no cold reader of the service asks: a hot key is in its cache.
+    hot_range = range(streams["hot"].start, streams["hot"].stop)
+    hot = [[key(rng.choice(hot_range)) for _ in range(BATCH)] for _ in range(50)]
     n = args.connections
     contenders = {
         "JSON cold": _http(service.port, lambda _n: json_post(streams["JSON cold"].batch()), n, check_json),
@@ -414,13 +416,14 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 def _cold_streams(args: argparse.Namespace) -> dict[str, FreshKeys]:
     """A stream of cold keys per reader of the parts run, never shared: the service's readers take
-    disjoint ranges of the table (a key one asked is in the service's caches); Redis (all its
-    ``MGET`` readers) and the in-process store (another process, its own caches) each have it whole."""
+    disjoint ranges of the table (a key one asked is in the service's caches), and so do its hot
+    batches; Redis (all its ``MGET`` readers) and the in-process store (another process, its own
+    caches) each have it whole."""
     readers = {"Redis MGET": "redis", "in-process": "in-process"}
     if "after-ready" in args.parts:
         readers["after-ready JSON"] = "service"
     if "cold" in args.parts:
-        readers |= {"JSON cold": "service", "Arrow cold": "service"}
+        readers |= {"JSON cold": "service", "Arrow cold": "service", "hot": "service"}
     if "freshness" in args.parts:
         readers["freshness"] = "service"
     return key_streams(args.records, readers)
