@@ -5,7 +5,8 @@ MD5 keys, ~105-byte JSON values), built the way a bulk restore builds it: chunks
 records in random key order, each sorted and written as an SST file, ingested one after the other
 with compactions deferred, then compactions resumed and waited for. Reads are 1,000-key
 ``get_many`` calls of ``store.table.engine.SnapshotReader`` (the store's read path below its hot-key
-cache) on keys never asked before (``FreshKeys``), after a warm-up of ``--warm`` batches that fills
+cache) on keys never asked before (``FreshKeys``: each variant its own, disjoint from those of
+the variants reading the same database), after a warm-up of ``--warm`` batches that fills
 the block cache as far as it goes. Variants:
 
 - ``before``: the files as the bulk restore wrote them before issue 19 (no bloom filters), and
@@ -51,7 +52,7 @@ from pathlib import Path
 
 import rocksdict
 
-from bench.scale_data import BATCH, FreshKeys, key, value
+from bench.scale_data import BATCH, FreshKeys, key, key_streams, value, wrapped_note
 from bench.scale_support import MIB
 from store import Position, RocksDBOptions, StoreTuning
 from store.kafka.restore_worker import last_per_key_order
@@ -307,16 +308,23 @@ Rounds = dict[str, list[tuple[int, float, float, float]]]
 
 
 def _measure_all(readers: dict[str, _Reader], args: argparse.Namespace) -> Rounds:
-    """Every variant warmed, then measured in ``args.rounds`` interleaved rounds."""
-    stream = FreshKeys(args.records)
-    for reader in readers.values():
+    """Every variant warmed, then measured in ``args.rounds`` interleaved rounds.
+
+    Each variant has its own stream of keys; variants reading the same database (its block cache)
+    take disjoint ranges of the table.
+    """
+    streams = key_streams(args.records, {name: _built(name) for name in readers})
+    for name, reader in readers.items():
         for _ in range(args.warm):
-            reader.read(stream.batch())
+            reader.read(streams[name].batch())
     results: Rounds = {name: [] for name in readers}
     for round_number in range(args.rounds):
         for name, reader in readers.items():
-            results[name].append(_measure(reader, stream, args.seconds))
+            results[name].append(_measure(reader, streams[name], args.seconds))
         print(f"round {round_number + 1} done", flush=True)
+    note = wrapped_note(streams)
+    if note:
+        print(note, flush=True)
     return results
 
 

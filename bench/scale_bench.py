@@ -8,8 +8,11 @@ to the embedded broker; ``redis-server`` holds the same keys and values. Servers
 (``bench/http_bench.py``); medians over ``--rounds`` rounds of ``--seconds`` each.
 
 Cold keys are keys nobody asked for before in the run: every batch takes the next 1,000 record
-numbers (``FreshKeys``), so neither the service's hot-key cache nor Redis has seen them; RocksDB's
-block cache holds what its size allows. Hot keys are 50 prepared batches asked over and over.
+numbers of its reader's own stream (``FreshKeys``; the service's readers take disjoint ranges of
+the table, Redis and the in-process store have it whole), so neither the service's hot-key cache
+nor Redis has seen them; RocksDB's block cache holds what its size allows. A table too small for
+the seconds measured asks keys again, and the run says which reader did. Hot keys are 50
+prepared batches asked over and over.
 
 Parts (``--parts``, comma-separated; default all):
 
@@ -70,9 +73,11 @@ from bench.scale_data import (
     FreshKeys,
     create_topic,
     key,
+    key_streams,
     produce_share,
     settings,
     value,
+    wrapped_note,
 )
 from bench.scale_freshness import TAIL_SECONDS, freshness_part
 from bench.scale_support import (
@@ -310,15 +315,19 @@ def _part_after_ready(
 
 
 def _part_cold(
-    service: Service, stream: FreshKeys, redis_port: int, args: argparse.Namespace, report: Report
+    service: Service, streams: dict[str, FreshKeys], redis_port: int, args: argparse.Namespace, report: Report
 ) -> list[list[bytes]]:
     rng = random.Random(42)
-    hot = [[key(rng.randrange(args.records)) for _ in range(BATCH)] for _ in range(50)]
+    # From a range no cold reader of the service asks: a hot key is in its cache.
+    hot_range = range(streams["hot"].start, streams["hot"].stop)
+    hot = [[key(rng.choice(hot_range)) for _ in range(BATCH)] for _ in range(50)]
     n = args.connections
     contenders = {
-        "JSON cold": _http(service.port, lambda _n: json_post(stream.batch()), n, check_json),
-        "Arrow cold": _http(service.port, lambda _n: arrow_post(stream.batch()), n, check_arrow),
-        "Redis MGET cold": _redis(redis_port, stream.batch, n),
+        "JSON cold": _http(service.port, lambda _n: json_post(streams["JSON cold"].batch()), n, check_json),
+        "Arrow cold": _http(
+            service.port, lambda _n: arrow_post(streams["Arrow cold"].batch()), n, check_arrow
+        ),
+        "Redis MGET cold": _redis(redis_port, streams["Redis MGET"].batch, n),
         "JSON hot": _http(service.port, [json_post(b) for b in hot], n, check_json),
         "Arrow hot": _http(service.port, [arrow_post(b) for b in hot], n, check_arrow),
         "Redis MGET hot": _redis(redis_port, hot, n),
@@ -405,9 +414,24 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def _cold_streams(args: argparse.Namespace) -> dict[str, FreshKeys]:
+    """A stream of cold keys per reader of the parts run, never shared: the service's readers take
+    disjoint ranges of the table (a key one asked is in the service's caches), and so do its hot
+    batches; Redis (all its ``MGET`` readers) and the in-process store (another process, its own
+    caches) each have it whole."""
+    readers = {"Redis MGET": "redis", "in-process": "in-process"}
+    if "after-ready" in args.parts:
+        readers["after-ready JSON"] = "service"
+    if "cold" in args.parts:
+        readers |= {"JSON cold": "service", "Arrow cold": "service", "hot": "service"}
+    if "freshness" in args.parts:
+        readers["freshness"] = "service"
+    return key_streams(args.records, readers)
+
+
 def _serve_parts(args: argparse.Namespace, tmp: Path, redis_port: int, report: Report) -> None:
     """Every part that reads from ``statestore serve``, in one service process."""
-    stream = FreshKeys(args.records)
+    streams = _cold_streams(args)
     service = Service(tmp, args.bootstrap, settings(args.kafka))
     hot: list[list[bytes]] = []
     with running(service):
@@ -421,18 +445,20 @@ def _serve_parts(args: argparse.Namespace, tmp: Path, redis_port: int, report: R
             if "after-ready" in args.parts:
                 _begin("after-ready")
                 reference = {
-                    "JSON cold": _http(service.port, lambda _n: json_post(stream.batch()), n, check_json),
-                    "Redis MGET cold": _redis(redis_port, stream.batch, n),
+                    "JSON cold": _http(
+                        service.port, lambda _n: json_post(streams["after-ready JSON"].batch()), n, check_json
+                    ),
+                    "Redis MGET cold": _redis(redis_port, streams["Redis MGET"].batch, n),
                 }
                 _part_after_ready(service, reference, args, report)
             service.wait_settled()
             pin_process(service.pid, SERVER_CPU)
             if "cold" in args.parts:
                 _begin("cold")
-                hot = _part_cold(service, stream, redis_port, args, report)
+                hot = _part_cold(service, streams, redis_port, args, report)
             if "freshness" in args.parts:
                 _begin("freshness")
-                for figure, number, text in freshness_part(service, stream, args, tmp):
+                for figure, number, text in freshness_part(service, streams["freshness"], args, tmp):
                     report.add("freshness", figure, number, text)
         if "spark" in args.parts:
             from bench.scale_spark import spark_part  # noqa: PLC0415 (pyspark only when asked)
@@ -445,9 +471,10 @@ def _serve_parts(args: argparse.Namespace, tmp: Path, redis_port: int, report: R
     if "cold" in args.parts:
         _begin("cold: in-process reads")
         with pinned(CLIENT_CPU):
-            _in_process(args, service.state_dir, stream, hot, report)
-    if stream.wrapped:
-        print("note: every key of the table was asked; later cold batches asked keys again", flush=True)
+            _in_process(args, service.state_dir, streams["in-process"], hot, report)
+    note = wrapped_note(streams)
+    if note:
+        print(note, flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
