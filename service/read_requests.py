@@ -40,10 +40,6 @@ from service.settings import LimitSettings, Settings
 from service.sharding import KeyCheck
 from wire.problems import PAGE_TOO_LARGE
 
-INLINE_ARROW_BYTES = 64 * 1024
-"""Arrow batch bodies up to this size are decoded on the event loop (1,000 keys of 16 bytes: ~20 KiB)."""
-
-
 @dataclasses.dataclass(frozen=True, slots=True)
 class StoreRead:
     """What every read request holds: its store, its read options, its answer's bound in bytes and
@@ -154,12 +150,8 @@ class ReadRequests:
             column = None
         else:
             encoding = key_encoding(query.get("key_encoding"), key_format)
-            # Decoding a large Arrow body takes a while: off the event loop. A small one takes less
-            # than the hop to a worker thread and back.
-            if len(body) <= INLINE_ARROW_BYTES:
-                asked = _arrow_keys(body, limits)
-            else:
-                asked = await anyio.to_thread.run_sync(_arrow_keys, body, limits)
+            # Decoding a large Arrow body takes a while: off the event loop.
+            asked = await anyio.to_thread.run_sync(_arrow_keys, body, limits)
             stored = stored_key_column(asked, key_format)
             self.check_keys(served, stored)
             keys = stored.to_pylist()
