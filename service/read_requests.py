@@ -40,6 +40,7 @@ from service.settings import LimitSettings, Settings
 from service.sharding import KeyCheck
 from wire.problems import PAGE_TOO_LARGE
 
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class StoreRead:
     """What every read request holds: its store, its read options, its answer's bound in bytes and
