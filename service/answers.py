@@ -69,15 +69,22 @@ def _size(values: Sequence[bytes | None]) -> int:
 
 def read_keys(view: ReadOnlyKeyValueStore, keys: list[bytes], budget: AnswerBudget) -> list[bytes | None]:
     """The values of ``keys`` in request order, each distinct key read once, within ``budget``."""
-    if len(set(keys)) == len(keys):
+    # One pass finds the distinct keys, and keeps them for the mapping back when some repeat.
+    found: dict[bytes, bytes | None] = dict.fromkeys(keys)
+    if len(found) == len(keys):
         if len(keys) <= GET_CHUNK:  # the usual batch: one read, one sum
             return budget.take(view.get_many(keys))
         return _read_chunks(view, keys, budget)
     # Read each distinct key once (stopping early if even those pass the bound), then count the
     # answer as asked: the list holds references, so nothing is copied before the count.
-    found: dict[bytes, bytes | None] = dict.fromkeys(keys)
     distinct = list(found)
-    found.update(zip(distinct, _read_chunks(view, distinct, budget.fresh()), strict=True))
+    if len(distinct) <= GET_CHUNK:
+        # One read: the count of the answer below bounds it as the distinct values' count would.
+        read = view.get_many(distinct)
+        shown = read if budget.shape is None else budget.shape(read)
+    else:
+        shown = _read_chunks(view, distinct, budget.fresh())
+    found.update(zip(distinct, shown, strict=True))
     values = list(map(found.__getitem__, keys))
     budget.spend(_size(values))
     return values

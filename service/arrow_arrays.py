@@ -10,18 +10,20 @@ validity bitmap when some are null, and pandas is never imported. It costs about
 
 from __future__ import annotations
 
-import array
-import itertools
 import sys
 from collections.abc import Sequence
+from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from store.json_values import as_produced
 
 # Offsets of ``binary`` and ``string`` are int32: an answer column holds at most this many bytes.
 _MAX_BYTES = 2**31 - 1
 
-if sys.byteorder != "little":  # Arrow's buffers are little-endian; array.array is native
+if sys.byteorder != "little":  # Arrow's buffers are little-endian; numpy's are native
     raise ImportError(
         "service.arrow_arrays builds little-endian Arrow buffers on a little-endian machine only"
     )
@@ -32,25 +34,51 @@ def binary_array(items: Sequence[bytes | None]) -> pa.Array:
     return _from_items(pa.binary(), items)
 
 
+def value_array(values: Sequence[bytes | None], value_format: str) -> pa.Array:
+    """The ``value`` column of an Arrow answer: the stored values, those of a ``json`` store that
+    were marked at ingest as no JSON document (``store.json_values``) as their producer wrote them,
+    so a client decoding them finds them bad as it would without the mark. A marked value starts
+    with a NUL byte, which no JSON document holds: one search of the column's bytes finds them."""
+    joined = _joined(values)
+    if value_format == "json" and b"\x00" in joined[1]:
+        values = [None if value is None else as_produced(value) for value in values]
+        joined = _joined(values)
+    return _array(pa.binary(), values, *joined)
+
+
 def string_array(items: Sequence[str | None]) -> pa.Array:
     """A ``string`` array of ``items`` (``None`` is null), encoded as UTF-8."""
     return _from_items(pa.string(), [None if item is None else item.encode() for item in items])
 
 
 def _from_items(data_type: pa.DataType, items: Sequence[bytes | None]) -> pa.Array:
-    try:  # every item present (the usual answer): len() of each, no test for None
-        ends = list(itertools.accumulate(map(len, items), initial=0))  # type: ignore[arg-type]
-        present: Sequence[bytes] = items  # type: ignore[assignment]
-        null_count = 0
+    return _array(data_type, items, *_joined(items))
+
+
+def _joined(items: Sequence[bytes | None]) -> tuple[np.ndarray[Any, Any], bytes, int]:
+    """The offsets of ``items`` (int64, a leading 0), their bytes joined, and how many are ``None``."""
+    ends = np.zeros(len(items) + 1, dtype=np.int64)
+    try:  # every item present (the usual answer): len() of each in C, no test for None
+        np.cumsum(np.fromiter(map(len, items), np.int64, len(items)), out=ends[1:])  # type: ignore[arg-type]
+        return ends, b"".join(items), 0  # type: ignore[arg-type]
     except TypeError:  # len(None)
-        ends = list(itertools.accumulate([0 if item is None else len(item) for item in items], initial=0))
+        np.cumsum([0 if item is None else len(item) for item in items], out=ends[1:])
         present = [item for item in items if item is not None]
-        null_count = len(items) - len(present)
+        return ends, b"".join(present), len(items) - len(present)
+
+
+def _array(
+    data_type: pa.DataType,
+    items: Sequence[bytes | None],
+    ends: np.ndarray[Any, Any],
+    data: bytes,
+    null_count: int,
+) -> pa.Array:
     if ends[-1] > _MAX_BYTES:
         # Beyond int32 offsets: pyarrow splits it (rare, and limited by max_answer_rows anyway).
         return pa.array(items, type=data_type)
     validity = _validity(items) if null_count else None
-    buffers = [validity, pa.py_buffer(array.array("i", ends)), pa.py_buffer(b"".join(present))]
+    buffers = [validity, pa.py_buffer(ends.astype(np.int32)), pa.py_buffer(data)]
     return pa.Array.from_buffers(data_type, len(items), buffers, null_count=null_count)
 
 

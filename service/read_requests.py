@@ -197,8 +197,8 @@ def _json_keys(
     )
     if encoding == "utf8":
         try:
-            return encoding, [t.encode() for t in texts]
-        except AttributeError as exc:  # only str has .encode() among JSON values
+            return encoding, list(map(str.encode, texts))
+        except TypeError as exc:  # a JSON value that is no string
             raise not_strings from exc
         except UnicodeEncodeError as exc:
             raise malformed(

@@ -13,7 +13,7 @@ from starlette.responses import Response
 
 from service import openapi_docs as docs
 from service.answers import read_keys, read_page
-from service.arrow_arrays import binary_array
+from service.arrow_arrays import value_array
 from service.auth import Auth
 from service.bodies import JSON
 from service.codec import encode_key
@@ -198,10 +198,9 @@ def add_store_routes(
         )
         if asked.key_column is None:
             answer = JsonAnswer(served.name, served.value_format, asked.encoding, bad_values)
-            answered = answer.values(keys, values)
-            document = {"values": answered, "absent": answer.absent, "position": str(position)}
-            return Response(answer.document(document), media_type=JSON, headers={POSITION: str(position)})
-        table = pa.table({"key": asked.key_column, "value": binary_array(values)})
+            body = answer.batch(keys, values, str(position))
+            return Response(body, media_type=JSON, headers={POSITION: str(position)})
+        table = pa.table({"key": asked.key_column, "value": value_array(values, served.value_format)})
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, table.schema) as writer:
             writer.write_table(table)

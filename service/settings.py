@@ -915,6 +915,7 @@ def store_configs(settings: Settings) -> list[StoreConfig]:
                 placer=functools.partial(place, s.partitioner),
             ),
             value_codec=value_codec(settings, s),
+            json_values=s.value_format == "json",
         )
         for s in settings.stores
     ]

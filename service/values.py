@@ -1,8 +1,10 @@
 """Stored values in JSON answers, and what a store answers for a value its format forbids.
 
-A ``json`` store's values are spliced into answers as they are stored (no re-encoding), so each
-is first checked to be one JSON document: a topic can hold a bad record, and one bad value must
-not turn every answer that includes it into invalid JSON. A value that is not JSON is answered
+A ``json`` store's values are spliced into answers as they are stored (no re-encoding, no parse):
+each was checked to be one JSON document when the store wrote it (``store.json_values``), and one
+that is not was marked then, so one bad record cannot turn every answer that includes it into
+invalid JSON. Marked values start with a NUL byte, which no JSON document holds: an answer finds
+them with one search over its bytes. A value that is not JSON is answered
 as an error entry of problem type ``value-not-json`` (docs/reference/http-api.md): ``null`` in a batch's
 ``values`` with an ``errors`` entry naming its index and key; an item without ``value`` but with
 an ``error`` in scans and index pages, listed in their ``errors`` too; ``502`` for a single get.
@@ -64,34 +66,21 @@ def not_utf8_detail(store: str) -> str:
     )
 
 
-# Values found to be JSON, remembered by identity (see ``BadValues``): at most this many, holding
-# at most this many bytes, none larger than the last.
-_CHECKED_ENTRIES = 65_536
-_CHECKED_BYTES = 64 * 1024 * 1024
-_CHECKED_VALUE_BYTES = 64 * 1024
-
-
 class BadValues:
-    """Finds the values of JSON stores that are not JSON: each counted by ``on_bad(store)``, the first
-    of each store logged.
-
-    A hot key's value comes from the store's read cache as the same ``bytes`` object at every read,
-    so values found to be JSON are remembered by identity and not parsed again: parsing costs
-    ~1.3 µs a value, a quarter of a JSON batch answer. The memo holds each value it remembers, so
-    its ``id`` cannot be reused by another object meanwhile; it is bounded in entries and bytes
-    and emptied when full.
-    """
+    """Finds the values of JSON stores that are not JSON (marked at ingest, ``store.json_values``;
+    no value is parsed here): each counted by ``on_bad(store)``, the first of each store logged."""
 
     def __init__(self, on_bad: Callable[[str], None] | None = None) -> None:
         self._on_bad = on_bad
         self._logged: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
-        self._checked: dict[int, bytes] = {}
-        self._checked_bytes = 0
 
     def is_json(self, store: str, key: bytes, value: bytes) -> bool:
         """Whether ``value`` is one JSON document; reports it when not."""
-        return not self.not_json(store, (key,), (value,))
+        if value[:1] != b"\x00":
+            return True
+        self._report(store, key)
+        return False
 
     def not_json(
         self,
@@ -102,21 +91,14 @@ class BadValues:
     ) -> list[int]:
         """The indexes of ``values`` (of ``keys``) that are not one JSON document, each reported
         (``None`` is absent, not bad: its index is added to ``absent``, on the same pass)."""
-        checked, loads, bad = self._checked, orjson.loads, []
+        bad = []
         for index, value in enumerate(values):
             if value is None:
                 if absent is not None:
                     absent.append(index)
-                continue
-            if checked.get(id(value)) is value:
-                continue
-            try:
-                loads(value)
-            except orjson.JSONDecodeError:
+            elif value[:1] == b"\x00":
                 self._report(store, keys[index])
                 bad.append(index)
-                continue
-            self._remember(value)
         return bad
 
     def not_utf8(
@@ -146,16 +128,6 @@ class BadValues:
     def is_utf8(self, store: str, key: bytes, value: bytes) -> bool:
         """Whether ``value`` is UTF-8 text; reports it when not."""
         return not self.not_utf8(store, (key,), (value,))
-
-    def _remember(self, value: bytes) -> None:
-        if len(value) > _CHECKED_VALUE_BYTES:
-            return
-        checked = self._checked
-        if len(checked) >= _CHECKED_ENTRIES or self._checked_bytes + len(value) > _CHECKED_BYTES:
-            checked.clear()
-            self._checked_bytes = 0
-        checked[id(value)] = value
-        self._checked_bytes += len(value)
 
     def _report(self, store: str, key: bytes, problem: ProblemType = VALUE_NOT_JSON) -> None:
         if self._on_bad is not None:
@@ -246,6 +218,33 @@ class JsonAnswer:
             self._error(keys[index], values[index] or b"", index=index)
             answered[index] = None
         return answered
+
+    def batch(self, keys: Sequence[bytes], values: Sequence[bytes | None], position: str) -> bytes:
+        """The JSON answer of a batch get: ``{"values", "absent", "position"}``, and ``errors`` when
+        a value could not be answered (:meth:`values`).
+
+        A ``json`` store's answer is its stored values joined as they are, with no object per value:
+        marked values (module docstring) are found by one search of the joined bytes."""
+        if self._format == "json":
+            try:  # every key present (the usual batch): no pass for absent keys
+                joined, absent = b",".join(values), b"[]"  # type: ignore[arg-type]
+            except TypeError:  # a None among them
+                absent = orjson.dumps([index for index, value in enumerate(values) if value is None])
+                joined = b",".join([b"null" if value is None else value for value in values])
+            if b"\x00" not in joined:
+                return b"".join(
+                    (
+                        b'{"values":[',
+                        joined,
+                        b'],"absent":',
+                        absent,
+                        b',"position":',
+                        orjson.dumps(position),
+                        b"}",
+                    )
+                )
+        answered = self.values(keys, values)
+        return self.document({"values": answered, "absent": self.absent, "position": position})
 
     def document(self, body: dict[str, Any]) -> bytes:
         """``body`` as JSON, with the ``errors`` met while building it."""

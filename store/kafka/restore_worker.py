@@ -36,6 +36,7 @@ import numpy as np
 import rocksdict
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
+from store.json_values import checked_json
 from store.kafka.batch import KafkaErrorReport, RecordBatch
 from store.kafka.calls import cached_high_watermarks, list_offsets, poll
 from store.kafka.catchup import CatchUp, PartitionCatchUp
@@ -104,16 +105,21 @@ def _numpy_last_per_key_order(keys: Sequence[bytes], longest: int) -> list[int]:
     return kept
 
 
-def write_sst(path: Path, keys: Sequence[bytes], values: Sequence[bytes | None]) -> Path | None:
-    """Write one chunk to the SST file ``path``; ``None`` (and no file) if the chunk is empty."""
+def write_sst(
+    path: Path, keys: Sequence[bytes], values: Sequence[bytes | None], json_values: bool = False
+) -> Path | None:
+    """Write one chunk to the SST file ``path``; ``None`` (and no file) if the chunk is empty.
+    ``json_values``: each value kept is checked as JSON first (``store.json_values``)."""
     order = last_per_key_order(keys)
     if not order:
         return None
+    kept = [values[i] for i in order]
+    if json_values:  # only the values kept: a key's older values are never stored
+        kept = checked_json(kept)
     path.parent.mkdir(parents=True, exist_ok=True)
     writer = rocksdict.SstFileWriter(_SST_OPTIONS)
     writer.open(str(path))
-    for i in order:
-        value = values[i]
+    for i, value in zip(order, kept, strict=True):
         if value is None:
             del writer[keys[i]]
         else:
@@ -191,7 +197,7 @@ class _Restore:
         path = Path(self.job["directory"]) / f"{self.job['file_prefix']}-{self.chunks:06d}.sst"
         self.chunks += 1
         placement = batch.placement(*self.placement) if self.placement is not None else None
-        written = write_sst(path, batch.keys, batch.values)
+        written = write_sst(path, batch.keys, batch.values, bool(self.job.get("json_values")))
         checked = (placement.checked, placement.misplaced, placement.example) if placement else (0, 0, None)
         self.emit(ChunkWritten(written, dict(batch.next_offsets), len(batch), batch.null_keys, *checked))
 

@@ -16,6 +16,8 @@ from collections.abc import Callable
 
 from store.formats import decode_until_done
 from store.formats.errors import ShapeChangedError
+from store.json_values import checked_json
+from store.kafka.batch import RecordBatch
 from store.kafka.catchup import CatchUp, PartitionCatchUp
 from store.kafka.client import RebuildRequired, TopicWatch
 from store.kafka.source import RecordSource
@@ -92,15 +94,8 @@ class ApplyLoop:
         if poll.messages:
             progress.last_contact = time.monotonic()
         self._reporter.null_keys(records.null_keys)
-        codec = self._config.value_codec
-        if codec is not None and records.values:
-            try:
-                decoded = decode_until_done(codec, records.values, self._stop, progress.note_error)
-            except ShapeChangedError as exc:
-                raise RebuildRequired(str(exc)) from exc
-            if decoded is None:
-                return False  # stopped while waiting: nothing of this poll was written
-            records.values = decoded
+        if not self._values_as_stored(records):
+            return False  # stopped while waiting: nothing of this poll was written
         if records.next_offsets:
             writer.apply(records)
             if not self.restoring:
@@ -117,6 +112,22 @@ class ApplyLoop:
             return True
         self._periodic(time.monotonic())
         return False
+
+    def _values_as_stored(self, records: RecordBatch) -> bool:
+        """Turn ``records``' values into what the store keeps: decoded (``value_codec``), checked as
+        JSON (``json_values``); ``False`` when stopped while the codec waited for its registry."""
+        codec = self._config.value_codec
+        if codec is not None and records.values:
+            try:
+                decoded = decode_until_done(codec, records.values, self._stop, self._progress.note_error)
+            except ShapeChangedError as exc:
+                raise RebuildRequired(str(exc)) from exc
+            if decoded is None:
+                return False
+            records.values = decoded
+        if self._config.json_values and records.values:
+            records.values = checked_json(records.values)
+        return True
 
     def _take_high_watermarks(self, highs: dict[int, int]) -> None:
         if not highs:

@@ -103,9 +103,11 @@ class BulkRestore:
         restore: RestoreTuning,
         consumer: ConsumerTuning,
         placement: tuple[Placer, int] | None = None,
+        json_values: bool = False,
     ) -> None:
         """``placement``: the producers' partitioner and the topic's partition count, for workers
-        to check a sample of each chunk's records against (``None``: no check)."""
+        to check a sample of each chunk's records against (``None``: no check); ``json_values``:
+        the workers check each value kept as JSON (``store.json_values``)."""
         self._directory = directory
         self._events: queue.Queue[RestoreEvent | BulkLoadError | BulkVolumeFullError] = queue.Queue()
         shares = split_partitions(remaining, restore.bulk_load_workers)
@@ -126,6 +128,7 @@ class BulkRestore:
                 "gc_threshold": restore.gc_threshold,
                 "placement": placement,
                 "directory": str(directory),
+                "json_values": json_values,
                 # Unique per store process: a worker orphaned by a crashed store may still be
                 # finishing a file.
                 "file_prefix": f"chunk-{os.getpid()}-{number}",
@@ -258,6 +261,7 @@ class BulkPhase:
                 tuning.restore,
                 tuning.consumer,
                 (placer, count) if placer is not None and count is not None else None,
+                config.json_values,
             )
             try:
                 progress.restore_mode = RestoreMode.BULK

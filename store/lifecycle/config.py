@@ -35,6 +35,8 @@ class StoreConfig:
     sharding: StoreSharding = dataclasses.field(default_factory=StoreSharding)
     # Decodes every value once, at ingest (``store.formats``); ``None`` stores values as read.
     value_codec: ValueCodec | None = dataclasses.field(default=None, repr=False, compare=False)
+    # Every value checked as one JSON document when written (``store.json_values``): a ``json`` store.
+    json_values: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kafka", MappingProxyType(dict(self.kafka)))

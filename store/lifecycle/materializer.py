@@ -36,6 +36,7 @@ from store.exceptions import (
     StoreWriteError,
     StoreWriterClosedError,
 )
+from store.json_values import unchecked_reason
 from store.kafka.catchup import CatchUp, PartitionCatchUp
 from store.kafka.child_source import ChildConsumerSource, SourceCrashedError
 from store.kafka.client import (
@@ -265,6 +266,9 @@ class Materializer:
                     f"the store holds partitions {foreign}, which are not shard {sharding.shard}'s of"
                     f" {sharding.shards} (it was built with another sharding)"
                 )
+        unchecked = unchecked_reason(writer.engine, bool(stored), self._config.json_values)
+        if unchecked is not None:
+            raise RebuildRequired(unchecked)
         if (stored_topic, stored_id) != (info.name, info.topic_id):
             writer.engine.set_topic_identity(info.name, info.topic_id)
         return stored

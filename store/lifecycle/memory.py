@@ -18,6 +18,7 @@ from store.exceptions import (
     StoreClosedError,
     UnknownIndexError,
 )
+from store.json_values import checked_json
 from store.lifecycle.listeners import ListenedCondition
 from store.protocol import (
     MAX_SCAN_LIMIT,
@@ -104,8 +105,11 @@ class InMemoryStore:
         keeps_history: bool = False,
         sharding: ShardingStatus | None = None,
         history: HistorySpec | None = None,
+        json_values: bool = False,
     ) -> None:
         self._name = name
+        # Values checked as JSON when applied, as a ``json`` store's are (``store.json_values``).
+        self._json_values = json_values
         # As the real store: unsharded is one shard holding every partition.
         self.sharding = sharding or ShardingStatus(
             shards=1, shard=0, partitioner="murmur2", topic_partitions=None
@@ -144,7 +148,11 @@ class InMemoryStore:
             self._changed.notify_all()
 
     def apply(self, records: Sequence[tuple[int, int, bytes, bytes | None]]) -> None:
-        """Apply ``(partition, offset, key, value)`` records atomically; ``None`` values delete."""
+        """Apply ``(partition, offset, key, value)`` records atomically; ``None`` values delete
+        (checked as JSON first when the store was made with ``json_values``)."""
+        if self._json_values:
+            values = checked_json([value for _, _, _, value in records])
+            records = [(p, o, k, v) for (p, o, k, _), v in zip(records, values, strict=True)]
         with self._changed:
             data = dict(self._data)
             offsets = dict(self._position)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Protocol
 
 from store.exceptions import StoreReadError
+from store.json_values import CheckRecord
 from store.kafka.client import RebuildRequired
 from store.protocol import CorruptionReport
 from store.state import StoreState
@@ -22,7 +23,7 @@ from store.table.seams import Changes
 from wire.position import Position
 
 
-class TableFiles(Protocol):
+class TableFiles(CheckRecord, Protocol):
     """The database under the copy being written (``store.table.engine.Engine``): what the
     materializer asks of RocksDB itself, beside writing records."""
 

@@ -53,6 +53,7 @@ _OFFSET_PREFIX = b"offset/"
 _TOPIC_KEY = b"topic"
 _TOPIC_ID_KEY = b"topic_id"
 _FORMAT_KEY = b"format_version"
+_VALUES_CHECKED_KEY = b"values_checked"
 _OFFSET = struct.Struct(">q")
 _PARTITION = struct.Struct(">i")
 
@@ -281,6 +282,21 @@ class Engine:
         batch.put(_TOPIC_KEY, topic.encode(), self._meta_handle)
         if topic_id:
             batch.put(_TOPIC_ID_KEY, topic_id.encode(), self._meta_handle)
+        self.write(batch)
+
+    def values_checked(self) -> bytes | None:
+        """How every stored value was checked when written (``store.json_values.JSON_CHECKED``), or
+        ``None`` for values stored as read."""
+        check: bytes | None = family_get(self._meta, _VALUES_CHECKED_KEY)
+        return check
+
+    def set_values_checked(self, check: bytes | None) -> None:
+        """Record how the values written from now on are checked (``None``: not at all)."""
+        batch = self.new_batch()
+        if check is None:
+            batch.delete(_VALUES_CHECKED_KEY, self._meta_handle)
+        else:
+            batch.put(_VALUES_CHECKED_KEY, check, self._meta_handle)
         self.write(batch)
 
     # -- generic access to the column families ---------------------------------------------

@@ -102,9 +102,9 @@ def read_misses(
     """Complete a :meth:`HotKeyCache.lookup` answer: ``read`` the keys it missed and put their
     values in place. Returns the values of every key, in order, and the keys read with their values
     (to :meth:`HotKeyCache.offer`; empty when all hit)."""
-    missing = [i for i, value in enumerate(cached) if value is MISS]
-    if not missing:
+    if MISS not in cached:  # every key hit (a hot batch): one pass in C
         return cached, [], []  # type: ignore[return-value]  # no MISS left: values only
+    missing = [i for i, value in enumerate(cached) if value is MISS]
     missing_keys = [keys[i] for i in missing]
     fetched = read(missing_keys)
     for i, value in zip(missing, fetched, strict=True):

@@ -12,7 +12,7 @@ from tests.clients.conftest import ServeStores
 
 @pytest.fixture
 def url(serve_stores: ServeStores) -> str:
-    store = InMemoryStore("products")
+    store = InMemoryStore("products", json_values=True)
     store.apply([(0, 0, b"p1", b'{"name":"Pen"}'), (0, 1, b"p2", b"{truncated"), (0, 2, b"q1", b"{}")])
     return serve_stores({"products": (store, "json")})
 

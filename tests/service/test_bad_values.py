@@ -8,12 +8,12 @@ import logging
 import re
 from collections.abc import Callable
 
+import orjson
 import pyarrow as pa
 import pytest
 
-import service.values as values_module
-from service.values import BadValues
 from store import InMemoryStore
+from store.json_values import NOT_JSON_PREFIX
 from tests.service.conftest import Service, assert_problem
 
 NOT_JSON = "urn:statestore:problem:value-not-json"
@@ -22,7 +22,7 @@ BAD = b'{"name": "Pen", truncated'
 
 @pytest.fixture
 def bad(make_service: Callable[..., Service]) -> Service:
-    products = InMemoryStore("products")
+    products = InMemoryStore("products", json_values=True)
     products.apply(
         [
             (0, 0, b"p1", b'{"name":"Pen"}'),
@@ -114,34 +114,35 @@ def test_bad_values_are_counted_per_store_and_logged_once(
     assert float(counted.group(1)) == 6  # three gets, and the scan's three bad values
 
 
-def test_a_value_found_json_is_not_parsed_again_while_a_bad_one_always_is(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_reads_parse_no_stored_value(bad: Service, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The values were checked when applied: batch, get and scan answer them from stored bytes."""
+    stored = {b'{"name":"Pen"}', BAD, b"", b"\xff\xfe", b"[1, 2]"}
     parsed: list[bytes] = []
-    real_loads = values_module.orjson.loads
+    real_loads = orjson.loads
 
-    def counting_loads(value: bytes) -> object:
-        parsed.append(value)
+    def counting_loads(value: bytes | str) -> object:
+        parsed.append(value if isinstance(value, bytes) else value.encode())
         return real_loads(value)
 
-    monkeypatch.setattr(values_module.orjson, "loads", counting_loads)
-    checker = BadValues()
-    good, bad_value = b'{"name":"Pen"}', BAD
-    assert all(checker.is_json("products", b"p1", good) for _ in range(3))
-    assert not any(checker.is_json("products", b"p2", bad_value) for _ in range(3))
-    # The same bytes in another object are parsed: only identity is remembered.
-    assert checker.is_json("products", b"p1", bytes(bytearray(good)))
-    assert parsed == [good, bad_value, bad_value, bad_value, good]
+    monkeypatch.setattr(orjson, "loads", counting_loads)
+    keys = ["p1", "p2", "p3", "p4", "p5"]
+    answer = bad.client.post("/v1/stores/products/keys:batchGet", json={"keys": keys})
+    assert [e["index"] for e in answer.json()["errors"]] == [1, 2, 3]
+    for key in keys:
+        bad.client.get(f"/v1/stores/products/keys/{key}")
+    assert len(bad.client.get("/v1/stores/products/scan", params={"prefix": "p"}).json()["items"]) == 5
+    assert parsed, "the request bodies were parsed through the patched function"
+    assert not stored & set(parsed)
 
 
-def test_the_memo_of_checked_values_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(values_module, "_CHECKED_ENTRIES", 10)
-    monkeypatch.setattr(values_module, "_CHECKED_BYTES", 100)
-    checker = BadValues()
-    for i in range(1000):
-        assert checker.is_json("products", b"k", b"[%d]" % i)
-        assert len(checker._checked) <= 10
-        assert sum(map(len, checker._checked.values())) <= 100
-    large = b'"' + b"x" * (values_module._CHECKED_VALUE_BYTES + 1) + b'"'
-    assert checker.is_json("products", b"k", large)
-    assert large not in checker._checked.values()
+def test_a_json_store_marks_each_value_that_is_no_json_once_when_applied(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store = InMemoryStore("products", json_values=True)
+    parsed: list[bytes] = []
+    real_loads = orjson.loads
+    monkeypatch.setattr(orjson, "loads", lambda value: parsed.append(value) or real_loads(value))
+    store.apply([(0, 0, b"p1", b'{"name":"Pen"}'), (0, 1, b"p2", BAD), (0, 2, b"p3", None)])
+    assert parsed == [b'{"name":"Pen"}', BAD]
+    with store.view() as view:
+        assert view.get_many([b"p1", b"p2", b"p3"]) == [b'{"name":"Pen"}', NOT_JSON_PREFIX + BAD, None]

@@ -20,7 +20,7 @@ BO = {"name": "Bo", "address": {"city": "Oslo"}}
 
 @pytest.fixture
 def people(make_service: Callable[..., Service]) -> Service:
-    store = InMemoryStore("people")
+    store = InMemoryStore("people", json_values=True)
     store.apply(
         [
             (0, 0, b"u1", json.dumps(ADA).encode()),

@@ -46,6 +46,7 @@ def make_store(broker: LocalBroker, state_dir: Path) -> Iterator[Callable[..., S
         history: HistorySpec | None = None,
         restore_slots: RestoreSlots | None = None,
         sharding: StoreSharding | None = None,
+        json_values: bool = False,
     ) -> Store:
         config = StoreConfig(
             name=name,
@@ -56,6 +57,7 @@ def make_store(broker: LocalBroker, state_dir: Path) -> Iterator[Callable[..., S
             indexes=indexes,
             history=history,
             sharding=sharding or StoreSharding(),
+            json_values=json_values,
         )
         store = Store(config, restore_slots or slots)
         stores.append(store)
