@@ -125,7 +125,7 @@ class ReadRequests:
     def key(self, request: Request) -> KeyRead:
         served = self.store(request)
         query = Query.of(request.scope)
-        encoding = key_encoding(query.get("key_encoding"), served.key_format)
+        encoding = key_encoding(query.get("key_encoding"), served.keys_as)
         # The raw path keeps bytes that are not UTF-8 and slashes that were percent-encoded.
         raw_path = request.scope.get("raw_path")
         parts = raw_path.split(b"/", 5) if isinstance(raw_path, bytes) else []
@@ -142,7 +142,7 @@ class ReadRequests:
         common = self.common(served, query, request)
         limits = self.limits
         body = await read_body(request, limits)
-        key_format = served.key_format
+        key_format = served.keys_as
         if media_type == JSON:
             encoding, keys = _json_keys(body, query.get("key_encoding"), limits.max_batch_keys, key_format)
             longest = max(map(len, keys), default=0)
@@ -163,7 +163,7 @@ class ReadRequests:
     def scan(self, request: Request) -> ScanRead:
         served = self.store(request)
         query = Query.of(request.scope)
-        encoding = key_encoding(query.get("key_encoding"), served.key_format)
+        encoding = key_encoding(query.get("key_encoding"), served.keys_as)
         limit = page_limit(query, "limit", 100, self.limits)
         prefix_text = query.get("prefix")
         # The empty prefix scans every key, whatever the key format.

@@ -40,9 +40,11 @@ def store_info(registry: StoreRegistry, served: ServedStore) -> dict[str, Any]:
         "name": served.name,
         "topic": served.topic,
         "value_format": served.format_name or served.value_format,
-        "key_format": served.key_format,
+        "key_format": served.keys_as,
         "state": state.value,
     }
+    if served.natural_keys is not None:
+        info["key_schema_format"] = served.key_format  # how producers wrote the keys (registry-framed)
     info["sharding"] = sharding_info(registry, served, status)
     if served.schemas_dir is not None:
         info["value_schema"] = stored_value_schema(served.schemas_dir)

@@ -10,12 +10,14 @@ READY once every partition is caught up; a READY one does its periodic work betw
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 import time
 from collections.abc import Callable
 
 from store.formats import decode_until_done
 from store.formats.errors import ShapeChangedError
+from store.kafka.batch import RecordBatch
 from store.kafka.catchup import CatchUp, PartitionCatchUp
 from store.kafka.client import RebuildRequired, TopicWatch
 from store.kafka.source import RecordSource
@@ -92,21 +94,16 @@ class ApplyLoop:
         if poll.messages:
             progress.last_contact = time.monotonic()
         self._reporter.null_keys(records.null_keys)
-        codec = self._config.value_codec
-        if codec is not None and records.values:
-            try:
-                decoded = decode_until_done(codec, records.values, self._stop, progress.note_error)
-            except ShapeChangedError as exc:
-                raise RebuildRequired(str(exc)) from exc
-            if decoded is None:
-                return False  # stopped while waiting: nothing of this poll was written
-            records.values = decoded
+        produced_keys = records.keys  # the producers' bytes: what placement is checked on
+        if not self._decode(records):
+            return False  # stopped while waiting: nothing of this poll was written
         if records.next_offsets:
             writer.apply(records)
             if not self.restoring:
                 progress.freshness.observe(records.oldest_timestamp_ms, time.time())
             progress.count(len(records))
-            placement.batch(records)
+            rekeyed = produced_keys is not records.keys
+            placement.batch(dataclasses.replace(records, keys=produced_keys) if rekeyed else records)
         if poll.messages:
             # Records (or an end of partition) arrived and were taken: earlier errors are over.
             progress.note_healthy(polled_at)
@@ -117,6 +114,21 @@ class ApplyLoop:
             return True
         self._periodic(time.monotonic())
         return False
+
+    def _decode(self, records: RecordBatch) -> bool:
+        """Decode the poll's values and keys with the store's codecs; ``False`` when stopped."""
+        for codec, field in ((self._config.value_codec, "values"), (self._config.key_codec, "keys")):
+            column = getattr(records, field)
+            if codec is None or not column:
+                continue
+            try:
+                decoded = decode_until_done(codec, column, self._stop, self._progress.note_error)
+            except ShapeChangedError as exc:
+                raise RebuildRequired(str(exc)) from exc
+            if decoded is None:
+                return False
+            setattr(records, field, decoded)
+        return True
 
     def _take_high_watermarks(self, highs: dict[int, int]) -> None:
         if not highs:

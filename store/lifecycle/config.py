@@ -35,6 +35,8 @@ class StoreConfig:
     sharding: StoreSharding = dataclasses.field(default_factory=StoreSharding)
     # Decodes every value once, at ingest (``store.formats``); ``None`` stores values as read.
     value_codec: ValueCodec | None = dataclasses.field(default=None, repr=False, compare=False)
+    # Stores every key by its natural value (``store.formats.keys``); ``None`` keeps keys as read.
+    key_codec: ValueCodec | None = dataclasses.field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kafka", MappingProxyType(dict(self.kafka)))
