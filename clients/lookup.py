@@ -7,6 +7,7 @@ hands these functions Arrow batches), so it is tested without Spark.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 
 import pyarrow as pa
@@ -161,6 +162,8 @@ def decode(
     stored: pa.Array, value_format: ValueFormat, value_type: pa.StructType | None
 ) -> tuple[pa.Array, pa.Array]:
     """Stored values as the output type, and a mask of the values that did not fit (now null)."""
+    if pa.types.is_struct(stored.type):  # typed by the service (a store decoding at ingest)
+        return conform_struct(stored, value_type)
     if value_type is not None:
         return decode_json(stored, value_type)
     if value_format == "bytes":
@@ -250,6 +253,33 @@ def decode_json(stored: pa.Array, value_type: pa.StructType) -> tuple[pa.Array, 
     values = parsed.take(index)
     bad = pc.fill_null(pa.array(bad_flags, pa.bool_()).take(index), False)
     return values, bad
+
+
+def conform_struct(stored: pa.Array, value_type: pa.StructType | None) -> tuple[pa.Array, pa.Array]:
+    """A struct the service typed, as ``value_type``: fields taken by name (one the answer lacks is
+    null), each cast to its type; values whose fields do not cast are null and flagged. With no
+    ``value_type`` the values are answered as JSON text, like a JSON store's."""
+    if value_type is None:
+        texts = [None if v is None else json.dumps(v) for v in stored.to_pylist()]
+        return pa.array(texts, pa.string()), _no_misfits(len(stored))
+    try:
+        return _by_name(stored, value_type), _no_misfits(len(stored))
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        # Some value does not fit: type each one through its JSON form, to flag exactly those.
+        documents = [None if v is None else json.dumps(v).encode() for v in stored.to_pylist()]
+        return decode_json(pa.array(documents, pa.binary()), value_type)
+
+
+def _by_name(stored: pa.Array, value_type: pa.DataType) -> pa.Array:
+    if not (pa.types.is_struct(value_type) and pa.types.is_struct(stored.type)):
+        return stored.cast(value_type)
+    children = []
+    for field in value_type:
+        index = stored.type.get_field_index(field.name)
+        child = stored.field(index) if index >= 0 else pa.nulls(len(stored), field.type)
+        children.append(_by_name(child, field.type))
+    mask = pc.is_null(stored) if stored.null_count else None
+    return pa.StructArray.from_arrays(children, fields=list(value_type), mask=mask)
 
 
 def key_bytes_array(keys: pa.Array) -> pa.Array:

@@ -18,6 +18,7 @@ from service.settings import (
     key_schemas_dir,
     schemas_dir,
 )
+from service.typed_values import LatestValueType
 from store import ServableStore, StoreState, StoreStatus
 from store.formats.keys import stored_natural_format
 
@@ -42,6 +43,8 @@ class ServedStore:
     schemas_dir: Path | None = None  # where such a store keeps the schemas it decodes with
     # For keys written through the Schema Registry (``avro``...): the natural key format they are stored in.
     natural_keys: NaturalKeyFormat | None = None
+    # For values decoded at ingest: the Arrow struct of the latest schema (service.typed_values).
+    value_type: LatestValueType | None = None
 
     @property
     def keys_as(self) -> str:
@@ -95,6 +98,9 @@ class StoreRegistry:
                 key_format=configured.key_format if configured else "bytes",
                 format_name=configured_format if configured_format != value_format else None,
                 schemas_dir=schemas_dir(settings.state_dir, name)
+                if configured_format != value_format
+                else None,
+                value_type=LatestValueType(configured_format, schemas_dir(settings.state_dir, name))
                 if configured_format != value_format
                 else None,
                 natural_keys=NaturalKeyFormat(key_schemas_dir(settings.state_dir, name))
