@@ -416,7 +416,9 @@ class BaseClient(ShardRouting, ABC, Generic[HttpT, TransportT, RowsT]):
             )
 
         cursor = None if after is None else wire.scan_cursor(after, binary)
-        yield from self._listing_flow(store, read, pager_of, lambda item: item[0], cursor)
+        key_format = yield from self._key_format_flow(store)
+        order = scan_order(key_format if not binary else "bytes")
+        yield from self._listing_flow(store, read, pager_of, order, cursor)
 
     def _index_pager(
         self, store: str, index: str, value: str, page_size: int, as_of: PositionLike | None
@@ -508,3 +510,13 @@ class BaseClient(ShardRouting, ABC, Generic[HttpT, TransportT, RowsT]):
         unique = pa.array(list(dict.fromkeys(texts)), pa.string())
         table = yield from self._index_arrow_flow(store, index, unique, read)
         return indexes.grouped_rows(table, values, texts, read.get("binary_keys", False))
+
+
+def scan_order(key_format: str) -> Callable[[Any], Any]:
+    """The merge key of scan items across shards: each shard lists its keys in stored byte order,
+    so the merged listing is in byte order too. For ``long`` and ``int`` keys (answered as decimal
+    text) that is the order of the big-endian two's complement bytes: 0, 1, ... up to the largest,
+    then the most negative up to -1."""
+    if key_format in NUMBER_FORMATS:
+        return lambda item: stored_key(item[0], key_format)
+    return lambda item: item[0]
