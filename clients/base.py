@@ -282,7 +282,8 @@ class BaseClient(ShardRouting, ABC, Generic[HttpT, TransportT, RowsT]):
         unique, index = wire.dedupe([stored_key(k, key_format) for k in keys])
         value_format = None if raw else (yield from self._value_format_flow(store))
         unique_keys = pa.array(unique, type=pa.binary())
-        array, position = yield from self._get_arrow_answer_flow(store, unique_keys, read)
+        # Whole values as stored (a store typing its Arrow values would drop maps and bad values).
+        array, position = yield from self._get_arrow_answer_flow(store, unique_keys, read, stored=True)
         # Arrow answers null only for an absent key; a stored JSON null is the bytes ``null``.
         found = array.to_pylist()
         if value_format is not None:
@@ -303,7 +304,9 @@ class BaseClient(ShardRouting, ABC, Generic[HttpT, TransportT, RowsT]):
         answer = yield from self._get_arrow_answer_flow(store, keys, read)
         return answer.value
 
-    def _get_arrow_answer_flow(self, store: str, keys: pa.Array, read: ReadAt) -> Flow[Answer[pa.Array]]:
+    def _get_arrow_answer_flow(
+        self, store: str, keys: pa.Array, read: ReadAt, stored: bool = False
+    ) -> Flow[Answer[pa.Array]]:
         min_position, as_of = pinned_at(read)
         deadline = self._deadline(read.get("deadline"))
         if not pa.types.is_binary(keys.type):
@@ -314,7 +317,7 @@ class BaseClient(ShardRouting, ABC, Generic[HttpT, TransportT, RowsT]):
             if sharding.shards == 1:
                 return (
                     yield from self._get_arrow_shard(
-                        store, keys, sharding, 0, min_position, as_of, deadline, fields
+                        store, keys, sharding, 0, min_position, as_of, deadline, fields, stored
                     )
                 )
             groups = grouped_by_shard(sharding.shards_of(keys), sharding.shards)
@@ -331,6 +334,7 @@ class BaseClient(ShardRouting, ABC, Generic[HttpT, TransportT, RowsT]):
                         sharding.part(as_of, shard),
                         deadline,
                         fields,
+                        stored,
                     )
                     for shard, rows in groups
                 )
@@ -352,12 +356,14 @@ class BaseClient(ShardRouting, ABC, Generic[HttpT, TransportT, RowsT]):
         as_of: PositionLike | None,
         deadline: Deadline,
         fields: Sequence[str] | None = None,
+        stored: bool = False,
     ) -> Flow[Answer[pa.Array]]:
         """The values of keys that all live on ``shard``, in batches of ``batch_size``."""
         parts: list[pa.Array] = []
         positions: list[Position | None] = []
         for chunk in self._batches(keys, deadline, f"batch get on store {store!r}"):
-            call = wire.batch_get_call(store, chunk, min_position, as_of, fields).to(self._target(shard))
+            call = wire.batch_get_call(store, chunk, min_position, as_of, fields, stored)
+            call = call.to(self._target(shard))
             response = yield from self._sent(call, deadline)
             self._notice_growth(store, sharding, response)
             parts.append(wire.decode_values(response.content, len(chunk)))

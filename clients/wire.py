@@ -225,11 +225,17 @@ def batch_get_call(
     min_position: PositionLike | None,
     as_of: PositionLike | None = None,
     fields: Sequence[str] | None = None,
+    stored: bool = False,
 ) -> Call:
+    """An Arrow batch get; ``stored`` asks the stored JSON documents of a store decoding its values
+    at ingest instead of its typed struct (whole values, bad ones as they are stored)."""
+    params = {**read_params(min_position, as_of=as_of), **fields_params(fields)}
+    if stored:
+        params["values"] = "stored"
     return Call(
         "POST",
         f"{store_path(store)}/keys:batchGet",
-        {**read_params(min_position, as_of=as_of), **fields_params(fields)},
+        params,
         {"Content-Type": ARROW_STREAM, "Accept": ARROW_STREAM},
         encode_keys(keys),
     )

@@ -33,7 +33,7 @@ from service.bodies import (
 from service.codec import KeyEncoding, decode_key_text, decode_path_key, key_encoding
 from service.natural_keys import is_number_column, stored_key_column
 from service.projection import Projection
-from service.queries import Query, ReadOptions, read_options
+from service.queries import Query, ReadOptions, invalid_parameter, read_options
 from service.reads import find_store
 from service.registry import ServedStore, StoreRegistry
 from service.settings import LimitSettings, Settings
@@ -73,6 +73,8 @@ class BatchRead(StoreRead):
     encoding: KeyEncoding
     keys: list[bytes]
     key_column: pa.Array | None
+    # ``values=stored``: an Arrow answer of a store decoding at ingest carries the stored documents.
+    stored_values: bool = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -158,7 +160,7 @@ class ReadRequests:
             keys = stored.to_pylist()
             # Keys are answered as they were asked: numbers stay numbers.
             column = asked if is_number_column(asked.type) else stored
-        return BatchRead(*common, media_type, encoding, keys, column)
+        return BatchRead(*common, media_type, encoding, keys, column, _stored_values(query))
 
     def scan(self, request: Request) -> ScanRead:
         served = self.store(request)
@@ -232,3 +234,11 @@ def _arrow_keys(body: bytes, limits: LimitSettings) -> pa.Array:
     longest = pc.max(pc.binary_length(keys)).as_py() or 0
     check_batch(len(keys), longest, limits.max_batch_keys, limits.max_key_bytes)
     return keys
+
+
+def _stored_values(query: Query) -> bool:
+    """``values=typed`` (the default: a struct for the formats decoded at ingest) or ``stored``."""
+    asked = query.get("values")
+    if asked not in (None, "typed", "stored"):
+        raise invalid_parameter("values", "is typed (the default) or stored")
+    return asked == "stored"

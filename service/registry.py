@@ -71,10 +71,12 @@ class NaturalKeyFormat:
         read_at, known = self._known
         if now - read_at < 1.0:
             return known
-        known = stored_natural_format(self._directory) or "string"
+        stored = stored_natural_format(self._directory)
+        if stored is None:
+            return "string"  # asked again next time: the first key decoded writes it
         with self._lock:
-            self._known = (now, known)
-        return known
+            self._known = (now, stored)
+        return stored
 
 
 class StoreRegistry:

@@ -204,7 +204,9 @@ def add_store_routes(
             answered = answer.values(keys, values)
             document = {"values": answered, "absent": answer.absent, "position": str(position)}
             return Response(answer.document(document), media_type=JSON, headers={POSITION: str(position)})
-        table = struct_table(served, asked.key_column, values, asked.projection)
+        table = (
+            None if asked.stored_values else struct_table(served, asked.key_column, values, asked.projection)
+        )
         if table is None:
             table = pa.table({"key": asked.key_column, "value": binary_array(values)})
         sink = pa.BufferOutputStream()

@@ -82,8 +82,21 @@ def test_an_avro_stores_arrow_answer_is_a_struct_of_the_latest_schema(
                 [pa.field("name", pa.string()), pa.field("city", pa.string())]
             )
             assert projected.column("value").to_pylist() == [{"name": "customer 2", "city": "city 2"}]
-            typed = StatestoreClient(url).get_arrow("customers", pa.array(["c1"]))
+            python = StatestoreClient(url)
+            typed = python.get_arrow("customers", pa.array(["c1"]))
             assert typed.to_pylist()[0]["city"] == "city 1"
+            # get_many answers whole values (maps too), asking the stored documents (values=stored).
+            assert python.get_many("customers", ["c1"])[0]["tags"] == {"a": 1}
+            stored = arrow_get(http, "customers", ["c1"], values="stored")
+            assert json.loads(stored.column("value")[0].as_py())["tags"] == {"a": 1}
+            assert stored.column_names == ["key", "value"]
+            refused = http.post(
+                "/v1/stores/customers/keys:batchGet", params={"values": "raw"}, json={"keys": []}
+            )
+            assert (refused.status_code, refused.json()["type"]) == (
+                422,
+                "urn:statestore:problem:invalid-parameter",
+            )
 
             # A new version registered while serving: the struct follows it without a restart.
             v3 = AvroSerializer(client, json.dumps(V3))
