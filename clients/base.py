@@ -249,7 +249,11 @@ class BaseClient(ShardRouting, ABC, Generic[HttpT, TransportT, RowsT]):
         deadline = self._deadline(read.get("deadline"))
         key_format = yield from self._key_format_flow(store)
         # Number keys go as the producer's bytes: those are what a sharded store is routed by.
-        sent: Key = key if key_format not in NUMBER_FORMATS else stored_key(key, key_format)
+        sent: Key = (
+            key
+            if isinstance(key, str | bytes) and key_format not in NUMBER_FORMATS
+            else stored_key(key, key_format)
+        )
 
         def read_key(sharding: Sharding) -> Flow[Answer[Any]]:
             shard = sharding.shard_of(wire.key_bytes(sent))

@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
 from clients.client import StatestoreClient
-from clients.natural_keys import stored_key_array
+from clients.natural_keys import PENDING_KEY_FORMATS, stored_key_array
 from clients.options import ClientOptions
 from clients.wire import ValueFormat
 
@@ -119,6 +119,14 @@ class Lookup:
         self.known = KnownValues(spec.output_type, spec.cache_bytes)
         self.keys_fetched = 0
 
+    @property
+    def key_format(self) -> str:
+        """The store's key format; asked of the service while it is pending (keys written through
+        the Schema Registry, none decoded yet), since the first key decoded decides it."""
+        if self.spec.key_format in PENDING_KEY_FORMATS:
+            return self.client.store(self.spec.store).key_format
+        return self.spec.key_format
+
     def close(self) -> None:
         if self._own_client:
             self.client.close()
@@ -142,7 +150,7 @@ class Lookup:
     def lookup(self, keys: pa.Array) -> LookupResult:
         """Values for a key column (see :func:`clients.natural_keys.stored_key_array`; nulls never
         match), row for row."""
-        keys = stored_key_array(keys, self.spec.key_format)
+        keys = stored_key_array(keys, self.key_format)
         if self.known.full:
             self.known.reset()
         rows = self.known.index(keys)

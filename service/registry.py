@@ -50,7 +50,18 @@ class ServedStore:
     def keys_as(self) -> str:
         """The key format requests and answers use: ``key_format``, or for keys written through
         the Schema Registry the natural format they are stored in (``long``, ``int``, ``string``)."""
-        return self.key_format if self.natural_keys is None else self.natural_keys()
+        if self.natural_keys is None:
+            return self.key_format
+        return self.natural_keys() or "string"
+
+    @property
+    def reported_key_format(self) -> str:
+        """``key_format`` as ``StoreInfo`` says it: ``keys_as``, or for keys written through the
+        Schema Registry with no natural format yet (none decoded) the configured format, which
+        tells clients to ask again."""
+        if self.natural_keys is None:
+            return self.key_format
+        return self.natural_keys() or self.key_format
 
 
 class NaturalKeyFormat:
@@ -58,7 +69,7 @@ class NaturalKeyFormat:
 
     Ingest writes it into the store's key schemas directory when it decodes the first key (and when
     a new latest key schema changes it, which rebuilds the store); read at most once a second.
-    ``string`` until a key was decoded.
+    ``None`` until a key was decoded.
     """
 
     def __init__(self, directory: Path) -> None:
@@ -66,14 +77,14 @@ class NaturalKeyFormat:
         self._lock = threading.Lock()
         self._known: tuple[float, str] = (-1.0, "string")
 
-    def __call__(self) -> str:
+    def __call__(self) -> str | None:
         now = time.monotonic()
         read_at, known = self._known
         if now - read_at < 1.0:
             return known
         stored = stored_natural_format(self._directory)
         if stored is None:
-            return "string"  # asked again next time: the first key decoded writes it
+            return None  # asked again next time: the first key decoded writes it
         with self._lock:
             self._known = (now, stored)
         return stored

@@ -41,7 +41,7 @@ def store_info(registry: StoreRegistry, served: ServedStore) -> dict[str, Any]:
         "name": served.name,
         "topic": served.topic,
         "value_format": served.format_name or served.value_format,
-        "key_format": served.keys_as,
+        "key_format": served.reported_key_format,
         "state": state.value,
     }
     if served.natural_keys is not None:

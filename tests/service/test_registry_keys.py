@@ -203,3 +203,26 @@ def test_a_registry_key_format_on_a_sharded_store_is_refused_at_start(registry: 
             sharding={"shards": 2, "shard": 0},
             stores=[{"name": "customers", "topic": "customers", "key_format": "avro"}],
         )
+
+
+def test_the_key_format_is_pending_until_the_first_key_is_decoded(
+    broker: LocalBroker, make_topic: Callable[..., str], registry: FakeSchemaRegistry, tmp_path: Path
+) -> None:
+    bootstrap = broker.bootstrap_servers
+    topic = make_topic()
+    store = {"name": "accounts", "topic": topic, "key_format": "avro", "value_format": "string"}
+    settings = _settings(registry, bootstrap, tmp_path / "state", [store])
+    with serve_app(create_app(settings)) as url, httpx.Client(base_url=url, timeout=30) as http:
+        wait_until_ready(url)
+        # No key decoded yet: the store says so (the configured format), and holds nothing.
+        assert http.get("/v1/stores/accounts").json()["key_format"] == "avro"
+        python = StatestoreClient(url)
+        assert python.get("accounts", 7) is None
+        key = AvroSerializer(SchemaRegistryClient({"url": registry.url}), json.dumps("long"))
+        produce(bootstrap, topic, [(key(7, SerializationContext(topic, MessageField.KEY)), b"seven")])
+        until(lambda: http.get("/v1/stores/accounts/keys/7").status_code == 200, "key 7 applied")
+        assert http.get("/v1/stores/accounts").json()["key_format"] == "long"
+        # The same client asks again (a pending format is never kept) and sends 7 as a long.
+        assert python.get("accounts", 7) == "seven"
+        assert python.get_many("accounts", [7, 8]) == ["seven", None]
+        python.close()
