@@ -123,7 +123,8 @@ class RegistryKeys:
         self._store = store
         self._dir = schemas_dir
         self._readers: dict[int, Any] = {}
-        self._natural: str | None = None
+        # As decided before a restart: keys already stored are in it, so a change still rebuilds.
+        self._natural: str | None = stored_natural_format(schemas_dir)
         self._latest_id: int | None = None
         self._lock = threading.Lock()
         self.undecodable_count = 0
@@ -132,7 +133,7 @@ class RegistryKeys:
         return [None if key is None else self._one(key) for key in values]
 
     def _take_latest(self, fallback: dict[str, Any]) -> None:
-        latest = self._schemas.latest(refresh=self._natural is not None)
+        latest = self._schemas.latest(refresh=self._latest_id is not None)
         schema_id, document = latest if latest is not None else (None, fallback)
         natural, before = natural_format(self._format, document), self._natural
         self._latest_id = schema_id
