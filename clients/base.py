@@ -284,10 +284,13 @@ class BaseClient(ShardRouting, ABC, Generic[HttpT, TransportT, RowsT]):
     ) -> Flow[Answer[list[Any]]]:
         key_format = yield from self._key_format_flow(store)
         unique, index = wire.dedupe([stored_key(k, key_format) for k in keys])
-        value_format = None if raw else (yield from self._value_format_flow(store))
+        known_format = yield from self._value_format_flow(store)
+        value_format = None if raw else known_format
         unique_keys = pa.array(unique, type=pa.binary())
-        # Whole values as stored (a store typing its Arrow values would drop maps and bad values).
-        array, position = yield from self._get_arrow_answer_flow(store, unique_keys, read, stored=True)
+        # JSON documents whole, as stored: a store decoding at ingest (reported as json) would
+        # answer Arrow structs, which leave maps out and bad values null.
+        stored = known_format == "json"
+        array, position = yield from self._get_arrow_answer_flow(store, unique_keys, read, stored=stored)
         # Arrow answers null only for an absent key; a stored JSON null is the bytes ``null``.
         found = array.to_pylist()
         if value_format is not None:
