@@ -249,7 +249,11 @@ class BaseClient(ShardRouting, ABC, Generic[HttpT, TransportT, RowsT]):
         deadline = self._deadline(read.get("deadline"))
         key_format = yield from self._key_format_flow(store)
         # Number keys go as the producer's bytes: those are what a sharded store is routed by.
-        sent: Key = key if key_format not in NUMBER_FORMATS else stored_key(key, key_format)
+        sent: Key = (
+            key
+            if isinstance(key, str | bytes) and key_format not in NUMBER_FORMATS
+            else stored_key(key, key_format)
+        )
 
         def read_key(sharding: Sharding) -> Flow[Answer[Any]]:
             shard = sharding.shard_of(wire.key_bytes(sent))
@@ -280,9 +284,13 @@ class BaseClient(ShardRouting, ABC, Generic[HttpT, TransportT, RowsT]):
     ) -> Flow[Answer[list[Any]]]:
         key_format = yield from self._key_format_flow(store)
         unique, index = wire.dedupe([stored_key(k, key_format) for k in keys])
-        value_format = None if raw else (yield from self._value_format_flow(store))
+        known_format = yield from self._value_format_flow(store)
+        value_format = None if raw else known_format
         unique_keys = pa.array(unique, type=pa.binary())
-        array, position = yield from self._get_arrow_answer_flow(store, unique_keys, read)
+        # JSON documents whole, as stored: a store decoding at ingest (reported as json) would
+        # answer Arrow structs, which leave maps out and bad values null.
+        stored = known_format == "json"
+        array, position = yield from self._get_arrow_answer_flow(store, unique_keys, read, stored=stored)
         # Arrow answers null only for an absent key; a stored JSON null is the bytes ``null``.
         found = array.to_pylist()
         if value_format is not None:
@@ -303,7 +311,9 @@ class BaseClient(ShardRouting, ABC, Generic[HttpT, TransportT, RowsT]):
         answer = yield from self._get_arrow_answer_flow(store, keys, read)
         return answer.value
 
-    def _get_arrow_answer_flow(self, store: str, keys: pa.Array, read: ReadAt) -> Flow[Answer[pa.Array]]:
+    def _get_arrow_answer_flow(
+        self, store: str, keys: pa.Array, read: ReadAt, stored: bool = False
+    ) -> Flow[Answer[pa.Array]]:
         min_position, as_of = pinned_at(read)
         deadline = self._deadline(read.get("deadline"))
         if not pa.types.is_binary(keys.type):
@@ -314,7 +324,7 @@ class BaseClient(ShardRouting, ABC, Generic[HttpT, TransportT, RowsT]):
             if sharding.shards == 1:
                 return (
                     yield from self._get_arrow_shard(
-                        store, keys, sharding, 0, min_position, as_of, deadline, fields
+                        store, keys, sharding, 0, min_position, as_of, deadline, fields, stored
                     )
                 )
             groups = grouped_by_shard(sharding.shards_of(keys), sharding.shards)
@@ -331,6 +341,7 @@ class BaseClient(ShardRouting, ABC, Generic[HttpT, TransportT, RowsT]):
                         sharding.part(as_of, shard),
                         deadline,
                         fields,
+                        stored,
                     )
                     for shard, rows in groups
                 )
@@ -352,12 +363,14 @@ class BaseClient(ShardRouting, ABC, Generic[HttpT, TransportT, RowsT]):
         as_of: PositionLike | None,
         deadline: Deadline,
         fields: Sequence[str] | None = None,
+        stored: bool = False,
     ) -> Flow[Answer[pa.Array]]:
         """The values of keys that all live on ``shard``, in batches of ``batch_size``."""
         parts: list[pa.Array] = []
         positions: list[Position | None] = []
         for chunk in self._batches(keys, deadline, f"batch get on store {store!r}"):
-            call = wire.batch_get_call(store, chunk, min_position, as_of, fields).to(self._target(shard))
+            call = wire.batch_get_call(store, chunk, min_position, as_of, fields, stored)
+            call = call.to(self._target(shard))
             response = yield from self._sent(call, deadline)
             self._notice_growth(store, sharding, response)
             parts.append(wire.decode_values(response.content, len(chunk)))
@@ -416,7 +429,9 @@ class BaseClient(ShardRouting, ABC, Generic[HttpT, TransportT, RowsT]):
             )
 
         cursor = None if after is None else wire.scan_cursor(after, binary)
-        yield from self._listing_flow(store, read, pager_of, lambda item: item[0], cursor)
+        key_format = yield from self._key_format_flow(store)
+        order = scan_order(key_format if not binary else "bytes")
+        yield from self._listing_flow(store, read, pager_of, order, cursor)
 
     def _index_pager(
         self, store: str, index: str, value: str, page_size: int, as_of: PositionLike | None
@@ -508,3 +523,13 @@ class BaseClient(ShardRouting, ABC, Generic[HttpT, TransportT, RowsT]):
         unique = pa.array(list(dict.fromkeys(texts)), pa.string())
         table = yield from self._index_arrow_flow(store, index, unique, read)
         return indexes.grouped_rows(table, values, texts, read.get("binary_keys", False))
+
+
+def scan_order(key_format: str) -> Callable[[Any], Any]:
+    """The merge key of scan items across shards: each shard lists its keys in stored byte order,
+    so the merged listing is in byte order too. For ``long`` and ``int`` keys (answered as decimal
+    text) that is the order of the big-endian two's complement bytes: 0, 1, ... up to the largest,
+    then the most negative up to -1."""
+    if key_format in NUMBER_FORMATS:
+        return lambda item: stored_key(item[0], key_format)
+    return lambda item: item[0]

@@ -7,6 +7,7 @@ hands these functions Arrow batches), so it is tested without Spark.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 
 import pyarrow as pa
@@ -14,7 +15,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
 from clients.client import StatestoreClient
-from clients.natural_keys import stored_key_array
+from clients.natural_keys import PENDING_KEY_FORMATS, stored_key_array
 from clients.options import ClientOptions
 from clients.wire import ValueFormat
 
@@ -118,6 +119,14 @@ class Lookup:
         self.known = KnownValues(spec.output_type, spec.cache_bytes)
         self.keys_fetched = 0
 
+    @property
+    def key_format(self) -> str:
+        """The store's key format; asked of the service while it is pending (keys written through
+        the Schema Registry, none decoded yet), since the first key decoded decides it."""
+        if self.spec.key_format in PENDING_KEY_FORMATS:
+            return self.client.store(self.spec.store).key_format
+        return self.spec.key_format
+
     def close(self) -> None:
         if self._own_client:
             self.client.close()
@@ -141,7 +150,7 @@ class Lookup:
     def lookup(self, keys: pa.Array) -> LookupResult:
         """Values for a key column (see :func:`clients.natural_keys.stored_key_array`; nulls never
         match), row for row."""
-        keys = stored_key_array(keys, self.spec.key_format)
+        keys = stored_key_array(keys, self.key_format)
         if self.known.full:
             self.known.reset()
         rows = self.known.index(keys)
@@ -161,6 +170,8 @@ def decode(
     stored: pa.Array, value_format: ValueFormat, value_type: pa.StructType | None
 ) -> tuple[pa.Array, pa.Array]:
     """Stored values as the output type, and a mask of the values that did not fit (now null)."""
+    if pa.types.is_struct(stored.type):  # typed by the service (a store decoding at ingest)
+        return conform_struct(stored, value_type)
     if value_type is not None:
         return decode_json(stored, value_type)
     if value_format == "bytes":
@@ -250,6 +261,33 @@ def decode_json(stored: pa.Array, value_type: pa.StructType) -> tuple[pa.Array, 
     values = parsed.take(index)
     bad = pc.fill_null(pa.array(bad_flags, pa.bool_()).take(index), False)
     return values, bad
+
+
+def conform_struct(stored: pa.Array, value_type: pa.StructType | None) -> tuple[pa.Array, pa.Array]:
+    """A struct the service typed, as ``value_type``: fields taken by name (one the answer lacks is
+    null), each cast to its type; values whose fields do not cast are null and flagged. With no
+    ``value_type`` the values are answered as JSON text, like a JSON store's."""
+    if value_type is None:
+        texts = [None if v is None else json.dumps(v) for v in stored.to_pylist()]
+        return pa.array(texts, pa.string()), _no_misfits(len(stored))
+    try:
+        return _by_name(stored, value_type), _no_misfits(len(stored))
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        # Some value does not fit: type each one through its JSON form, to flag exactly those.
+        documents = [None if v is None else json.dumps(v).encode() for v in stored.to_pylist()]
+        return decode_json(pa.array(documents, pa.binary()), value_type)
+
+
+def _by_name(stored: pa.Array, value_type: pa.DataType) -> pa.Array:
+    if not (pa.types.is_struct(value_type) and pa.types.is_struct(stored.type)):
+        return stored.cast(value_type)
+    children = []
+    for field in value_type:
+        index = stored.type.get_field_index(field.name)
+        child = stored.field(index) if index >= 0 else pa.nulls(len(stored), field.type)
+        children.append(_by_name(child, field.type))
+    mask = pc.is_null(stored) if stored.null_count else None
+    return pa.StructArray.from_arrays(children, fields=list(value_type), mask=mask)
 
 
 def key_bytes_array(keys: pa.Array) -> pa.Array:

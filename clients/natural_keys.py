@@ -20,6 +20,9 @@ import pyarrow.compute as pc
 from clients.exceptions import StatestoreClientError
 
 NUMBER_FORMATS = {"long": struct.Struct(">q"), "int": struct.Struct(">i")}
+PENDING_KEY_FORMATS = frozenset({"avro", "protobuf", "json_schema"})
+"""What a store reports as ``key_format`` while its keys, written through the Schema Registry, have no
+natural format yet (no key decoded: the store holds none): a key is then sent as its text."""
 _DECIMAL = re.compile(r"^-?[0-9]+$")
 
 
@@ -35,6 +38,8 @@ def stored_key(key: object, key_format: str) -> bytes:
     if packer is None:
         if isinstance(key, str):
             return key.encode("utf-8")
+        if key_format in PENDING_KEY_FORMATS and isinstance(key, int) and not isinstance(key, bool):
+            return str(key).encode("ascii")
         raise TypeError(f"a key must be str or bytes, got {type(key).__name__}")
     if isinstance(key, str) and _DECIMAL.match(key):
         number: object = int(key)

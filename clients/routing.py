@@ -18,6 +18,7 @@ import httpx
 from clients import flow, wire
 from clients.exceptions import DeadlineExceededError, ShardingError, StatestoreClientError, WrongShardError
 from clients.flow import Flow, Sleep, Together
+from clients.natural_keys import PENDING_KEY_FORMATS
 from clients.options import ClientOptions
 from clients.paging import Send
 from clients.retry import NO_RETRY, Deadline, is_retryable
@@ -197,6 +198,10 @@ class ShardRouting:
         return info.position
 
     def _key_format_flow(self, store: str) -> Flow[str]:
+        if self._key_formats.get(store) in PENDING_KEY_FORMATS:
+            # Keys written through the Schema Registry whose natural format the store has not
+            # decided yet (no key decoded): asked again until it has.
+            del self._key_formats[store]
         if store not in self._key_formats:
             yield from self._any_store_info_flow(store, self._deadline(None))
         return self._key_formats[store]

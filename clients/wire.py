@@ -225,22 +225,30 @@ def batch_get_call(
     min_position: PositionLike | None,
     as_of: PositionLike | None = None,
     fields: Sequence[str] | None = None,
+    stored: bool = False,
 ) -> Call:
+    """An Arrow batch get; ``stored`` asks the stored JSON documents of a store decoding its values
+    at ingest instead of its typed struct (whole values, bad ones as they are stored)."""
+    params = {**read_params(min_position, as_of=as_of), **fields_params(fields)}
+    if stored:
+        params["values"] = "stored"
     return Call(
         "POST",
         f"{store_path(store)}/keys:batchGet",
-        {**read_params(min_position, as_of=as_of), **fields_params(fields)},
+        params,
         {"Content-Type": ARROW_STREAM, "Accept": ARROW_STREAM},
         encode_keys(keys),
     )
 
 
-def decode_values(body: bytes, expected_rows: int) -> pa.BinaryArray:
-    """The ``value`` column of a batch-get Arrow answer, checked to have one row per key sent."""
+def decode_values(body: bytes, expected_rows: int) -> pa.Array:
+    """The ``value`` column of a batch-get Arrow answer, checked to have one row per key sent:
+    ``binary``, or a struct for a store decoding its values at ingest (avro, protobuf, json_schema)."""
     try:
         table = pa.ipc.open_stream(body).read_all()
         values = table.column("value").combine_chunks()
-        if not (pa.types.is_binary(values.type) or pa.types.is_large_binary(values.type)):
+        typed = pa.types.is_struct(values.type)  # a store decoding its values at ingest: typed
+        if not (typed or pa.types.is_binary(values.type) or pa.types.is_large_binary(values.type)):
             values = values.cast(pa.binary())
     except (pa.ArrowException, KeyError, OSError) as exc:
         raise UnexpectedResponseError(

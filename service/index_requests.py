@@ -51,7 +51,7 @@ def index_read(requests: ReadRequests, request: Request) -> IndexRead:
     served = requests.store(request)
     limits = requests.limits
     query = Query.of(request.scope)
-    encoding = key_encoding(query.get("key_encoding"), served.key_format)
+    encoding = key_encoding(query.get("key_encoding"), served.keys_as)
     limit = page_limit(query, "limit", DEFAULT_PAGE, limits)
     value = _path_value(request)
     after_text = query.get("after")
@@ -74,7 +74,7 @@ async def index_batch_read(requests: ReadRequests, request: Request) -> IndexBat
     encoding: KeyEncoding
     if media_type == JSON:
         document = _json_document(body)
-        encoding = key_encoding(document.get("key_encoding", query.get("key_encoding")), served.key_format)
+        encoding = key_encoding(document.get("key_encoding", query.get("key_encoding")), served.keys_as)
         limit = _body_limit(document, limit)
         texts = _json_values(document, limits.max_batch_keys)
     else:

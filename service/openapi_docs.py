@@ -124,7 +124,13 @@ STORE_INFO_SCHEMA: dict[str, Any] = {
         },
         # for a store decoding its values at ingest: their Spark DDL, from the latest schema
         "value_schema": {"type": ["string", "null"]},
-        "key_format": {"type": "string", "enum": ["bytes", "string", "long", "int"]},
+        # avro, protobuf, json_schema: keys written through the Schema Registry, none decoded yet
+        "key_format": {
+            "type": "string",
+            "enum": ["bytes", "string", "long", "int", "avro", "protobuf", "json_schema"],
+        },
+        # keys written through the Schema Registry: how (key_format is then their natural format)
+        "key_schema_format": {"type": "string", "enum": ["avro", "protobuf", "json_schema"]},
         "state": {
             "type": "string",
             "enum": ["CREATED", "RESTORING", "READY", "REBUILDING", "STOPPED", "FAILED"],

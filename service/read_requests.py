@@ -33,7 +33,7 @@ from service.bodies import (
 from service.codec import KeyEncoding, decode_key_text, decode_path_key, key_encoding
 from service.natural_keys import is_number_column, stored_key_column
 from service.projection import Projection
-from service.queries import Query, ReadOptions, read_options
+from service.queries import Query, ReadOptions, invalid_parameter, read_options
 from service.reads import find_store
 from service.registry import ServedStore, StoreRegistry
 from service.settings import LimitSettings, Settings
@@ -73,6 +73,8 @@ class BatchRead(StoreRead):
     encoding: KeyEncoding
     keys: list[bytes]
     key_column: pa.Array | None
+    # ``values=stored``: an Arrow answer of a store decoding at ingest carries the stored documents.
+    stored_values: bool = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -125,7 +127,7 @@ class ReadRequests:
     def key(self, request: Request) -> KeyRead:
         served = self.store(request)
         query = Query.of(request.scope)
-        encoding = key_encoding(query.get("key_encoding"), served.key_format)
+        encoding = key_encoding(query.get("key_encoding"), served.keys_as)
         # The raw path keeps bytes that are not UTF-8 and slashes that were percent-encoded.
         raw_path = request.scope.get("raw_path")
         parts = raw_path.split(b"/", 5) if isinstance(raw_path, bytes) else []
@@ -142,7 +144,7 @@ class ReadRequests:
         common = self.common(served, query, request)
         limits = self.limits
         body = await read_body(request, limits)
-        key_format = served.key_format
+        key_format = served.keys_as
         if media_type == JSON:
             encoding, keys = _json_keys(body, query.get("key_encoding"), limits.max_batch_keys, key_format)
             longest = max(map(len, keys), default=0)
@@ -158,12 +160,12 @@ class ReadRequests:
             keys = stored.to_pylist()
             # Keys are answered as they were asked: numbers stay numbers.
             column = asked if is_number_column(asked.type) else stored
-        return BatchRead(*common, media_type, encoding, keys, column)
+        return BatchRead(*common, media_type, encoding, keys, column, _stored_values(query))
 
     def scan(self, request: Request) -> ScanRead:
         served = self.store(request)
         query = Query.of(request.scope)
-        encoding = key_encoding(query.get("key_encoding"), served.key_format)
+        encoding = key_encoding(query.get("key_encoding"), served.keys_as)
         limit = page_limit(query, "limit", 100, self.limits)
         prefix_text = query.get("prefix")
         # The empty prefix scans every key, whatever the key format.
@@ -232,3 +234,11 @@ def _arrow_keys(body: bytes, limits: LimitSettings) -> pa.Array:
     longest = pc.max(pc.binary_length(keys)).as_py() or 0
     check_batch(len(keys), longest, limits.max_batch_keys, limits.max_key_bytes)
     return keys
+
+
+def _stored_values(query: Query) -> bool:
+    """``values=typed`` (the default: a struct for the formats decoded at ingest) or ``stored``."""
+    asked = query.get("values")
+    if asked not in (None, "typed", "stored"):
+        raise invalid_parameter("values", "is typed (the default) or stored")
+    return asked == "stored"

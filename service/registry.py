@@ -5,12 +5,22 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
 from service.codec import VALUE_MEDIA_TYPES
-from service.settings import DECODED_FORMATS, HistorySettings, Settings, schemas_dir
+from service.settings import (
+    DECODED_FORMATS,
+    REGISTRY_FORMATS,
+    HistorySettings,
+    Settings,
+    key_schemas_dir,
+    schemas_dir,
+)
+from service.typed_values import LatestValueType
 from store import ServableStore, StoreState, StoreStatus
+from store.formats.keys import stored_natural_format
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +41,53 @@ class ServedStore:
     # then serves as a ``json`` store (``value_format``), and says this name.
     format_name: str | None = None
     schemas_dir: Path | None = None  # where such a store keeps the schemas it decodes with
+    # For keys written through the Schema Registry (``avro``...): the natural key format they are stored in.
+    natural_keys: NaturalKeyFormat | None = None
+    # For values decoded at ingest: the Arrow struct of the latest schema (service.typed_values).
+    value_type: LatestValueType | None = None
+
+    @property
+    def keys_as(self) -> str:
+        """The key format requests and answers use: ``key_format``, or for keys written through
+        the Schema Registry the natural format they are stored in (``long``, ``int``, ``string``)."""
+        if self.natural_keys is None:
+            return self.key_format
+        return self.natural_keys() or "string"
+
+    @property
+    def reported_key_format(self) -> str:
+        """``key_format`` as ``StoreInfo`` says it: ``keys_as``, or for keys written through the
+        Schema Registry with no natural format yet (none decoded) the configured format, which
+        tells clients to ask again."""
+        if self.natural_keys is None:
+            return self.key_format
+        return self.natural_keys() or self.key_format
+
+
+class NaturalKeyFormat:
+    """The natural key format a store keeps registry-framed keys in, as its ingest last decided it.
+
+    Ingest writes it into the store's key schemas directory when it decodes the first key (and when
+    a new latest key schema changes it, which rebuilds the store); read at most once a second.
+    ``None`` until a key was decoded.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self._directory = directory
+        self._lock = threading.Lock()
+        self._known: tuple[float, str] = (-1.0, "string")
+
+    def __call__(self) -> str | None:
+        now = time.monotonic()
+        read_at, known = self._known
+        if now - read_at < 1.0:
+            return known
+        stored = stored_natural_format(self._directory)
+        if stored is None:
+            return None  # asked again next time: the first key decoded writes it
+        with self._lock:
+            self._known = (now, stored)
+        return stored
 
 
 class StoreRegistry:
@@ -55,6 +112,12 @@ class StoreRegistry:
                 format_name=configured_format if configured_format != value_format else None,
                 schemas_dir=schemas_dir(settings.state_dir, name)
                 if configured_format != value_format
+                else None,
+                value_type=LatestValueType(configured_format, schemas_dir(settings.state_dir, name))
+                if configured_format != value_format
+                else None,
+                natural_keys=NaturalKeyFormat(key_schemas_dir(settings.state_dir, name))
+                if configured is not None and configured.key_format in REGISTRY_FORMATS
                 else None,
             )
         self._start_errors: dict[str, str] = {}

@@ -23,7 +23,8 @@ from service.reads import Reader
 from service.registry import ServedStore, StoreRegistry
 from service.settings import Settings
 from service.sharding import sharding_info
-from service.value_schemas import stored_value_schema
+from service.struct_answers import struct_table
+from service.typed_values import ddl_of
 from service.values import BadValues, JsonAnswer, bad_value_problem, not_utf8_detail
 from store import ReadOnlyKeyValueStore, ScanPage
 from wire.problems import KEY_NOT_FOUND, VALUE_NOT_UTF8
@@ -40,12 +41,14 @@ def store_info(registry: StoreRegistry, served: ServedStore) -> dict[str, Any]:
         "name": served.name,
         "topic": served.topic,
         "value_format": served.format_name or served.value_format,
-        "key_format": served.key_format,
+        "key_format": served.reported_key_format,
         "state": state.value,
     }
+    if served.natural_keys is not None:
+        info["key_schema_format"] = served.key_format  # how producers wrote the keys (registry-framed)
     info["sharding"] = sharding_info(registry, served, status)
-    if served.schemas_dir is not None:
-        info["value_schema"] = stored_value_schema(served.schemas_dir)
+    if served.value_type is not None:
+        info["value_schema"] = ddl_of(served.value_type())
     if status is None:
         info.update(position="", end_offsets="", lag={}, total_lag=0, restore=None)
         info["last_error"] = registry.start_error(served.name)
@@ -200,7 +203,11 @@ def add_store_routes(
             answer = JsonAnswer(served.name, served.value_format, asked.encoding, bad_values)
             body = answer.batch(keys, values, str(position))
             return Response(body, media_type=JSON, headers={POSITION: str(position)})
-        table = pa.table({"key": asked.key_column, "value": value_array(values, served.value_format)})
+        table = (
+            None if asked.stored_values else struct_table(served, asked.key_column, values, asked.projection)
+        )
+        if table is None:
+            table = pa.table({"key": asked.key_column, "value": value_array(values, served.value_format)})
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, table.schema) as writer:
             writer.write_table(table)

@@ -35,6 +35,7 @@ from store import MAX_SCAN_LIMIT, HistorySpec, IndexSpec, StoreConfig, StoreShar
 from store.formats import ValueCodec
 from store.formats.avro import AvroValues
 from store.formats.json_schema import JsonSchemaValues
+from store.formats.keys import RegistryKeys
 from store.formats.protobuf import ProtobufValues
 from store.formats.schemas import SchemaSource
 
@@ -53,7 +54,7 @@ REGISTRY_FORMATS = frozenset({"avro", "protobuf", "json_schema"})
 UNSUPPORTED_VALUE_FORMATS: frozenset[str] = frozenset()
 # Value formats decoded at ingest into JSON documents (store.formats): served as ``json`` stores.
 DECODED_FORMATS = frozenset({"avro", "json_schema", "protobuf"})
-UNSUPPORTED_KEY_FORMATS: frozenset[str] = frozenset({"avro", "protobuf", "json_schema"})
+UNSUPPORTED_KEY_FORMATS: frozenset[str] = frozenset()
 
 
 def _librdkafka_key(key: str) -> str:
@@ -342,7 +343,8 @@ class StoreSettings(BaseModel):
         default="bytes",
         description=(
             "how keys are written (Kafka's serializers: `long` = LongSerializer, `int` = IntegerSerializer, "
-            "`string` = StringSerializer); reads take and answer them by value"
+            "`string` = StringSerializer; `avro`, `protobuf`, `json_schema` = Confluent's serializers via "
+            "the Schema Registry, stored by their natural value); reads take and answer them by value"
         ),
     )
     partitioner: PartitionerName = Field(
@@ -790,6 +792,12 @@ class Settings(BaseSettings):
                         " set schema_registry.url (STATESTORE_SCHEMA_REGISTRY__URL)"
                     )
         for store in self.stores:
+            if store.key_format in REGISTRY_FORMATS and self.sharding.shards > 1:
+                raise ValueError(
+                    f"store {store.name!r}: key_format {store.key_format} is not served sharded (a"
+                    " natural key's shard depends on the producer's key schema id): run one shard"
+                    " (sharding.shards: 1) or serve the keys as bytes"
+                )
             if store.value_format in UNSUPPORTED_VALUE_FORMATS or store.key_format in UNSUPPORTED_KEY_FORMATS:
                 raise ValueError(
                     f"store {store.name!r}: key_format {store.key_format} / value_format"
@@ -916,6 +924,7 @@ def store_configs(settings: Settings) -> list[StoreConfig]:
             ),
             value_codec=value_codec(settings, s),
             json_values=s.value_format == "json",
+            key_codec=key_codec(settings, s),
         )
         for s in settings.stores
     ]
@@ -940,6 +949,28 @@ def value_codec(settings: Settings, store: StoreSettings) -> ValueCodec | None:
     if store.value_format == "json_schema":
         return JsonSchemaValues(schemas, store.name)
     return AvroValues(schemas, store.name)
+
+
+def key_codec(settings: Settings, store: StoreSettings) -> RegistryKeys | None:
+    """The codec that stores the store's keys by their natural value, for Schema Registry key formats.
+
+    Key schemas come from the subject ``<topic>-key`` and are kept under ``<state_dir>/<store>.key-schemas``.
+    """
+    if store.key_format not in REGISTRY_FORMATS or settings.schema_registry is None:
+        return None
+    directory = key_schemas_dir(settings.state_dir, store.name)
+    schemas = SchemaSource(
+        settings.schema_registry.client_config(),
+        f"{store.topic}-key",
+        directory,
+        fmt="serialized" if store.key_format == "protobuf" else None,
+    )
+    return RegistryKeys(schemas, store.key_format, store.name, directory)
+
+
+def key_schemas_dir(state_dir: Path, store: str) -> Path:
+    """Where a store keeping keys by their natural value keeps the key schemas it fetched."""
+    return state_dir / f"{store}.key-schemas"
 
 
 def schemas_dir(state_dir: Path, store: str) -> Path:

@@ -29,6 +29,7 @@ import pytest
 import yaml
 
 from service.local.broker import free_port
+from tests.support.schema_registry import schema_registry
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
@@ -37,6 +38,7 @@ EXAMPLE_CONFIG = REPO / "examples" / "statestore.yaml"
 OPEN_AUTH_NOTICE = "auth.mode is 'open'"
 BROKER_ADDRESS = "127.0.0.1:9092"
 SERVICE_ADDRESS = "127.0.0.1:8080"
+REGISTRY_ADDRESS = "127.0.0.1:8081"
 # What each Python block must print (what the README's comments promise), by the block's first
 # line: each tuple's fragments on one line of its output (a tuple given n times: on n lines).
 PRINTS: dict[str, list[tuple[str, ...]]] = {
@@ -57,6 +59,14 @@ PRINTS: dict[str, list[tuple[str, ...]]] = {
         ("2", "1", "{Notebook, 4.0}"),
         ("AAPL", "Apple Inc."),
         ("AAPL", "Apple Inc."),  # read_store, then the data source
+        ("42", "Ada", "120.5"),
+        ("7", "Bruno", "3.0"),
+    ],
+    "# Avro keys and values, exactly as a Confluent producer writes them": [
+        ("{'owner': 'Ada', 'balance': 120.5}",),
+        ("[{'owner': 'Ada', 'balance': 120.5}, {'owner': 'Bruno', 'balance': 3.0}, None]",),
+        ("struct<owner: string, balance: double>",),
+        ("[{'owner': 'Ada'}]",),
     ],
     "from store import Store, StoreConfig": [('b\'{"name": "Pen", "unit_price": 1.5}\'',)],
     # The command-line block, by each command's first three words.
@@ -91,8 +101,9 @@ def section(markdown: str, heading: str) -> str:
 class Terminals:
     """The README's commands, run from ``workdir``; long-running ones stay in the background."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, registry_url: str) -> None:
         self.workdir = workdir
+        self.registry_url = registry_url
         self.broker_port, self.service_port = free_port(), free_port()
         self.environment = {
             **os.environ,
@@ -100,13 +111,16 @@ class Terminals:
             "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]),
             "STATESTORE_KAFKA__BOOTSTRAP_SERVERS": f"127.0.0.1:{self.broker_port}",
             "STATESTORE_HTTP__PORT": str(self.service_port),
+            "STATESTORE_SCHEMA_REGISTRY__URL": registry_url,
         }
         self.background: dict[str, tuple[subprocess.Popen[bytes], Path]] = {}
         self.printed: dict[str, str] = {}
 
     def localized(self, text: str) -> str:
-        return text.replace(BROKER_ADDRESS, f"127.0.0.1:{self.broker_port}").replace(
-            SERVICE_ADDRESS, f"127.0.0.1:{self.service_port}"
+        return (
+            text.replace(BROKER_ADDRESS, f"127.0.0.1:{self.broker_port}")
+            .replace(SERVICE_ADDRESS, f"127.0.0.1:{self.service_port}")
+            .replace(f"http://{REGISTRY_ADDRESS}", self.registry_url)
         )
 
     def start(self, name: str, argv: list[str]) -> Path:
@@ -196,17 +210,19 @@ class Terminals:
 @pytest.fixture
 def terminals(tmp_path: Path) -> Iterator[Terminals]:
     shutil.copytree(REPO / "examples", tmp_path / "examples")
-    session = Terminals(tmp_path)
-    try:
-        yield session
-    finally:
-        session.close()
+    # No Schema Registry can be installed here: the tests' stand-in answers at its own port.
+    with schema_registry() as registry:
+        session = Terminals(tmp_path, registry.url)
+        try:
+            yield session
+        finally:
+            session.close()
 
 
 def test_the_using_it_section_runs_as_written(terminals: Terminals) -> None:
     blocks = fenced_blocks(section(README.read_text(encoding="utf-8"), "Using it"))
     # It starts the broker, creates the topics, then serves; then come the clients.
-    languages = ["bash", "python", "bash", "yaml", "bash", "python", "python", "python"]
+    languages = ["bash", "python", "bash", "yaml", "bash", "python", "python", "python", "python"]
     assert [b.language for b in blocks] == languages
     assert blocks[0].text.startswith("statestore broker")
     assert blocks[2].text.startswith("statestore serve --config examples/statestore.yaml")

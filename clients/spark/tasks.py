@@ -157,7 +157,8 @@ def udf_task(spec: LookupSpec, counter: Counter | None) -> Callable[[Iterator[pa
     """The iterator UDF function: one answer per input batch, looked up in groups of batches."""
 
     def answer(lookup: Lookup, group: list[pa.Array]) -> Iterator[pa.Array]:
-        result = lookup.lookup(pa.concat_arrays([stored_key_array(keys, spec.key_format) for keys in group]))
+        key_format = lookup.key_format
+        result = lookup.lookup(pa.concat_arrays([stored_key_array(keys, key_format) for keys in group]))
         count_misfits(counter, spec.store, result.mismatched)
         offset = 0
         for keys in group:

@@ -26,10 +26,18 @@ class JsonSchemaValues:
         self._schemas = schemas
         self._store = store
         self._known: set[int] = set()
+        self._latest_id: int | None = None
         self._bad = UndecodableValues(store)
 
     def decode(self, values: Sequence[bytes | None]) -> list[bytes | None]:
         return [None if value is None else self._one(value) for value in values]
+
+    def _saw(self, schema_id: int) -> None:
+        """Keep the subject's latest version current (answers type their values by it)."""
+        self._known.add(schema_id)
+        if self._latest_id is None or schema_id > self._latest_id:
+            latest = self._schemas.latest(refresh=self._latest_id is not None)
+            self._latest_id = max(schema_id, latest[0]) if latest is not None else schema_id
 
     def _one(self, value: bytes) -> bytes:
         if len(value) < _HEADER.size or value[0] != 0:
@@ -40,7 +48,7 @@ class JsonSchemaValues:
                 self._schemas.schema(schema_id)  # raises while the registry is unavailable
             except UnknownSchemaError as exc:
                 return self._bad.mark("unknown-schema", str(exc))
-            self._known.add(schema_id)
+            self._saw(schema_id)
         payload = value[_HEADER.size :]
         try:
             orjson.loads(payload)

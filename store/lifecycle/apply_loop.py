@@ -10,6 +10,7 @@ READY once every partition is caught up; a READY one does its periodic work betw
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 import time
 from collections.abc import Callable
@@ -94,6 +95,7 @@ class ApplyLoop:
         if poll.messages:
             progress.last_contact = time.monotonic()
         self._reporter.null_keys(records.null_keys)
+        produced_keys = records.keys  # the producers' bytes: what placement is checked on
         if not self._values_as_stored(records):
             return False  # stopped while waiting: nothing of this poll was written
         if records.next_offsets:
@@ -101,7 +103,8 @@ class ApplyLoop:
             if not self.restoring:
                 progress.freshness.observe(records.oldest_timestamp_ms, time.time())
             progress.count(len(records))
-            placement.batch(records)
+            rekeyed = produced_keys is not records.keys
+            placement.batch(dataclasses.replace(records, keys=produced_keys) if rekeyed else records)
         if poll.messages:
             # Records (or an end of partition) arrived and were taken: earlier errors are over.
             progress.note_healthy(polled_at)
@@ -114,17 +117,20 @@ class ApplyLoop:
         return False
 
     def _values_as_stored(self, records: RecordBatch) -> bool:
-        """Turn ``records``' values into what the store keeps: decoded (``value_codec``), checked as
-        JSON (``json_values``); ``False`` when stopped while the codec waited for its registry."""
-        codec = self._config.value_codec
-        if codec is not None and records.values:
+        """Turn ``records``' keys and values into what the store keeps: decoded (``key_codec``,
+        ``value_codec``), values checked as JSON (``json_values``); ``False`` when stopped while a
+        codec waited for its registry."""
+        for codec, field in ((self._config.value_codec, "values"), (self._config.key_codec, "keys")):
+            column = getattr(records, field)
+            if codec is None or not column:
+                continue
             try:
-                decoded = decode_until_done(codec, records.values, self._stop, self._progress.note_error)
+                decoded = decode_until_done(codec, column, self._stop, self._progress.note_error)
             except ShapeChangedError as exc:
                 raise RebuildRequired(str(exc)) from exc
             if decoded is None:
                 return False
-            records.values = decoded
+            setattr(records, field, decoded)
         if self._config.json_values and records.values:
             records.values = checked_json(records.values)
         return True

@@ -37,6 +37,8 @@ class StoreConfig:
     value_codec: ValueCodec | None = dataclasses.field(default=None, repr=False, compare=False)
     # Every value checked as one JSON document when written (``store.json_values``): a ``json`` store.
     json_values: bool = False
+    # Stores every key by its natural value (``store.formats.keys``); ``None`` keeps keys as read.
+    key_codec: ValueCodec | None = dataclasses.field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kafka", MappingProxyType(dict(self.kafka)))

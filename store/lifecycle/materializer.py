@@ -367,6 +367,7 @@ class Materializer:
             and minimum > 0
             # Restore workers write records as read: values that need decoding go through the loop.
             and self._config.value_codec is None
+            and self._config.key_codec is None
             and self.progress.remaining(self._written_position()) >= minimum
         )
 

@@ -126,3 +126,18 @@ def test_a_spark_lookup_join_on_a_long_column(shards: LocalShards, spark: SparkS
     )
     rows = {row["order_id"]: (row["id"], row["name"]) for row in joined.collect()}
     assert rows == {1: (42, "customer 42"), 2: (-3, "customer -3"), 3: (None, None), 4: (42, "customer 42")}
+
+
+def test_a_scan_across_shards_comes_in_the_byte_order_of_the_stored_numbers(shards: LocalShards) -> None:
+    with StatestoreClient(shards.url, deadline=20) as client:
+        scanned = [key for key, _ in client.scan("customers", page_size=7)]
+    page = httpx.get(f"{shards.url_of(0)}/v1/stores/customers/scan", params={"limit": 1000}).json()
+    one_shard = [item["key"] for item in page["items"]]
+    # Big-endian two's complement: 0 up to the largest, then the most negative up to -1, on every
+    # shard alike, so pages of three shards merge into one such listing.
+    expected = [str(n) for n in sorted(CUSTOMERS, key=long_key)]
+    assert scanned == expected
+    assert expected[:2] == ["0", "1"]
+    assert expected[-2:] == ["-2", "-1"]
+    assert 0 < len(one_shard) < len(expected)
+    assert one_shard == [key for key in expected if key in set(one_shard)]

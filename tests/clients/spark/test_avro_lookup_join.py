@@ -59,3 +59,32 @@ def test_lookup_join_types_columns_from_the_avro_schema(
             }
             overridden = lookup_join(orders, store="customers", on="cid", url=url, value_schema="name string")
             assert overridden.columns == ["order", "cid", "name"]
+
+
+def test_lookup_join_takes_the_natural_value_of_avro_keys(
+    broker: LocalBroker, make_topic: Callable[..., str], spark: SparkSession, tmp_path: Path
+) -> None:
+    bootstrap = broker.bootstrap_servers
+    topic = make_topic()
+    with schema_registry() as registry:
+        client = SchemaRegistryClient({"url": registry.url})
+        keys = AvroSerializer(client, json.dumps("long"))
+        values = AvroSerializer(client, json.dumps(V2))
+        key_context = SerializationContext(topic, MessageField.KEY)
+        value_context = SerializationContext(topic, MessageField.VALUE)
+        produce(
+            bootstrap,
+            topic,
+            [
+                (keys(n, key_context), values(customer(n, city=f"city {n}"), value_context))
+                for n in (1, 2, -3)
+            ],
+        )
+        settings = settings_for(registry, bootstrap, topic, tmp_path / "state")
+        settings.stores[0].key_format = "avro"
+        with serve_app(create_app(settings)) as url:
+            wait_until_ready(url)
+            orders = spark.createDataFrame([("o1", 2), ("o2", -3), ("o3", 9)], "order string, cid long")
+            joined = lookup_join(orders, store="customers", on="cid", url=url)
+            rows = {row["order"]: (row["id"], row["city"]) for row in joined.collect()}
+            assert rows == {"o1": (2, "city 2"), "o2": (-3, "city -3"), "o3": (None, None)}

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import json
 
-from service.value_schemas import value_schema_ddl
+from service.typed_values import ddl_of, value_type
+
+
+def value_schema_ddl(text: str) -> str | None:
+    return ddl_of(value_type("avro", {"schema": text}))
 
 
 def test_avro_types_map_to_the_spark_types_of_their_json_form() -> None:

@@ -1,0 +1,73 @@
+"""Arrow answers of stores decoded at ingest: the ``value`` column a struct typed from the schema.
+
+A store whose values are ``avro``, ``protobuf`` or ``json_schema`` keeps each value as the JSON
+document of its record in the latest version's shape; an Arrow answer parses those documents into
+the struct of the latest schema (:mod:`service.typed_values`), projected to ``fields=`` when asked.
+A value that does not parse into it (a stored value that could not be decoded at ingest, or one
+written before a change of a field's type) is a null value with its problem type in the
+``error`` column, never a wrong value. Stores of other formats answer the stored bytes as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from clients.lookup import decode_json
+from service.projection import Projection
+from service.registry import ServedStore
+from store.formats import undecodable_reason
+from wire.problems import TYPE_PREFIX, VALUE_UNDECODABLE
+
+
+def projected(struct: pa.StructType, paths: Sequence[tuple[str, ...]]) -> pa.StructType:
+    """The part of ``struct`` that ``fields=`` paths keep, nested as the projected documents are
+    (service.projection: the first path naming a field decides whether it is whole; a path the
+    type does not have is a ``null``-typed field, which the documents carry as null)."""
+    fields: dict[str, pa.DataType] = {}
+    whole: set[str] = set()
+    for path in paths:
+        name, rest = path[0], path[1:]
+        index = struct.get_field_index(name)
+        typed = struct.field(index).type if index >= 0 else pa.null()
+        if name in whole:
+            continue
+        if not rest:
+            if name not in fields:
+                fields[name] = typed
+                whole.add(name)
+            continue
+        deeper = projected(typed, [rest]) if isinstance(typed, pa.StructType) else pa.null()
+        before = fields.get(name)
+        if isinstance(before, pa.StructType) and isinstance(deeper, pa.StructType):
+            deeper = pa.struct([*before, *(f for f in deeper if before.get_field_index(f.name) < 0)])
+        fields[name] = deeper
+    return pa.struct([pa.field(name, typed) for name, typed in fields.items()])
+
+
+def _problem(value: bytes | None) -> str | None:
+    if value is None:
+        return None
+    reason = undecodable_reason(value)
+    if reason is not None:
+        return TYPE_PREFIX + reason.split(":", 1)[0]
+    return VALUE_UNDECODABLE.uri  # a document that does not fit the latest schema's types
+
+
+def struct_table(
+    served: ServedStore, key_column: pa.Array, values: Sequence[bytes | None], projection: Projection | None
+) -> pa.Table | None:
+    """The Arrow answer of a batch get as ``key``, ``value`` (a struct) and ``error`` columns;
+    ``None`` for a store whose values have no struct (the caller answers the stored bytes)."""
+    latest = served.value_type() if served.value_type is not None else None
+    if latest is None:
+        return None
+    struct = latest if projection is None else projected(latest, projection.paths)
+    stored = pa.array(values, pa.binary())
+    parsed, bad = decode_json(stored, struct)
+    errors: pa.Array = pa.nulls(len(values), pa.string())
+    if pc.any(bad).as_py():
+        errors = pa.array([_problem(v) if b else None for v, b in zip(values, bad.to_pylist(), strict=True)])
+    return pa.table({"key": key_column, "value": parsed, "error": errors.cast(pa.string())})
