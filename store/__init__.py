@@ -32,6 +32,7 @@ from store.exceptions import (
     StoreReadError,
     StoreWriteError,
     StoreWriterClosedError,
+    TimeExpiredError,
     UnknownIndexError,
 )
 from store.history import HistorySpec
@@ -107,5 +108,6 @@ __all__ = [
     "StoreTuning",
     "StoreWriteError",
     "StoreWriterClosedError",
+    "TimeExpiredError",
     "UnknownIndexError",
 ]

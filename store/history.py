@@ -35,13 +35,13 @@ from __future__ import annotations
 import dataclasses
 import struct
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import rocksdict
 
-from store import families
-from store.corruption import check_status, family_get, prefixed
+from store import families, timed
+from store.corruption import check_status, entries, family_get, prefixed
 from store.position import Position
 
 if TYPE_CHECKING:
@@ -264,8 +264,20 @@ class HistoryRecorder:
         for partition, (next_offset, timestamp) in last_in_batch.items():
             batch.put(_time_key(partition, next_offset), _TIMESTAMP.pack(timestamp), meta)
 
-    def prune(self, engine: Engine, floor: Mapping[int, int], budget: int = 10_000) -> int:
-        """Drop versions superseded below ``floor`` (at most ``budget`` changes); returns how many."""
+    def prune(
+        self,
+        engine: Engine,
+        floor: Mapping[int, int],
+        budget: int = 10_000,
+        time_floor: Callable[[int], None] | None = None,
+    ) -> int:
+        """Drop versions superseded below ``floor`` (at most ``budget`` changes); returns how many.
+
+        Keeps what a read as of a time at or above the time floor needs (``store.timed``); the
+        floor's new value goes to ``time_floor`` before the batch is written, and into the batch.
+        """
+        base_times = timed.stored_bounds(engine).base_times
+        pruned = timed.NO_TIME
         batch = engine.new_batch()
         live = engine.family(families.HISTORY)
         history, changes, meta = (
@@ -280,12 +292,21 @@ class HistoryRecorder:
             while iterator.valid() and done < budget:
                 change, key = iterator.key(), iterator.value()
                 _partition, offset = parse_change_key(change)
-                batch.delete_range(
-                    version_key(key, partition, -1), version_key(key, partition, offset), history
-                )
-                stored = family_get(live, version_key(key, partition, offset))
+                newest_key = version_key(key, partition, offset)
+                superseded = list(entries(live.iter(), version_key(key, partition, -1), newest_key))
+                batch.delete_range(version_key(key, partition, -1), newest_key, history)
+                stored = family_get(live, newest_key)
+                keep: list[bytes] = []
+                if stored is not None:
+                    keep = timed.prune_keep(superseded, (newest_key, stored), base_times)
+                    kept = dict(superseded)
+                    for history_key in keep:
+                        batch.put(history_key, kept[history_key], history)
+                    for _history_key, version in [*superseded, (newest_key, stored)]:
+                        pruned = max(pruned, timed.versions_timestamp(version))
                 if (
                     stored is not None
+                    and not keep
                     and stored[:1] == TOMBSTONE
                     and self._only_version(live, key, partition, offset)
                 ):
@@ -300,6 +321,11 @@ class HistoryRecorder:
                 batch.delete_range(
                     _TIME_PREFIX + _PARTITION.pack(partition), _time_key(partition, floor_offset), meta
                 )
+        if pruned != timed.NO_TIME:
+            floor_time = max(pruned, timed.stored_bounds(engine).pruned)
+            timed.put_pruned(engine, batch, floor_time)
+            if time_floor is not None:
+                time_floor(floor_time)
         engine.write(batch)
         return done
 

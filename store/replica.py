@@ -6,6 +6,7 @@ rebuilds from scratch it has two: readers keep the last good copy until the new 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -13,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from store import families, history
+from store import families, history, timed
 from store.asof import AsOfReader
 from store.config import StoreConfig
 from store.corruption import CorruptionReport, drop_engine_references
@@ -33,6 +34,8 @@ from store.indexes import STATE_PREFIX, IndexSpec, index_changes, parse_states, 
 from store.position import Position
 from store.protocol import MAX_SCAN_LIMIT, MemoryUsage, ScanPage
 from store.records import RecordBatch
+from store.timed import TimeBounds
+from store.timed_reader import TimedReader
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +70,7 @@ class Replica:
         self.history = HistoryRecorder(config.history) if config.history else None
         self.history_start = Position()
         self.history_floor: Position | None = None
+        self.time_bounds = TimeBounds({})
         self._load_history_state()
 
     @property
@@ -138,11 +142,16 @@ class Replica:
 
     # -- reads (called with the lock held) ----------------------------------------------------
 
-    def reader(self, as_of: Position | None) -> _CachedReader | AsOfReader:
+    def reader(self, as_of: Position | None, at_time: int | None = None) -> _CachedReader | AsOfReader:
+        if at_time is not None:
+            # A time is read from history, at the current position unless one is asked.
+            as_of = self.position if as_of is None else as_of
         if as_of is not None:
             # Checked before any snapshot is taken: a refused view must pin nothing (a traceback
             # kept by the caller would otherwise hold the database open past ``stop()``).
             self._check_as_of(as_of)
+        if at_time is not None:
+            timed.check_time(self.name, at_time, self.time_bounds)
         engine = self.engine
         latest = SnapshotReader(
             engine.snapshot(),
@@ -152,7 +161,7 @@ class Replica:
         )
         if as_of is None:
             return _CachedReader(self, latest, self.generation)
-        return AsOfReader(
+        parts = (
             latest,
             engine.history_snapshot().iter(),
             engine.history_snapshot().iter(),
@@ -160,7 +169,12 @@ class Replica:
             engine.index_snapshot().iter() if self.indexes else None,
             dict(self.ready_indexes),
             Position({p: as_of.get(p, 0) for p in self.position}),
-            building=frozenset(self.indexes.keys() - self.ready_indexes.keys()),
+        )
+        building = frozenset(self.indexes.keys() - self.ready_indexes.keys())
+        if at_time is None:
+            return AsOfReader(*parts, building=building)
+        return TimedReader(
+            *parts, building=building, at_time=at_time, bounds=self.time_bounds, store=self.name
         )
 
     def _check_as_of(self, as_of: Position) -> None:
@@ -216,9 +230,12 @@ class Replica:
                 batch.put(key, value)
         if self.ready_indexes and keys:
             self._maintain_indexes(batch, keys, values)
-        if self.history is not None and self.history_start and keys:
+        if self.history is not None and keys:
             assert records.metas is not None, "records of a store that keeps history need their metadata"
-            self.history.record(engine, batch, keys, values, records.metas)
+            if self.history_start:
+                self.history.record(engine, batch, keys, values, records.metas)
+            else:
+                self._bound_base_times(batch, records.metas)
         engine.put_offsets(batch, records.next_offsets)
         with self._changed:
             engine.write(batch)
@@ -246,11 +263,15 @@ class Replica:
             # Bulk chunks carry no index entries: the indexes are rebuilt once the bootstrap ends.
             self._put_index_state(batch, spec.name, spec.field, "building")
         reset_history = bool(self.history_start)
+        if self.history is not None:
+            timed.put_bulk(engine, batch)  # the chunk's records come without their timestamps
         if reset_history:
             # Bulk chunks carry no versions: history restarts when the store is READY again.
             history.clear(engine, batch)
         with self._changed:
             self.ready_indexes = {}
+            if self.history is not None:
+                self.time_bounds = dataclasses.replace(self.time_bounds, known=False)
             if reset_history:
                 self.history_start = Position()
                 self.history_floor = None
@@ -398,8 +419,22 @@ class Replica:
 
     @property
     def keeps_history(self) -> bool:
-        """Whether records must come with ``(partition, offset, timestamp)`` for history."""
-        return self.history is not None and bool(self.history_start)
+        """Whether records must come with ``(partition, offset, timestamp)`` for history (also
+        before history begins: their timestamps bound the times of the versions it starts from)."""
+        return self.history is not None
+
+    def _bound_base_times(self, batch: Any, metas: Sequence[tuple[int, int, int]]) -> None:
+        """Add to ``batch``: raise each partition's pre-history time bound (``store.timed``)."""
+        known = self.time_bounds.base_times
+        raised = {
+            partition: timestamp
+            for partition, timestamp in timed.newest_per_partition(metas).items()
+            if timestamp > known.get(partition, timed.NO_TIME)
+        }
+        if raised:
+            timed.put_base_times(self.engine, batch, raised)
+            # Only the writer thread reads these before history begins: no reader looks yet.
+            self.time_bounds = dataclasses.replace(self.time_bounds, base_times={**known, **raised})
 
     def _load_history_state(self) -> None:
         engine = self.engine
@@ -414,6 +449,7 @@ class Replica:
             return
         self.history_start = history.stored_start(engine)
         self.history_floor = self._compute_floor() if self.history_start else None
+        self.time_bounds = timed.stored_bounds(engine)
 
     def begin_history(self, partitions: int) -> None:
         """Start keeping history from the current position (called when the store is READY).
@@ -449,8 +485,13 @@ class Replica:
         with self._changed:
             # Readers check against the new floor before any version below it is dropped.
             self.history_floor = floor if self.history_floor is None else self.history_floor.merged(floor)
-        while self.history.prune(self.engine, floor) >= 10_000:
+        while self.history.prune(self.engine, floor, time_floor=self._raise_time_floor) >= 10_000:
             pass
+
+    def _raise_time_floor(self, timestamp: int) -> None:
+        # Readers check against the new time floor before any version below it is dropped.
+        with self._changed:
+            self.time_bounds = self.time_bounds.with_pruned(timestamp)
 
 
 class _CachedReader:
