@@ -27,6 +27,7 @@ from clients.position import Position, PositionLike
 from clients.retry import Deadline, RetryPolicy
 from clients.routing import ShardRouting
 from clients.sharding import Sharding, grouped_by_shard, in_request_order
+from clients.times import TimeLike, time_array, time_ms
 from clients.wire import Key
 
 HttpT = TypeVar("HttpT", bound=httpx.Client | httpx.AsyncClient)
@@ -210,10 +211,13 @@ class BaseClient(ShardRouting, ABC, Generic[HttpT, TransportT, RowsT]):
 
     # -- flows: every read, routed to its shards (see clients.routing) ----------------------------
 
-    def _get_flow(self, store: str, key: Key, raw: bool, read: ReadAt) -> Flow[Any]:
+    def _get_flow(
+        self, store: str, key: Key, raw: bool, read: ReadAt, time: TimeLike | None = None
+    ) -> Flow[Any]:
+        at = None if time is None else time_ms(time)
         if key in ("", b""):
             # The empty key has no path segment: the batch route asks for it.
-            found = yield from self._get_many_flow(store, [key], raw, read)
+            found = yield from self._get_many_flow(store, [key], raw, read, None if at is None else [at])
             return found[0]
         min_position, as_of = pinned_at(read)
         deadline = self._deadline(read.get("deadline"))
@@ -221,6 +225,7 @@ class BaseClient(ShardRouting, ABC, Generic[HttpT, TransportT, RowsT]):
         def read_key(sharding: Sharding) -> Flow[Any]:
             shard = sharding.shard_of(wire.key_bytes(key))
             call = wire.get_call(store, key, sharding.part(min_position, shard), sharding.part(as_of, shard))
+            call = wire.at_time(call, at)
             try:
                 response = yield from self._sent(call.to(self._target(shard)), deadline)
             except KeyNotFoundError:
@@ -230,10 +235,33 @@ class BaseClient(ShardRouting, ABC, Generic[HttpT, TransportT, RowsT]):
 
         return (yield from self._routed(store, deadline, read_key))
 
-    def _get_many_flow(self, store: str, keys: Sequence[Key], raw: bool, read: ReadAt) -> Flow[list[Any]]:
-        unique, index = wire.dedupe([wire.key_bytes(k) for k in keys])
+    def _get_many_flow(
+        self,
+        store: str,
+        keys: Sequence[Key],
+        raw: bool,
+        read: ReadAt,
+        times: Sequence[TimeLike] | None = None,
+    ) -> Flow[list[Any]]:
         value_format = None if raw else (yield from self._value_format_flow(store))
-        array = yield from self._get_arrow_flow(store, pa.array(unique, type=pa.binary()), read)
+        if times is None:
+            unique, index = wire.dedupe([wire.key_bytes(k) for k in keys])
+            array = yield from self._get_arrow_flow(store, pa.array(unique, type=pa.binary()), read)
+        else:
+            if len(times) != len(keys):
+                raise ValueError(
+                    f"as_of_times must hold one time per key: {len(times)} times, {len(keys)} keys"
+                )
+            # A key asked at two times is two reads: pairs are deduped, not keys.
+            pairs, index = wire.dedupe(
+                [(wire.key_bytes(k), time_ms(t)) for k, t in zip(keys, times, strict=True)]
+            )
+            array = yield from self._get_arrow_flow(
+                store,
+                pa.array([k for k, _ in pairs], type=pa.binary()),
+                read,
+                time_array([t for _, t in pairs]),
+            )
         found = array.to_pylist()
         if value_format is not None:
             found = [None if v is None else wire.decode_value(v, value_format) for v in found]
@@ -247,14 +275,20 @@ class BaseClient(ShardRouting, ABC, Generic[HttpT, TransportT, RowsT]):
                 raise DeadlineExceededError(f"{what} ran past its deadline")
             yield values.slice(start, size)
 
-    def _get_arrow_flow(self, store: str, keys: pa.Array, read: ReadAt) -> Flow[pa.Array]:
+    def _get_arrow_flow(
+        self, store: str, keys: pa.Array, read: ReadAt, times: pa.Array | None = None
+    ) -> Flow[pa.Array]:
         min_position, as_of = pinned_at(read)
         deadline = self._deadline(read.get("deadline"))
+        if times is not None and len(times) != len(keys):
+            raise ValueError(f"as_of_times must hold one time per key: {len(times)} times, {len(keys)} keys")
 
         def read_keys(sharding: Sharding) -> Flow[pa.Array]:
             if sharding.shards == 1:
                 return (
-                    yield from self._get_arrow_shard(store, keys, sharding, 0, min_position, as_of, deadline)
+                    yield from self._get_arrow_shard(
+                        store, keys, sharding, 0, min_position, as_of, deadline, times
+                    )
                 )
             groups = grouped_by_shard(sharding.shards_of(keys), sharding.shards)
             if not groups:
@@ -269,6 +303,7 @@ class BaseClient(ShardRouting, ABC, Generic[HttpT, TransportT, RowsT]):
                         sharding.part(min_position, shard),
                         sharding.part(as_of, shard),
                         deadline,
+                        None if times is None else times.take(rows),
                     )
                     for shard, rows in groups
                 )
@@ -286,11 +321,16 @@ class BaseClient(ShardRouting, ABC, Generic[HttpT, TransportT, RowsT]):
         min_position: PositionLike | None,
         as_of: PositionLike | None,
         deadline: Deadline,
+        times: pa.Array | None = None,
     ) -> Flow[pa.Array]:
-        """The values of keys that all live on ``shard``, in batches of ``batch_size``."""
+        """The values of keys that all live on ``shard``, in batches of ``batch_size`` (each key as of
+        its time in ``times``, when given)."""
         parts: list[pa.Array] = []
+        sent = 0
         for chunk in self._batches(keys, deadline, f"batch get on store {store!r}"):
-            call = wire.batch_get_call(store, chunk, min_position, as_of).to(self._target(shard))
+            chunk_times = None if times is None else times.slice(sent, len(chunk))
+            sent += len(chunk)
+            call = wire.batch_get_call(store, chunk, min_position, as_of, chunk_times).to(self._target(shard))
             response = yield from self._sent(call, deadline)
             self._notice_growth(store, sharding, response)
             parts.append(wire.decode_values(response.content, len(chunk)))

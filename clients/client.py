@@ -20,6 +20,7 @@ from clients.base import BaseClient, IndexReadAt, IndexRowsAt, ReadAt, Row
 from clients.flow import Attempt, Emit, Flow, Sleep, Step, Thrown, Together, Walk, gathered
 from clients.indexes import IndexValue
 from clients.position import Position, PositionLike
+from clients.times import TimeLike
 from clients.views import AtLeast, Exact, View
 from clients.wire import Key, StoreInfo, ValueFormat
 
@@ -131,29 +132,49 @@ class StatestoreClient(BaseClient[httpx.Client, httpx.BaseTransport, Iterator[Ro
         """The store's value format, asked once and cached."""
         return self._run(self._value_format_flow(store))
 
-    def get(self, store: str, key: Key, *, raw: bool = False, **read: Unpack[ReadAt]) -> Any:
+    def get(
+        self,
+        store: str,
+        key: Key,
+        *,
+        raw: bool = False,
+        as_of_time: TimeLike | None = None,
+        **read: Unpack[ReadAt],
+    ) -> Any:
         """The value of ``key`` (decoded per the value format, or bytes if ``raw``), ``None`` if absent.
 
         ``as_of=`` reads the value exactly as of that position (the store must keep history);
         ``min_position=`` only demands a table at least that new. They exclude each other.
+        ``as_of_time=`` (epoch ms, an aware ``datetime`` or RFC 3339 text) reads the key's record
+        stamped last at or before that time (the store must keep history back to it).
         """
-        return self._run(self._get_flow(store, key, raw, read))
+        return self._run(self._get_flow(store, key, raw, read, as_of_time))
 
     def get_many(
-        self, store: str, keys: Sequence[Key], *, raw: bool = False, **read: Unpack[ReadAt]
+        self,
+        store: str,
+        keys: Sequence[Key],
+        *,
+        raw: bool = False,
+        as_of_times: Sequence[TimeLike] | None = None,
+        **read: Unpack[ReadAt],
     ) -> list[Any]:
         """The values of ``keys`` in request order (``None`` for absent keys).
 
-        Duplicates are asked once; keys go in Arrow batches of ``batch_size``.
+        Duplicates are asked once; keys go in Arrow batches of ``batch_size``. ``as_of_times=``
+        (one time per key) reads each key as of its own time, as ``get(as_of_time=)`` does.
         """
-        return self._run(self._get_many_flow(store, keys, raw, read))
+        return self._run(self._get_many_flow(store, keys, raw, read, as_of_times))
 
-    def get_arrow(self, store: str, keys: pa.Array, **read: Unpack[ReadAt]) -> pa.Array:
-        """Stored values (``binary``, null when absent) for an Arrow array of keys, row for row.
+    def get_arrow(
+        self, store: str, keys: pa.Array, as_of_times: pa.Array | None = None, **read: Unpack[ReadAt]
+    ) -> pa.Array:
+        """Stored values (``binary``, null when absent) for an Arrow array of keys, row for row
+        (each as of its time in ``as_of_times``, ``timestamp`` or ``int64`` epoch ms, when given).
 
         The building block of the Spark join: no dedupe, no decoding, one request per ``batch_size``.
         """
-        return self._run(self._get_arrow_flow(store, keys, read))
+        return self._run(self._get_arrow_flow(store, keys, read, as_of_times))
 
     def index_arrow(self, store: str, index: str, values: pa.Array, **read: Unpack[IndexReadAt]) -> pa.Table:
         """The rows of many distinct indexed values: a table ``value: string, key: binary, row: binary``.
@@ -199,14 +220,16 @@ class StoreView(View[Iterator[Row]]):
 
     client: StatestoreClient
 
-    def get(self, key: Key, *, raw: bool = False) -> Any:
-        return self.client.get(self.store, key, raw=raw, **self._read)
+    def get(self, key: Key, *, raw: bool = False, as_of_time: TimeLike | None = None) -> Any:
+        return self.client.get(self.store, key, raw=raw, as_of_time=as_of_time, **self._read)
 
-    def get_many(self, keys: Sequence[Key], *, raw: bool = False) -> list[Any]:
-        return self.client.get_many(self.store, keys, raw=raw, **self._read)
+    def get_many(
+        self, keys: Sequence[Key], *, raw: bool = False, as_of_times: Sequence[TimeLike] | None = None
+    ) -> list[Any]:
+        return self.client.get_many(self.store, keys, raw=raw, as_of_times=as_of_times, **self._read)
 
-    def get_arrow(self, keys: pa.Array) -> pa.Array:
-        return self.client.get_arrow(self.store, keys, **self._read)
+    def get_arrow(self, keys: pa.Array, as_of_times: pa.Array | None = None) -> pa.Array:
+        return self.client.get_arrow(self.store, keys, as_of_times, **self._read)
 
     def index_arrow(
         self, index: str, values: pa.Array, *, limit_per_value: int = indexes.DEFAULT_LIMIT_PER_VALUE

@@ -46,6 +46,7 @@ class JoinStep:
     counter: Counter | None
     binary_row_keys: bool = False  # index steps: matched row keys as binary, else as UTF-8 text
     flag: bool = False
+    time_index: int | None = None  # of the row's time (epoch ms) when each row is read as of its time
 
 
 def count_misfits(counter: Counter | None, store: str, count: int) -> None:
@@ -107,11 +108,13 @@ def join_task(
             for batch in grouped(batches):
                 columns = [batch.column(i) for i in range(kept)]
                 keys = [batch.column(step.key_index) for step in steps]
+                times = [None if step.time_index is None else batch.column(step.time_index) for step in steps]
                 for number, (step, lookup) in enumerate(zip(steps, lookups, strict=True)):
                     if isinstance(lookup, IndexLookup):
                         matches = lookup.lookup(keys[number], step.how)
                         columns = [column.take(matches.parents) for column in columns]
                         keys = [key.take(matches.parents) for key in keys]
+                        times = [None if t is None else t.take(matches.parents) for t in times]
                         row_keys, bad_keys = decode(
                             matches.keys, "bytes" if step.binary_row_keys else "string", None
                         )
@@ -122,7 +125,8 @@ def join_task(
                         if step.flag:
                             columns.append(pc.or_(matches.misfit, bad_keys))
                         continue
-                    result = lookup.lookup(keys[number])
+                    at = times[number]
+                    result = lookup.lookup(keys[number]) if at is None else lookup.lookup_at(keys[number], at)
                     count_misfits(step.counter, step.spec.store, result.mismatched)
                     columns.extend(_typed_columns(result.values, step.spec))
                     if step.flag:
@@ -130,6 +134,7 @@ def join_task(
                     if step.how == "inner":
                         columns = [column.filter(result.found) for column in columns]
                         keys = [key.filter(result.found) for key in keys]
+                        times = [None if t is None else t.filter(result.found) for t in times]
                 yield pa.RecordBatch.from_arrays(columns, names=names)
 
     return run

@@ -51,7 +51,13 @@ TIMEOUT_PARAM = _query(
     {"type": "integer", "minimum": 0, "maximum": 3_600_000},
     "how long to wait for min_position or as_of, at most the configured maximum",
 )
-READ_PARAMS = [MIN_POSITION_PARAM, AS_OF_PARAM, TIMEOUT_PARAM]
+AS_OF_TIME_PARAM = _query(
+    "as_of_time",
+    {"type": "string"},
+    "answer as of this time (epoch milliseconds or RFC 3339): each key's record with the greatest"
+    " timestamp at or below it (stores that keep history); combines with as_of or min_position",
+)
+READ_PARAMS = [MIN_POSITION_PARAM, AS_OF_PARAM, AS_OF_TIME_PARAM, TIMEOUT_PARAM]
 
 SCAN_PARAMS = [
     _query("prefix", {"type": "string", "default": ""}, "only keys starting with this prefix"),
@@ -214,6 +220,11 @@ BATCH_REQUEST_BODY: dict[str, Any] = {
                 "properties": {
                     "keys": {"type": "array", "items": {"type": "string"}},
                     "key_encoding": {"type": "string", "enum": ["utf8", "base64"]},
+                    "as_of_times": {
+                        "type": "array",
+                        "items": {"type": ["integer", "string"]},
+                        "description": "one time per key, parallel to keys (epoch ms or RFC 3339)",
+                    },
                 },
             }
         },
@@ -221,7 +232,8 @@ BATCH_REQUEST_BODY: dict[str, Any] = {
             "schema": {
                 "type": "string",
                 "format": "binary",
-                "description": "Arrow IPC stream, one `key` column",
+                "description": "Arrow IPC stream: a `key` column, then optionally `as_of_time`"
+                " (timestamp or int64 epoch ms), one time per key",
             }
         },
     },

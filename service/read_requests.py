@@ -10,6 +10,7 @@ page sizes, the read options (positions, timeout) and the answer's budget are al
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 from urllib.parse import quote
 
 import anyio
@@ -19,7 +20,7 @@ import pyarrow.compute as pc
 from starlette.requests import Request
 
 from service.answers import AnswerBudget
-from service.arrow_body import read_column
+from service.arrow_body import read_columns
 from service.auth import Auth
 from service.bodies import (
     JSON,
@@ -37,6 +38,7 @@ from service.reads import find_store
 from service.registry import ServedStore, StoreRegistry
 from service.settings import LimitSettings, Settings
 from service.sharding import KeyCheck
+from service.time_requests import TIME_COLUMN, arrow_times, json_times, per_key_times
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -67,6 +69,7 @@ class BatchRead(StoreRead):
     encoding: KeyEncoding
     keys: list[bytes]
     key_column: pa.Array | None
+    times: list[int] | None = None  # one time per key (epoch ms): ``as_of_times`` / ``as_of_time``
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -129,7 +132,7 @@ class ReadRequests:
         limits = self.limits
         body = await read_body(request, limits)
         if media_type == JSON:
-            encoding, keys = _json_keys(body, query.get("key_encoding"), limits.max_batch_keys)
+            encoding, keys, times = _json_keys(body, query.get("key_encoding"), limits.max_batch_keys)
             longest = max(map(len, keys), default=0)
             check_batch(len(keys), longest, limits.max_batch_keys, limits.max_key_bytes)
             self.check_keys(served, keys)
@@ -137,10 +140,12 @@ class ReadRequests:
         else:
             encoding = key_encoding(query.get("key_encoding"))
             # Decoding a large Arrow body takes a while: off the event loop.
-            column = await anyio.to_thread.run_sync(_arrow_keys, body, limits)
+            column, times = await anyio.to_thread.run_sync(_arrow_keys, body, limits)
             self.check_keys(served, column)
             keys = column.to_pylist()
-        return BatchRead(served, options, limits.max_answer_bytes, media_type, encoding, keys, column)
+        if times is not None:
+            options = per_key_times(options, times)
+        return BatchRead(served, options, limits.max_answer_bytes, media_type, encoding, keys, column, times)
 
     def scan(self, request: Request) -> ScanRead:
         served = self.store(request)
@@ -156,8 +161,10 @@ class ReadRequests:
         return ScanRead(served, options, self.limits.max_answer_bytes, encoding, prefix, after, limit)
 
 
-def _json_keys(body: bytes, query_encoding: str | None, max_keys: int) -> tuple[KeyEncoding, list[bytes]]:
-    """The key encoding and the keys of a JSON batch body."""
+def _json_keys(
+    body: bytes, query_encoding: str | None, max_keys: int
+) -> tuple[KeyEncoding, list[bytes], list[int] | None]:
+    """The key encoding, the keys and the per-key times (if any) of a JSON batch body."""
     try:
         document = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
@@ -171,12 +178,16 @@ def _json_keys(body: bytes, query_encoding: str | None, max_keys: int) -> tuple[
     texts = document["keys"]
     # Refuse an oversized batch before doing any work per key.
     check_batch(len(texts), 0, max_keys, 1)
+    return encoding, _json_key_list(texts, encoding), json_times(document, len(texts))
+
+
+def _json_key_list(texts: list[Any], encoding: KeyEncoding) -> list[bytes]:
     not_strings = malformed(
         "every key must be a string", [{"loc": ["body", "keys"], "msg": "list of strings"}]
     )
     if encoding == "utf8":
         try:
-            return encoding, [t.encode() for t in texts]
+            return [t.encode() for t in texts]
         except AttributeError as exc:  # only str has .encode() among JSON values
             raise not_strings from exc
         except UnicodeEncodeError as exc:
@@ -185,7 +196,7 @@ def _json_keys(body: bytes, query_encoding: str | None, max_keys: int) -> tuple[
             ) from exc
     if not all(isinstance(t, str) for t in texts):
         raise not_strings
-    return encoding, [decode_key_text(t, encoding) for t in texts]
+    return [decode_key_text(t, encoding) for t in texts]
 
 
 def _is_key_type(data_type: pa.DataType) -> bool:
@@ -197,12 +208,17 @@ def _is_key_type(data_type: pa.DataType) -> bool:
     )
 
 
-def _arrow_keys(body: bytes, limits: LimitSettings) -> pa.Array:
-    """The ``key`` column of an Arrow batch body, as ``binary``, checked before decompressing."""
-    column = read_column(body, "key", _is_key_type, limits.max_batch_keys, limits.max_body_bytes)
+def _arrow_keys(body: bytes, limits: LimitSettings) -> tuple[pa.Array, list[int] | None]:
+    """The ``key`` column of an Arrow batch body, as ``binary``, checked before decompressing, and
+    the per-key times of its ``as_of_time`` column if it has one."""
+    columns = read_columns(
+        body, [("key", _is_key_type), TIME_COLUMN], 1, limits.max_batch_keys, limits.max_body_bytes
+    )
+    column = columns[0]
     if column.null_count:
         raise malformed("the 'key' column holds nulls; every row needs a key")
     keys = column.combine_chunks()
     longest = pc.max(pc.binary_length(keys)).as_py() or 0
     check_batch(len(keys), longest, limits.max_batch_keys, limits.max_key_bytes)
-    return keys if pa.types.is_binary(keys.type) else keys.cast(pa.binary())
+    times = arrow_times(columns[1]) if len(columns) == 2 else None
+    return (keys if pa.types.is_binary(keys.type) else keys.cast(pa.binary())), times

@@ -235,7 +235,7 @@ def test_openapi_lists_the_routes(service: Service) -> None:
         "/v1/stores/{store}/indexes/{index}/{value}",
         "/v1/stores/{store}/indexes/{index}:batchGet",
     }
-    read = {"key_encoding", "min_position", "as_of", "timeout_ms"}
+    read = {"key_encoding", "min_position", "as_of", "as_of_time", "timeout_ms"}
     params = {p["name"] for p in paths["/v1/stores/{store}/scan"]["get"]["parameters"]}
     assert params == {"store", "prefix", "after", "limit", *read}
     lookup = paths["/v1/stores/{store}/indexes/{index}/{value}"]["get"]
