@@ -111,6 +111,13 @@ def parse_version_value(stored: bytes) -> tuple[bytes | None, int]:
     return (stored[9:] if stored[:1] == PUT else None), timestamp
 
 
+def parse_version(history_key: bytes, stored: bytes) -> tuple[int, int, int, bytes | None]:
+    """``(partition, offset, timestamp, value)`` of one stored version (offset -1: the base)."""
+    partition, offset = parse_version_key(history_key)
+    value, timestamp = parse_version_value(stored)
+    return partition, offset, timestamp, value
+
+
 def change_key(partition: int, offset: int) -> bytes:
     return _PARTITION.pack(partition) + _OFFSET.pack(offset)
 
@@ -298,12 +305,12 @@ class HistoryRecorder:
                 stored = family_get(live, newest_key)
                 keep: list[bytes] = []
                 if stored is not None:
-                    keep = timed.prune_keep(superseded, (newest_key, stored), base_times)
+                    parsed = [(k, *parse_version(k, v)[:3]) for k, v in [*superseded, (newest_key, stored)]]
+                    keep = timed.prune_keep(parsed, newest_key, base_times)
                     kept = dict(superseded)
                     for history_key in keep:
                         batch.put(history_key, kept[history_key], history)
-                    for _history_key, version in [*superseded, (newest_key, stored)]:
-                        pruned = max(pruned, timed.versions_timestamp(version))
+                    pruned = max(pruned, *(timestamp for *_, timestamp in parsed))
                 if (
                     stored is not None
                     and not keep

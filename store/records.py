@@ -405,6 +405,15 @@ class CatchUp:
 # -- restore workers' events ------------------------------------------------------------------
 
 
+def newest_per_partition(metas: Iterable[tuple[int, int, int]]) -> dict[int, int]:
+    """The greatest timestamp of each partition's records (``Meta`` tuples)."""
+    newest: dict[int, int] = {}
+    for partition, _offset, timestamp in metas:
+        if timestamp > newest.get(partition, -(2**63)):
+            newest[partition] = timestamp
+    return newest
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class ChunkWritten:
     """A worker wrote a chunk's SST file (``None``: no record of the chunk had a key), and how many
@@ -418,6 +427,7 @@ class ChunkWritten:
     checked: int = 0
     misplaced: int = 0
     misplaced_example: str | None = None
+    newest_times: dict[int, int] | None = None  # per partition, when the store keeps history
 
     @property
     def placement(self) -> Placement:

@@ -33,7 +33,7 @@ from store.hot_keys import HotKeyCache, read_misses
 from store.indexes import STATE_PREFIX, IndexSpec, index_changes, parse_states, state_entry
 from store.position import Position
 from store.protocol import MAX_SCAN_LIMIT, MemoryUsage, ScanPage
-from store.records import RecordBatch
+from store.records import RecordBatch, newest_per_partition
 from store.timed import TimeBounds
 from store.timed_reader import TimedReader
 
@@ -254,8 +254,11 @@ class Replica:
         """After a bulk restore: merge the level-0 files RocksDB would leave (``Engine``)."""
         self.engine.compact_leftover_level0()
 
-    def ingest(self, sst_path: Path | None, next_offsets: dict[int, int]) -> None:
-        """Ingest a bootstrap chunk's SST file, then record the chunk's offsets."""
+    def ingest(
+        self, sst_path: Path | None, next_offsets: dict[int, int], newest_times: dict[int, int] | None = None
+    ) -> None:
+        """Ingest a bootstrap chunk's SST file, then record the chunk's offsets (and, for history,
+        the newest record timestamp of each partition, ``None`` when unknown)."""
         engine = self.engine
         batch = engine.new_batch()
         engine.put_offsets(batch, next_offsets)
@@ -264,13 +267,16 @@ class Replica:
             self._put_index_state(batch, spec.name, spec.field, "building")
         reset_history = bool(self.history_start)
         if self.history is not None:
-            timed.put_bulk(engine, batch)  # the chunk's records come without their timestamps
+            if newest_times is None:
+                timed.put_bulk(engine, batch)  # the chunk's records come without their timestamps
+            else:
+                self._bound_base_times(batch, [(p, 0, t) for p, t in newest_times.items()])
         if reset_history:
             # Bulk chunks carry no versions: history restarts when the store is READY again.
             history.clear(engine, batch)
         with self._changed:
             self.ready_indexes = {}
-            if self.history is not None:
+            if self.history is not None and newest_times is None:
                 self.time_bounds = dataclasses.replace(self.time_bounds, known=False)
             if reset_history:
                 self.history_start = Position()
@@ -428,7 +434,7 @@ class Replica:
         known = self.time_bounds.base_times
         raised = {
             partition: timestamp
-            for partition, timestamp in timed.newest_per_partition(metas).items()
+            for partition, timestamp in newest_per_partition(metas).items()
             if timestamp > known.get(partition, timed.NO_TIME)
         }
         if raised:

@@ -206,7 +206,9 @@ class _Restore:
         return size >= self.job["chunk_records"] or catch_up.done or (size >= poll_max and 0 < unread <= size)
 
     def _new_batch(self) -> records.RecordBatch:
-        return records.RecordBatch.collecting(False, with_partitions=self.placement is not None)
+        # A store keeping history bounds the times of what it restores (``store.timed``).
+        with_times = bool(self.job.get("with_times"))
+        return records.RecordBatch.collecting(with_times, with_partitions=self.placement is not None)
 
     def _write_chunk(self) -> None:
         batch, self.batch = self.batch, self._new_batch()
@@ -215,8 +217,11 @@ class _Restore:
         placement = batch.placement(*self.placement) if self.placement is not None else None
         written = write_sst(path, batch.keys, batch.values)
         checked = (placement.checked, placement.misplaced, placement.example) if placement else (0, 0, None)
+        newest = None if batch.metas is None else records.newest_per_partition(batch.metas)
         self.emit(
-            records.ChunkWritten(written, dict(batch.next_offsets), len(batch), batch.null_keys, *checked)
+            records.ChunkWritten(
+                written, dict(batch.next_offsets), len(batch), batch.null_keys, *checked, newest
+            )
         )
 
     def close(self) -> None:

@@ -22,8 +22,9 @@ every version that pruning has passed (``history_time_floor``). A time below it 
 (``HistoryExpiredError``), never guessed. One case remains that no floor settles: a key whose base
 version competes with a later-applied record stamped *below* the pre-history bound (a late record
 behind the history start): which of the two is newer in time is unknown, so that read is refused
-too. A copy restored in bulk (SST files, no timestamps) does not know its pre-history bound and
-answers no read as of a time until it is rebuilt from the topic.
+too. A bulk restore's chunks report the newest timestamp of each partition they hold, so the bound
+holds for them as well; a chunk ingested without it (``put_bulk``) leaves the bound unknown, and the
+copy answers no read as of a time until it is rebuilt from the topic.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import struct
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from store import families, history
+from store import families
 from store.exceptions import TimeExpiredError
 
 if TYPE_CHECKING:
@@ -102,23 +103,18 @@ def put_pruned(engine: Engine, batch: Any, timestamp: int) -> None:
     batch.put(_FLOOR_KEY, _TIMESTAMP.pack(timestamp), engine.handle(families.META))
 
 
-def newest_per_partition(metas: Iterable[tuple[int, int, int]]) -> dict[int, int]:
-    """The greatest timestamp of each partition's records."""
-    newest: dict[int, int] = {}
-    for partition, _offset, timestamp in metas:
-        if timestamp > newest.get(partition, NO_TIME):
-            newest[partition] = timestamp
-    return newest
-
-
 class AmbiguousTimeError(Exception):
     """A base version competes with a record stamped below the pre-history bound (module doc)."""
 
 
 def choose_at_time(
-    versions: Iterable[tuple[bytes, bytes]], at: int, as_of: Mapping[int, int], bounds: TimeBounds
+    versions: Iterable[tuple[int, int, int, bytes | None]],
+    at: int,
+    as_of: Mapping[int, int],
+    bounds: TimeBounds,
 ) -> tuple[bool, bytes | None]:
-    """From ``(history key, stored version)`` pairs of one key, the value as of time ``at``.
+    """From the ``(partition, offset, timestamp, value)`` versions of one key (offset -1: the base
+    version), the value as of time ``at``.
 
     Only versions below ``as_of`` count. ``(False, None)``: the key has no version at all (the
     table's value is the answer). Raises ``AmbiguousTimeError`` (module doc). ``at`` must be at or
@@ -127,12 +123,10 @@ def choose_at_time(
     best: tuple[int, int, bytes | None] | None = None
     base: tuple[int, bytes | None] | None = None
     seen = False
-    for history_key, stored in versions:
-        partition, offset = history.parse_version_key(history_key)
+    for partition, offset, timestamp, value in versions:
         if offset >= as_of.get(partition, 0):
             continue
         seen = True
-        value, timestamp = history.parse_version_value(stored)
         if offset < 0:
             base = (partition, value)
         elif timestamp <= at and (best is None or (timestamp, offset) > (best[0], best[1])):
@@ -157,28 +151,23 @@ def check_time(store: str, at: int, bounds: TimeBounds) -> None:
 
 
 def prune_keep(
-    superseded: Sequence[tuple[bytes, bytes]], newest: tuple[bytes, bytes], base_times: Mapping[int, int]
+    versions: Sequence[tuple[bytes, int, int, int]], newest: bytes, base_times: Mapping[int, int]
 ) -> list[bytes]:
-    """Of the versions ``superseded`` below the position floor by ``newest`` (kept anyway), the
-    history keys a read as of a time at or above the time floor may still need (module doc)."""
+    """Of the ``(history key, partition, offset, timestamp)`` versions superseded below the position
+    floor by the one at history key ``newest`` (among them, and kept anyway), the history keys a
+    read as of a time at or above the time floor may still need (module doc)."""
     best: tuple[int, int, bytes] | None = None
     base: bytes | None = None
     base_partition = 0
-    for history_key, stored in [*superseded, newest]:
-        partition, offset = history.parse_version_key(history_key)
+    for history_key, partition, offset, timestamp in versions:
         if offset < 0:
             base, base_partition = history_key, partition
             continue
-        timestamp = history.parse_version_value(stored)[1]
         if best is None or (timestamp, offset) > (best[0], best[1]):
             best = (timestamp, offset, history_key)
     keep = []
-    if best is not None and best[2] != newest[0]:
+    if best is not None and best[2] != newest:
         keep.append(best[2])
     if base is not None and (best is None or best[0] < base_times.get(base_partition, NO_TIME)):
         keep.append(base)
     return keep
-
-
-def versions_timestamp(stored: bytes) -> int:
-    return history.parse_version_value(stored)[1]

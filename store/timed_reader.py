@@ -9,7 +9,7 @@ from store import timed
 from store.asof import AsOfReader, historic_keys
 from store.engine import SnapshotReader
 from store.exceptions import TimeExpiredError
-from store.history import scan_versions
+from store.history import parse_version, scan_versions
 from store.indexes import IndexSpec
 from store.position import Position
 
@@ -52,9 +52,8 @@ class TimedReader(AsOfReader):
         unversioned: list[int] = []
         for i, (key, at) in enumerate(zip(keys, times, strict=True)):
             try:
-                found, value = timed.choose_at_time(
-                    scan_versions(self._history, key), at, self._as_of, self._bounds
-                )
+                versions = (parse_version(k, v) for k, v in scan_versions(self._history, key))
+                found, value = timed.choose_at_time(versions, at, self._as_of, self._bounds)
             except timed.AmbiguousTimeError:
                 raise TimeExpiredError(self._store, at, self._bounds.floor, key) from None
             values.append(value)

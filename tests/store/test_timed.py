@@ -6,6 +6,7 @@ the floor, or one the versions cannot settle, is refused; pruning keeps what a t
 from __future__ import annotations
 
 import json
+import logging
 import random
 from collections.abc import Callable, Sequence
 
@@ -14,7 +15,7 @@ from confluent_kafka import Producer
 
 from store import HistoryExpiredError, HistoryNotKeptError, HistorySpec, IndexSpec, Position, Store
 from store.timed_reader import TimedReader
-from tests.support.stores import FAST, read_index, read_table, wait_until
+from tests.support.stores import FAST, bulk_tuning, read_index, read_table, wait_until
 from tests.support.timed import Stamped, compacted, produce_stamped, table_at, value_at
 
 PARTITIONS = 3
@@ -165,3 +166,32 @@ def test_a_store_without_history_refuses_times(
     assert store.wait_until_ready(60)
     with pytest.raises(HistoryNotKeptError), store.view(at_time=1):
         pass
+
+
+def test_a_store_restored_in_bulk_knows_its_time_floor_and_answers_exactly(
+    make_topic: Callable[..., str],
+    make_store: Callable[..., Store],
+    producer: Producer,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="store")
+    rng = random.Random(5)
+    topic = make_topic(partitions=PARTITIONS)
+    before = produce_stamped(producer, topic, stamped_batch(rng, 1_500, 1_000, 4_000))
+    tuning = bulk_tuning(min_records=500, chunk_records=400).replace(history_prune_interval_seconds=0.05)
+    store = make_store(
+        topic, name="bulk", tuning=tuning, indexes=(BY_GROUP,), history=HistorySpec(retention_offsets=10**6)
+    )
+    assert store.wait_until_ready(60), store.status()
+    assert any("bulk restore of" in r.getMessage() for r in caplog.records), "the restore must go in bulk"
+    floor = max(r.timestamp for r in before)
+    with pytest.raises(HistoryExpiredError), store.view(at_time=floor - 1):
+        pass
+    records = compacted(before)
+    records += produce_stamped(producer, topic, stamped_batch(rng, 40, 4_000, 7_000))
+    end = Position(
+        {p: max(r.offset for r in before + records if r.partition == p) + 1 for p in range(PARTITIONS)}
+    )
+    assert store.wait_for_position(end, 60), store.status()
+    for at in probe_times(records, floor)[::4]:
+        assert_exact_at(store, records, at)
