@@ -30,6 +30,7 @@ COPY deploy/constraints.txt ./deploy/constraints.txt
 COPY store ./store
 COPY service ./service
 COPY clients ./clients
+COPY wire ./wire
 # Build a wheel once; both virtualenvs install from it (all third-party dependencies ship wheels),
 # at the pinned versions.
 RUN python -m pip wheel --no-deps --wheel-dir /wheels . \

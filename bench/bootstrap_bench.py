@@ -13,7 +13,7 @@ Two bare confluent-kafka consumers, each only counting the records:
   it looks up each partition's leader before assigning: without that, librdkafka waits 500 ms
   before its first fetch, which would count against the baseline and not the store.
 - ``bare-max``: given everything the store's consumers get: the same librdkafka settings
-  (``store.kafka.consumer_config``), the same polling (take what is queued, wait for one message
+  (``store.kafka.client.consumer_config``), the same polling (take what is queued, wait for one message
   only when nothing is), the same end rule (a partition is done once its records reach the high
   watermark of its last fetch, or it reports its end), and the same garbage-collector threshold.
   What this project learned about consuming fast, applied to the baseline too.
@@ -41,10 +41,10 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Pro
 from confluent_kafka.admin import AdminClient, NewTopic
 from ktables import KafkaTable
 
-from service.local_broker import LocalBroker
+from service.local.broker import LocalBroker
 from store import Store, StoreConfig, StoreTuning
-from store.gc_pacing import fewer_collections
 from store.kafka import consumer_config
+from store.lifecycle import fewer_collections
 
 TOPIC = "bootstrap-bench"
 PARTITIONS = 3
@@ -87,6 +87,29 @@ def _produce(bootstrap: str, records: int, ordered: bool) -> None:
 # -- contenders, each run in a child process: `python -m bench.bootstrap_bench --child NAME` -------
 
 
+def _records_noting_ends(messages: list[Message], caught_up: set[int]) -> list[Message]:
+    """The records of a poll; the partitions whose end it reports are added to ``caught_up``."""
+    if not any(map(Message.error, messages)):
+        return messages
+    for message in messages:
+        error = message.error()
+        if error is not None and error.code() == KafkaError._PARTITION_EOF:
+            caught_up.add(message.partition() or 0)
+    return [m for m in messages if m.error() is None]
+
+
+def _next_offsets(records: list[Message]) -> dict[int, int]:
+    """The offset after the last record of each partition in ``records``."""
+    latest: dict[int, int] = {}
+    for message in reversed(records):
+        partition = message.partition() or 0
+        if partition not in latest:
+            latest[partition] = (message.offset() or 0) + 1
+            if len(latest) == PARTITIONS:
+                break
+    return latest
+
+
 def _child_bare_max(bootstrap: str, records: int) -> float:
     """The bare consumer with the store's consumer settings, poll, end rule and GC threshold."""
 
@@ -108,22 +131,9 @@ def _child_bare_max(bootstrap: str, records: int) -> float:
             messages = consumer.consume(tuning.consumer.poll_max_records, 0)
             if not messages:
                 messages = consumer.consume(1, tuning.consumer.poll_timeout_seconds)
-            records_polled = messages
-            if any(map(Message.error, messages)):
-                records_polled = [m for m in messages if m.error() is None]
-                for message in messages:
-                    error = message.error()
-                    if error is not None and error.code() == KafkaError._PARTITION_EOF:
-                        caught_up.add(message.partition() or 0)
+            records_polled = _records_noting_ends(messages, caught_up)
             seen += len(records_polled)
-            latest: dict[int, int] = {}
-            for message in reversed(records_polled):
-                partition = message.partition() or 0
-                if partition not in latest:
-                    latest[partition] = (message.offset() or 0) + 1
-                    if len(latest) == PARTITIONS:
-                        break
-            consumed.update(latest)
+            consumed.update(_next_offsets(records_polled))
             for tp in partitions:
                 high = consumer.get_watermark_offsets(tp, cached=True)[1]
                 if high >= 0 and consumed.get(tp.partition, -1) >= high:

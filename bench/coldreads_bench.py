@@ -4,7 +4,7 @@ Every variant holds the same table (``--records`` keys of ``bench/scale_data.py`
 MD5 keys, ~105-byte JSON values), built the way a bulk restore builds it: chunks of 250,000
 records in random key order, each sorted and written as an SST file, ingested one after the other
 with compactions deferred, then compactions resumed and waited for. Reads are 1,000-key
-``get_many`` calls of ``store.engine.SnapshotReader`` (the store's read path below its hot-key
+``get_many`` calls of ``store.table.engine.SnapshotReader`` (the store's read path below its hot-key
 cache) on keys never asked before (``FreshKeys``), after a warm-up of ``--warm`` batches that fills
 the block cache as far as it goes. Variants:
 
@@ -22,7 +22,7 @@ the block cache as far as it goes. Variants:
   256 MiB, e.g. ``cache-2g``), ``multiget`` (``Rdict.get(list)``,
   RocksDB's batched MultiGet with the GIL released, instead of one snapshot lookup per key);
   ``hotkeys`` and ``hotkeys-admit-all``: ``now`` read through the store's hot-key cache
-  (``store.hot_keys``, 200,000 entries) as the store does, with its admission of large batches'
+  (``store.table.hot_keys``, 200,000 entries) as the store does, with its admission of large batches'
   misses and admitting every miss: what the cache costs reads of keys it does not hold.
 
 Reported per variant: keys/s (variants alternate, ``--rounds`` times ``--seconds`` each; median),
@@ -53,11 +53,10 @@ import rocksdict
 
 from bench.scale_data import BATCH, FreshKeys, key, value
 from bench.scale_support import MIB
-from store import Position
-from store.engine import Engine, SnapshotReader, _options, directory_size
-from store.hot_keys import HotKeyCache, read_misses
-from store.restore_worker import last_per_key_order, table_options
-from store.tuning import RocksDBOptions, StoreTuning
+from store import Position, RocksDBOptions, StoreTuning
+from store.kafka.restore_worker import last_per_key_order
+from store.table import Engine, HotKeyCache, SnapshotReader, database_options, directory_size, read_misses
+from store.table_format import table_options
 
 CHUNK = 250_000
 # Level-0 files of the unsettled variants: about what a restore of 1M records in 3 workers
@@ -96,7 +95,7 @@ def _cache_bytes(name: str) -> int:
 def _variant_options(name: str) -> rocksdict.Options:
     """The engine's options, changed as the variant says."""
     cache = _cache_bytes(name)
-    options = _options(RocksDBOptions(block_cache_bytes=cache), RocksDBOptions().write_buffer_bytes)
+    options = database_options(RocksDBOptions(block_cache_bytes=cache), RocksDBOptions().write_buffer_bytes)
     table = table_options(rocksdict.Cache(cache))
     if name == "hash-index":
         table.set_data_block_index_type(rocksdict.DataBlockIndexType.binary_and_hash())
@@ -198,7 +197,7 @@ def _snapshot_read(db: rocksdict.Rdict) -> Callable[[Sequence[bytes]], list[byte
 
 
 def _through_hot_keys(db: rocksdict.Rdict, admit_all: bool) -> Callable[[list[bytes]], list[bytes | None]]:
-    """Reads as ``store.replica`` makes them: the hot-key cache under a lock, then a snapshot."""
+    """Reads as ``store.table.replica`` makes them: the hot-key cache under a lock, then a snapshot."""
     lock = threading.Condition()
     capacity = StoreTuning().read_cache_entries
     cache = HotKeyCache(capacity, admit_all_up_to=capacity) if admit_all else HotKeyCache(capacity)
@@ -260,7 +259,8 @@ def _child(path: Path, args: argparse.Namespace) -> None:
     db.close()
 
 
-def main(argv: list[str] | None = None) -> int:
+def _arguments(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
+    """The command line, and the variants it names (checked)."""
     parser = argparse.ArgumentParser(
         prog="python -m bench coldreads",
         description=__doc__,
@@ -275,43 +275,61 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--count", type=int, default=20, help="batches counted under callgrind")
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.child:
-        _child(args.child, args)
-        return 0
     names = [n.strip() for n in args.variants.split(",") if n.strip()]
+    if args.child:
+        return args, names
+    default_cache = RocksDBOptions().block_cache_bytes
     unknown = {
-        n
-        for n in names
-        if n not in VARIANTS
-        and _block_kib(n) is None
-        and _cache_bytes(n) == RocksDBOptions().block_cache_bytes
+        n for n in names if n not in VARIANTS and _block_kib(n) is None and _cache_bytes(n) == default_cache
     }
     if unknown:
         parser.error(f"unknown variants {sorted(unknown)}; choose from {', '.join(VARIANTS)}")
     if args.instructions and shutil.which("valgrind") is None:
         parser.error("--instructions needs valgrind (apt-get install -y valgrind)")
+    return args, names
 
+
+def _build_all(tmp: Path, names: list[str], records: int) -> dict[str, Path]:
+    """Each distinct table the variants read, built once: its database path by build name."""
+    paths: dict[str, Path] = {}
+    for name in names:
+        built = _built(name)
+        if built not in paths:
+            started = time.perf_counter()
+            (tmp / built).mkdir()
+            paths[built] = tmp / built / "db"
+            _build(paths[built], records, built)
+            print(f"built {built} in {time.perf_counter() - started:.1f} s", flush=True)
+    return paths
+
+
+Rounds = dict[str, list[tuple[int, float, float, float]]]
+
+
+def _measure_all(readers: dict[str, _Reader], args: argparse.Namespace) -> Rounds:
+    """Every variant warmed, then measured in ``args.rounds`` interleaved rounds."""
+    stream = FreshKeys(args.records)
+    for reader in readers.values():
+        for _ in range(args.warm):
+            reader.read(stream.batch())
+    results: Rounds = {name: [] for name in readers}
+    for round_number in range(args.rounds):
+        for name, reader in readers.items():
+            results[name].append(_measure(reader, stream, args.seconds))
+        print(f"round {round_number + 1} done", flush=True)
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, names = _arguments(argv)
+    if args.child:
+        _child(args.child, args)
+        return 0
     with tempfile.TemporaryDirectory(prefix="coldreads-") as tmp:
-        paths: dict[str, Path] = {}
-        for name in names:
-            built = _built(name)
-            if built not in paths:
-                started = time.perf_counter()
-                (Path(tmp) / built).mkdir()
-                paths[built] = Path(tmp) / built / "db"
-                _build(paths[built], args.records, built)
-                print(f"built {built} in {time.perf_counter() - started:.1f} s", flush=True)
+        paths = _build_all(Path(tmp), names, args.records)
         opened = {built: _open(path, built) for built, path in paths.items()}
         readers = {name: _Reader(opened[_built(name)], name) for name in names}
-        stream = FreshKeys(args.records)
-        for reader in readers.values():
-            for _ in range(args.warm):
-                reader.read(stream.batch())
-        results: dict[str, list[tuple[int, float, float, float]]] = {name: [] for name in names}
-        for round_number in range(args.rounds):
-            for name, reader in readers.items():
-                results[name].append(_measure(reader, stream, args.seconds))
-            print(f"round {round_number + 1} done", flush=True)
+        results = _measure_all(readers, args)
         level0 = {name: reader.level0 for name, reader in readers.items()}
         disk = {name: directory_size(paths[_built(name)]) for name in names}
         cached = {
@@ -325,7 +343,19 @@ def main(argv: list[str] | None = None) -> int:
             if args.instructions
             else {}
         )
+    _print_table(args, names, results, instructions, level0, {n: (disk[n], cached[n]) for n in names})
+    return 0
 
+
+def _print_table(
+    args: argparse.Namespace,
+    names: list[str],
+    results: Rounds,
+    instructions: dict[str, float],
+    level0: dict[str, int],
+    sizes_of: dict[str, tuple[int, int]],
+) -> None:
+    """The results as a Markdown table (``sizes_of``: disk and block cache bytes per variant)."""
     print(
         f"\n{args.records:,} records; 1,000-key batches of keys never asked before;"
         f" medians of {args.rounds} rounds\n"
@@ -342,9 +372,9 @@ def main(argv: list[str] | None = None) -> int:
         system = statistics.median(s / keys * 1e6 for keys, _, _, s in rounds)
         counted = f"{instructions[name]:,.0f}" if name in instructions else "-"
         cpu = f"{user:.2f} / {system:.2f}"
-        sizes = f"{disk[name] / MIB:,.0f} | {cached[name] / MIB:,.0f}"
+        disk, cached = sizes_of[name]
+        sizes = f"{disk / MIB:,.0f} | {cached / MIB:,.0f}"
         print(f"| {name} | {rate:,.0f} | {cpu} | {counted} | {level0[name]} | {sizes} |")
-    return 0
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from bench.bootstrap_bench import PARTITIONS
 from bench.bootstrap_bench import TOPIC as BACKLOG
 from bench.bootstrap_bench import _produce as produce_backlog
-from service.local_broker import LocalBroker
+from service.local.broker import LocalBroker
 from store import Position, Store, StoreConfig, StoreTuning
 
 LIVE = "consumer-bench-live"

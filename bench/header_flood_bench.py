@@ -26,7 +26,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from service.local_broker import free_port
+from service.local.broker import free_port
 
 HOST = "127.0.0.1"
 PROBE = b"GET /healthz HTTP/1.1\r\nHost: bench\r\n\r\n"

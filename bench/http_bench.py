@@ -45,7 +45,7 @@ from rocksdict import Options, Rdict
 from starlette.responses import Response
 
 from service.app import create_app
-from service.local_broker import LocalBroker
+from service.local.broker import LocalBroker
 from service.settings import load_settings
 
 SERVER_CPU = 0
@@ -295,6 +295,49 @@ def _produce(bootstrap: str, keys: int) -> None:
     producer.flush(120)
 
 
+def _measure_round(
+    round_number: int,
+    single: dict[str, Load],
+    batched: dict[str, Load],
+    seconds: float,
+    record: Callable[[str, float], None],
+) -> None:
+    """One round: the single GETs interleaved, then the batches; every figure and ratio recorded."""
+    gets_measured = _interleaved(single, seconds)
+    for name, (rate, latencies) in gets_measured.items():
+        record(f"{name} req/s", rate)
+        record(f"{name} p50 ms", _percentile_ms(latencies, 0.5))
+        record(f"{name} p99 ms", _percentile_ms(latencies, 0.99))
+    batches_measured = _interleaved(batched, seconds)
+    for name, (rate, _) in batches_measured.items():
+        record(f"{name} keys/s", rate * BATCH)
+    bare_rate, store_rate = gets_measured["bare GET"][0], gets_measured["store GET"][0]
+    redis_rate = batches_measured["Redis MGET"][0]
+    record("ratio GET/bare", store_rate / bare_rate)
+    record("ratio JSON/Redis", batches_measured["batch JSON"][0] / redis_rate)
+    record("ratio Arrow/Redis", batches_measured["batch Arrow"][0] / redis_rate)
+    print(
+        f"round {round_number}: bare {bare_rate:,.0f} req/s, store GET {store_rate:,.0f} req/s;"
+        f" batch JSON {batches_measured['batch JSON'][0] * BATCH:,.0f},"
+        f" Arrow {batches_measured['batch Arrow'][0] * BATCH:,.0f},"
+        f" Redis MGET {redis_rate * BATCH:,.0f} keys/s",
+        flush=True,
+    )
+
+
+def _print_medians(results: dict[str, list[float]], args: argparse.Namespace) -> None:
+    median = {name: statistics.median(values) for name, values in results.items()}
+    print(f"\nmedians over {args.rounds} rounds ({args.keys:,} keys, {args.connections} connections):")
+    for name, value in median.items():
+        if not name.startswith("ratio"):
+            print(f"  {name:28s} {value:>14,.2f}")
+    print(f"  single GET vs bare endpoint  {median['ratio GET/bare']:>13.0%}  (target >= 70%)")
+    print(f"  JSON batch vs Redis MGET     {median['ratio JSON/Redis']:>13.0%}  (target >= 50%)")
+    print(f"  Arrow batch vs Redis MGET    {median['ratio Arrow/Redis']:>13.0%}  (target >= 50%)")
+    rocksdict_ratio = median["batch JSON keys/s"] / median["rocksdict multi-get keys/s"]
+    print(f"  JSON batch vs rocksdict      {rocksdict_ratio:>13.0%}  (rocksdict measured apart, in-process)")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -381,41 +424,13 @@ def main(argv: list[str] | None = None) -> int:
             for load in (*single.values(), *batched.values()):
                 load(1.0)  # warm-up
             for round_number in range(1, args.rounds + 1):
-                gets_measured = _interleaved(single, args.seconds)
-                for name, (rate, latencies) in gets_measured.items():
-                    record(f"{name} req/s", rate)
-                    record(f"{name} p50 ms", _percentile_ms(latencies, 0.5))
-                    record(f"{name} p99 ms", _percentile_ms(latencies, 0.99))
-                batches_measured = _interleaved(batched, args.seconds)
-                for name, (rate, _) in batches_measured.items():
-                    record(f"{name} keys/s", rate * BATCH)
-                bare_rate, store_rate = gets_measured["bare GET"][0], gets_measured["store GET"][0]
-                redis_rate = batches_measured["Redis MGET"][0]
-                record("ratio GET/bare", store_rate / bare_rate)
-                record("ratio JSON/Redis", batches_measured["batch JSON"][0] / redis_rate)
-                record("ratio Arrow/Redis", batches_measured["batch Arrow"][0] / redis_rate)
-                print(
-                    f"round {round_number}: bare {bare_rate:,.0f} req/s, store GET {store_rate:,.0f} req/s;"
-                    f" batch JSON {batches_measured['batch JSON'][0] * BATCH:,.0f},"
-                    f" Arrow {batches_measured['batch Arrow'][0] * BATCH:,.0f},"
-                    f" Redis MGET {redis_rate * BATCH:,.0f} keys/s",
-                    flush=True,
-                )
+                _measure_round(round_number, single, batched, args.seconds, record)
         record(
             "rocksdict multi-get keys/s",
             _run_rocksdict(Path(tmp) / "rocksdict", args.keys, batches, args.seconds),
         )
 
-    median = {name: statistics.median(values) for name, values in results.items()}
-    print(f"\nmedians over {args.rounds} rounds ({args.keys:,} keys, {args.connections} connections):")
-    for name, value in median.items():
-        if not name.startswith("ratio"):
-            print(f"  {name:28s} {value:>14,.2f}")
-    print(f"  single GET vs bare endpoint  {median['ratio GET/bare']:>13.0%}  (target >= 70%)")
-    print(f"  JSON batch vs Redis MGET     {median['ratio JSON/Redis']:>13.0%}  (target >= 50%)")
-    print(f"  Arrow batch vs Redis MGET    {median['ratio Arrow/Redis']:>13.0%}  (target >= 50%)")
-    rocksdict_ratio = median["batch JSON keys/s"] / median["rocksdict multi-get keys/s"]
-    print(f"  JSON batch vs rocksdict      {rocksdict_ratio:>13.0%}  (rocksdict measured apart, in-process)")
+    _print_medians(results, args)
     return 0
 
 

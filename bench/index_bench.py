@@ -25,7 +25,7 @@ from pathlib import Path
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from service.local_broker import LocalBroker
+from service.local.broker import LocalBroker
 from store import IndexSpec, Store, StoreConfig, StoreTuning
 
 TOPIC = "positions-bench"

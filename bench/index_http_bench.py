@@ -23,6 +23,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import quote
 
@@ -34,6 +35,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench.http_bench import (
     CLIENT_CPU,
+    Load,
     _child,
     _free_port,
     _get,
@@ -44,7 +46,7 @@ from bench.http_bench import (
     _read_arrow,
     _wait_http,
 )
-from service.local_broker import LocalBroker
+from service.local.broker import LocalBroker
 
 TOPIC = "index-http-bench-positions"
 BATCH_KEYS = 1000
@@ -100,6 +102,84 @@ def _arrow_values(values: list[str]) -> bytes:
     return bytes(sink.getvalue().to_pybytes())
 
 
+def _index_requests(rng: random.Random, tickers_count: int) -> tuple[list[bytes], list[bytes], list[bytes]]:
+    """Index lookups: single GETs of one ticker, and batches of tickers as JSON and as Arrow."""
+    tickers = [f"T{rng.randrange(tickers_count):04d}" for _ in range(2000)]
+    lookups = [_get(f"/v1/stores/indexed/indexes/by_ticker/{t}?limit=1000") for t in tickers]
+    value_batches = [[f"T{rng.randrange(tickers_count):04d}" for _ in range(BATCH_VALUES)] for _ in range(20)]
+    index_json = [
+        _post(
+            "/v1/stores/indexed/indexes/by_ticker:batchGet",
+            "application/json",
+            orjson.dumps({"values": values}),
+        )
+        for values in value_batches
+    ]
+    index_arrow = [
+        _post(
+            "/v1/stores/indexed/indexes/by_ticker:batchGet",
+            "application/vnd.apache.arrow.stream",
+            _arrow_values(values),
+        )
+        for values in value_batches
+    ]
+    return lookups, index_json, index_arrow
+
+
+def _stores() -> list[dict[str, object]]:
+    """The three stores of one topic: plain, keeping history, and indexed by ticker."""
+    return [
+        {"name": "plain", "topic": TOPIC, "value_format": "json"},
+        {
+            "name": "history",
+            "topic": TOPIC,
+            "value_format": "json",
+            "history": {"retention_offsets": 10_000_000},
+        },
+        {
+            "name": "indexed",
+            "topic": TOPIC,
+            "value_format": "json",
+            "indexes": [{"name": "by_ticker", "field": "ticker"}],
+        },
+    ]
+
+
+def _measure_round(
+    round_number: int,
+    loads: tuple[dict[str, Load], dict[str, Load], dict[str, Load]],
+    seconds: float,
+    rows_per_ticker: int,
+    record: Callable[[str, float], None],
+) -> None:
+    """One round: the index lookups, then plain and history stores' GETs and batches, interleaved."""
+    index_loads, single, batched = loads
+    measured = _interleaved(index_loads, seconds)
+    record("index GET lookups/s", measured["index GET"][0])
+    record("index GET rows/s", measured["index GET"][0] * rows_per_ticker)
+    for form in ("JSON", "Arrow"):
+        rate = measured[f"index batch {form}"][0]
+        record(f"index batch {form} values/s", rate * BATCH_VALUES)
+        record(f"index batch {form} rows/s", rate * BATCH_VALUES * rows_per_ticker)
+    singles = _interleaved(single, seconds)
+    multis = _interleaved(batched, seconds)
+    record("plain GET req/s", singles["plain GET"][0])
+    record("history GET req/s", singles["history GET"][0])
+    record("plain batch keys/s", multis["plain batch"][0] * BATCH_KEYS)
+    record("history batch keys/s", multis["history batch"][0] * BATCH_KEYS)
+    record("ratio GET history/plain", singles["history GET"][0] / singles["plain GET"][0])
+    record("ratio batch history/plain", multis["history batch"][0] / multis["plain batch"][0])
+    print(
+        f"round {round_number}: index GET {measured['index GET'][0]:,.0f}/s,"
+        f" batch JSON {measured['index batch JSON'][0] * BATCH_VALUES:,.0f} values/s;"
+        f" GET plain {singles['plain GET'][0]:,.0f}"
+        f" vs history {singles['history GET'][0]:,.0f} req/s;"
+        f" batch plain {multis['plain batch'][0] * BATCH_KEYS:,.0f}"
+        f" vs history {multis['history batch'][0] * BATCH_KEYS:,.0f} keys/s",
+        flush=True,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -128,21 +208,7 @@ def main(argv: list[str] | None = None) -> int:
             broker.bootstrap_servers, [(_key(i), _value(i, args.tickers)) for i in range(args.keys)], True
         )
         config = Path(tmp) / "statestore.yaml"
-        stores = [
-            {"name": "plain", "topic": TOPIC, "value_format": "json"},
-            {
-                "name": "history",
-                "topic": TOPIC,
-                "value_format": "json",
-                "history": {"retention_offsets": 10_000_000},
-            },
-            {
-                "name": "indexed",
-                "topic": TOPIC,
-                "value_format": "json",
-                "indexes": [{"name": "by_ticker", "field": "ticker"}],
-            },
-        ]
+        stores = _stores()
         config.write_text(
             json.dumps(
                 {
@@ -167,27 +233,7 @@ def main(argv: list[str] | None = None) -> int:
             for store in ("plain", "history", "indexed"):
                 _wait_caught_up(port, store, args.keys + updated)
 
-            tickers = [f"T{rng.randrange(args.tickers):04d}" for _ in range(2000)]
-            lookups = [_get(f"/v1/stores/indexed/indexes/by_ticker/{t}?limit=1000") for t in tickers]
-            value_batches = [
-                [f"T{rng.randrange(args.tickers):04d}" for _ in range(BATCH_VALUES)] for _ in range(20)
-            ]
-            index_json = [
-                _post(
-                    "/v1/stores/indexed/indexes/by_ticker:batchGet",
-                    "application/json",
-                    orjson.dumps({"values": values}),
-                )
-                for values in value_batches
-            ]
-            index_arrow = [
-                _post(
-                    "/v1/stores/indexed/indexes/by_ticker:batchGet",
-                    "application/vnd.apache.arrow.stream",
-                    _arrow_values(values),
-                )
-                for values in value_batches
-            ]
+            lookups, index_json, index_arrow = _index_requests(rng, args.tickers)
             single_keys = [_key(rng.randrange(args.keys)).decode() for _ in range(5000)]
             key_batches = [
                 orjson.dumps({"keys": [_key(rng.randrange(args.keys)).decode() for _ in range(BATCH_KEYS)]})
@@ -220,29 +266,8 @@ def main(argv: list[str] | None = None) -> int:
                 load(0.5)  # warm-up
             print(f"measuring {args.rounds} rounds of {args.seconds:g} s per contender", flush=True)
             for round_number in range(1, args.rounds + 1):
-                measured = _interleaved(index_loads, args.seconds)
-                record("index GET lookups/s", measured["index GET"][0])
-                record("index GET rows/s", measured["index GET"][0] * rows_per_ticker)
-                for form in ("JSON", "Arrow"):
-                    rate = measured[f"index batch {form}"][0]
-                    record(f"index batch {form} values/s", rate * BATCH_VALUES)
-                    record(f"index batch {form} rows/s", rate * BATCH_VALUES * rows_per_ticker)
-                singles = _interleaved(single, args.seconds)
-                multis = _interleaved(batched, args.seconds)
-                record("plain GET req/s", singles["plain GET"][0])
-                record("history GET req/s", singles["history GET"][0])
-                record("plain batch keys/s", multis["plain batch"][0] * BATCH_KEYS)
-                record("history batch keys/s", multis["history batch"][0] * BATCH_KEYS)
-                record("ratio GET history/plain", singles["history GET"][0] / singles["plain GET"][0])
-                record("ratio batch history/plain", multis["history batch"][0] / multis["plain batch"][0])
-                print(
-                    f"round {round_number}: index GET {measured['index GET'][0]:,.0f}/s,"
-                    f" batch JSON {measured['index batch JSON'][0] * BATCH_VALUES:,.0f} values/s;"
-                    f" GET plain {singles['plain GET'][0]:,.0f}"
-                    f" vs history {singles['history GET'][0]:,.0f} req/s;"
-                    f" batch plain {multis['plain batch'][0] * BATCH_KEYS:,.0f}"
-                    f" vs history {multis['history batch'][0] * BATCH_KEYS:,.0f} keys/s",
-                    flush=True,
+                _measure_round(
+                    round_number, (index_loads, single, batched), args.seconds, rows_per_ticker, record
                 )
 
     median = {name: statistics.median(values) for name, values in results.items()}

@@ -39,7 +39,7 @@ from bench.spark_bench import _service
 from bench.spark_runner import best_seconds, session
 from clients import StatestoreClient
 from clients.spark import lookup_join
-from service.local_broker import LocalBroker, free_port
+from service.local.broker import LocalBroker, free_port
 
 TOPIC = "pit-dimension"
 PARTITIONS = 3

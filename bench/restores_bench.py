@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from bench.bootstrap_bench import TOPIC
-from service.local_broker import LocalBroker
+from service.local.broker import LocalBroker
 from store import RestoreSlots, Store, StoreConfig, StoreState
 
 

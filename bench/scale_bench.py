@@ -90,9 +90,9 @@ from bench.scale_support import (
     table_state,
     tree_pss,
 )
-from service.local_broker import LocalBroker
+from service.local.broker import LocalBroker
 from store import Store, StoreConfig
-from store.engine import directory_size
+from store.table import directory_size
 
 PARTS = ("bootstrap", "after-ready", "cold", "freshness", "spark")
 # Every figure each part reports ("service" comes with any part that reads from the service).

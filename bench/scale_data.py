@@ -161,7 +161,7 @@ def watch_updates(bootstrap: str, kafka: dict[str, str], seconds: float, out: Pa
 def child_store(bootstrap: str, records: int, state_dir: Path) -> dict[str, float]:
     """A ``Store`` from an empty ``state_dir`` to READY: its seconds, and its size on disk then."""
     from store import Store, StoreConfig  # noqa: PLC0415 (the other children start without it)
-    from store.engine import directory_size  # noqa: PLC0415
+    from store.table import directory_size  # noqa: PLC0415
 
     store = Store(StoreConfig(STORE, TOPIC, {"bootstrap.servers": bootstrap}, state_dir))
     start = time.perf_counter()

@@ -24,7 +24,7 @@ import yaml
 from bench.http_bench import _arrow_body, _get, _post, _wait_http
 from bench.restores_bench import _children, _pss_bytes
 from bench.scale_data import BATCH, STORE, TOPIC, key
-from service.local_broker import free_port
+from service.local.broker import free_port
 
 MIB = 1024 * 1024
 BATCH_PATH = f"/v1/stores/{STORE}/keys:batchGet"

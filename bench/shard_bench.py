@@ -12,7 +12,7 @@
 (e) a Spark lookup join (``local[2]``) of F fact rows over N shards against the same join over the
     unsharded service (best of ``--rounds``).
 
-Every service is ``statestore serve`` in its own process (``service.local_shards``)::
+Every service is ``statestore serve`` in its own process (``service.local.shards``)::
 
     python -m bench shard --keys 300000 --shards 3 --facts 500000 --rounds 3
 """
@@ -41,8 +41,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from clients import StatestoreClient
 from clients.partitioners import PARTITIONERS, place
-from service.local_broker import LocalBroker
-from service.local_shards import LocalShards
+from service.local.broker import LocalBroker
+from service.local.shards import LocalShards
 
 PARTITIONS = 6
 SCHEMA = "name string, score double, segment string"
@@ -179,7 +179,7 @@ def _restore_rate(bootstrap: str, topic: str, state_dir: Path, checked: bool) ->
 
 def _check_seconds() -> float:
     """Seconds the check takes on one full poll (10,000 records, a sample of 1,024 checked)."""
-    from store.records import RecordBatch  # noqa: PLC0415
+    from store.kafka import RecordBatch  # noqa: PLC0415
 
     batch = RecordBatch.collecting(False, with_partitions=True)
     batch.keys = [_key(i) for i in range(10_000)]
@@ -251,6 +251,27 @@ def _spark_seconds(urls: dict[str, str], facts: int, keys: int, rounds: int) -> 
         spark.stop()
 
 
+def _restore_report(bootstrap: str, topic: str, directory: Path, args: argparse.Namespace) -> str:
+    """(b): a record-by-record restore with and without the placement check, rounds alternating."""
+    restore_rates: dict[bool, list[float]] = {True: [], False: []}
+    checks = 0
+    for round_number in range(args.rounds):
+        # Alternate which goes first: the second restore of a round finds warmer caches.
+        for checked in (False, True) if round_number % 2 == 0 else (True, False):
+            rate, count = _restore_rate(bootstrap, topic, directory, checked)
+            restore_rates[checked].append(rate)
+            checks = max(checks, count)
+    with_check, without = statistics.median(restore_rates[True]), statistics.median(restore_rates[False])
+    per_batch = _check_seconds()
+    return (
+        f"(b) record-by-record restore of {args.keys:,} records: {with_check:,.0f} records/s checking"
+        f" ({checks:,} records checked) vs {without:,.0f} records/s without:"
+        f" {with_check / without:.0%} (medians of {args.rounds}, alternating); the check alone:"
+        f" {per_batch * 1e3:.2f} ms per 10,000-record poll = {per_batch / 10_000 * without:.1%} of"
+        " the restore's time per record"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench shard", description=__doc__.splitlines()[0])
     parser.add_argument("--keys", type=int, default=300_000, help="keys in the table")
@@ -272,23 +293,7 @@ def main(argv: list[str] | None = None) -> int:
         topic = "bench-users"
         print(f"\nproducing {args.keys:,} records to {topic} ({PARTITIONS} partitions, murmur2)", flush=True)
         _produce(broker.bootstrap_servers, topic, args.keys)
-        restore_rates: dict[bool, list[float]] = {True: [], False: []}
-        checks = 0
-        for round_number in range(args.rounds):
-            # Alternate which goes first: the second restore of a round finds warmer caches.
-            for checked in (False, True) if round_number % 2 == 0 else (True, False):
-                rate, count = _restore_rate(broker.bootstrap_servers, topic, base / "embedded", checked)
-                restore_rates[checked].append(rate)
-                checks = max(checks, count)
-        with_check, without = statistics.median(restore_rates[True]), statistics.median(restore_rates[False])
-        per_batch = _check_seconds()
-        report.append(
-            f"(b) record-by-record restore of {args.keys:,} records: {with_check:,.0f} records/s checking"
-            f" ({checks:,} records checked) vs {without:,.0f} records/s without:"
-            f" {with_check / without:.0%} (medians of {args.rounds}, alternating); the check alone:"
-            f" {per_batch * 1e3:.2f} ms per 10,000-record poll = {per_batch / 10_000 * without:.1%} of"
-            " the restore's time per record"
-        )
+        report.append(_restore_report(broker.bootstrap_servers, topic, base / "embedded", args))
         store = {"name": "users", "topic": topic, "value_format": "json", "partitioner": "murmur2"}
         # No hot-key read cache: its bound is entries per store, so a full one would compare a
         # shard's keys with the unsharded store's cap instead of with its table.

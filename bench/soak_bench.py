@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import yaml
 
-from service.local_broker import LocalBroker, free_port
+from service.local.broker import LocalBroker, free_port
 from tests.faults.soak import SoakResult, seed, soak
 from tests.support.kafka import create_topic, make_producer
 

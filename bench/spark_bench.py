@@ -35,7 +35,7 @@ import httpx
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from service.local_broker import LocalBroker, free_port
+from service.local.broker import LocalBroker, free_port
 from tests.support.spark_session import start_connect_server
 
 PRODUCT_SCHEMA = "name string, price double, category string"

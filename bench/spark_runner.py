@@ -18,7 +18,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from clients.spark import lookup_join
-from clients.spark_compat import is_connect
+from clients.spark.compat import is_connect
 from tests.support.spark_session import local_session
 
 PRODUCT_SCHEMA = "name string, price double, category string"

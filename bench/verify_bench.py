@@ -24,10 +24,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from store import Position
-from store.engine import Engine, SnapshotReader
-from store.tuning import MaintenanceTuning, RocksDBOptions
-from store.verifier import Verifier, VerifyStep
+from store import MaintenanceTuning, Position, RocksDBOptions
+from store.table import Engine, SnapshotReader, Verifier, VerifyStep
 
 
 def _unchecked_get_many(snapshot: Any, keys: Sequence[bytes]) -> list[bytes | None]:

@@ -39,10 +39,10 @@ from clients.exceptions import (
     UnknownStoreError,
 )
 from clients.options import ClientOptions
-from clients.position import Position
 from clients.retry import RetryPolicy
 from clients.version import __version__
 from clients.wire import StoreInfo
+from wire.position import Position
 
 __all__ = [
     "AsyncConsistentStore",

@@ -23,12 +23,12 @@ from clients.flow import Attempt, Flow, Together
 from clients.indexes import IndexValue
 from clients.options import DEFAULT_BATCH_SIZE, ClientOptions, Verify
 from clients.paging import Pager
-from clients.position import Position, PositionLike
 from clients.retry import Deadline, RetryPolicy
 from clients.routing import ShardRouting
 from clients.sharding import Sharding, grouped_by_shard, in_request_order
 from clients.times import TimeLike, time_array, time_ms
 from clients.wire import Key
+from wire.position import Position, PositionLike
 
 HttpT = TypeVar("HttpT", bound=httpx.Client | httpx.AsyncClient)
 TransportT = TypeVar("TransportT", bound=httpx.BaseTransport | httpx.AsyncBaseTransport)

@@ -19,10 +19,10 @@ from clients import indexes
 from clients.base import BaseClient, IndexReadAt, IndexRowsAt, ReadAt, Row
 from clients.flow import Attempt, Emit, Flow, Sleep, Step, Thrown, Together, Walk, gathered
 from clients.indexes import IndexValue
-from clients.position import Position, PositionLike
 from clients.times import TimeLike
 from clients.views import AtLeast, Exact, View
 from clients.wire import Key, StoreInfo, ValueFormat
+from wire.position import Position, PositionLike
 
 T = TypeVar("T")
 

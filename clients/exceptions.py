@@ -56,9 +56,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from clients.position import Position
+from wire import problems
+from wire.position import Position
 
-PROBLEM_TYPE_PREFIX = "urn:statestore:problem:"
+PROBLEM_TYPE_PREFIX = problems.TYPE_PREFIX
 
 
 class StatestoreClientError(Exception):
@@ -121,31 +122,31 @@ class ProblemError(StatestoreClientError):
 class UnknownStoreError(ProblemError):
     """The store is not configured on the service; check the name against ``client.stores()``."""
 
-    slug = "unknown-store"
+    slug = problems.UNKNOWN_STORE.slug
 
 
 class UnknownIndexError(ProblemError):
     """The store declares no index of that name; ``client.store(name).raw["indexes"]`` lists them."""
 
-    slug = "unknown-index"
+    slug = problems.UNKNOWN_INDEX.slug
 
 
 class KeyNotFoundError(ProblemError):
     """The key is absent; ``get`` answers ``None`` instead of raising this."""
 
-    slug = "key-not-found"
+    slug = problems.KEY_NOT_FOUND.slug
 
 
 class RouteNotFoundError(ProblemError):
     """The service has no such route: the client and service versions may disagree."""
 
-    slug = "route-not-found"
+    slug = problems.ROUTE_NOT_FOUND.slug
 
 
 class MethodNotAllowedError(ProblemError):
     """The route does not take this method (the service is read-only)."""
 
-    slug = "method-not-allowed"
+    slug = problems.METHOD_NOT_ALLOWED.slug
 
 
 class BadRequestError(ProblemError):
@@ -153,29 +154,29 @@ class BadRequestError(ProblemError):
 
 
 class BadKeyEncodingError(BadRequestError):
-    slug = "bad-key-encoding"
+    slug = problems.BAD_KEY_ENCODING.slug
 
 
 class InvalidPositionError(BadRequestError):
-    slug = "invalid-position"
+    slug = problems.INVALID_POSITION.slug
 
 
 class HistoryNotKeptError(BadRequestError):
     """An ``as_of`` read of a store that keeps no history: configure ``history`` on the store."""
 
-    slug = "history-not-kept"
+    slug = problems.HISTORY_NOT_KEPT.slug
 
 
 class MalformedRequestError(BadRequestError):
-    slug = "malformed-request"
+    slug = problems.MALFORMED_REQUEST.slug
 
 
 class InvalidParameterError(BadRequestError):
-    slug = "invalid-parameter"
+    slug = problems.INVALID_PARAMETER.slug
 
 
 class UnsupportedMediaTypeError(BadRequestError):
-    slug = "unsupported-media-type"
+    slug = problems.UNSUPPORTED_MEDIA_TYPE.slug
 
 
 class PayloadTooLargeError(ProblemError):
@@ -188,26 +189,26 @@ class PayloadTooLargeError(ProblemError):
 
 
 class BatchTooLargeError(PayloadTooLargeError):
-    slug = "batch-too-large"
+    slug = problems.BATCH_TOO_LARGE.slug
 
 
 class PageTooLargeError(PayloadTooLargeError):
-    slug = "page-too-large"
+    slug = problems.PAGE_TOO_LARGE.slug
 
 
 class KeyTooLargeError(PayloadTooLargeError):
-    slug = "key-too-large"
+    slug = problems.KEY_TOO_LARGE.slug
 
 
 class BodyTooLargeError(PayloadTooLargeError):
-    slug = "body-too-large"
+    slug = problems.BODY_TOO_LARGE.slug
 
 
 class AnswerTooLargeError(PayloadTooLargeError):
     """The answer would carry more than ``limits.max_answer_rows`` rows or ``limits.max_answer_bytes``
     bytes of values: ask for fewer keys, values or rows at once."""
 
-    slug = "answer-too-large"
+    slug = problems.ANSWER_TOO_LARGE.slug
 
 
 class UriTooLongError(PayloadTooLargeError):
@@ -225,13 +226,13 @@ class RequestHeadTooLargeError(PayloadTooLargeError):
 class UnauthorizedError(ProblemError):
     """The bearer token is missing or invalid: pass ``token=`` to the client."""
 
-    slug = "unauthorized"
+    slug = problems.UNAUTHORIZED.slug
 
 
 class ForbiddenError(ProblemError):
     """The token is valid but may not read this store."""
 
-    slug = "forbidden"
+    slug = problems.FORBIDDEN.slug
 
 
 class HistoryExpiredError(ProblemError):
@@ -241,7 +242,7 @@ class HistoryExpiredError(ProblemError):
     For a read ``as_of_time``, ``time_floor`` is the oldest time answered (epoch ms), when known.
     """
 
-    slug = "history-expired"
+    slug = problems.HISTORY_EXPIRED.slug
 
     @property
     def time_floor(self) -> int | None:
@@ -266,7 +267,7 @@ class WrongShardError(ProblemError):
     shard the service says holds the first misrouted key, when it says.
     """
 
-    slug = "wrong-shard"
+    slug = problems.WRONG_SHARD.slug
 
     @property
     def shard(self) -> int | None:
@@ -277,7 +278,7 @@ class WrongShardError(ProblemError):
 class TooManyRequestsError(ProblemError):
     """The service's concurrency limit was reached; the client retries these until its deadline."""
 
-    slug = "too-many-requests"
+    slug = problems.TOO_MANY_REQUESTS.slug
 
 
 class ClientTooManyRequestsError(TooManyRequestsError):
@@ -287,7 +288,7 @@ class ClientTooManyRequestsError(TooManyRequestsError):
     executors per token) rather than retrying harder.
     """
 
-    slug = "client-too-many-requests"
+    slug = problems.CLIENT_TOO_MANY_REQUESTS.slug
 
 
 class ServiceUnavailableError(ProblemError):
@@ -295,15 +296,15 @@ class ServiceUnavailableError(ProblemError):
 
 
 class StoreNotReadyError(ServiceUnavailableError):
-    slug = "store-not-ready"
+    slug = problems.STORE_NOT_READY.slug
 
 
 class PositionNotReachedError(ServiceUnavailableError):
-    slug = "position-not-reached"
+    slug = problems.POSITION_NOT_REACHED.slug
 
 
 class RequestTimeoutError(ServiceUnavailableError):
-    slug = "request-timeout"
+    slug = problems.REQUEST_TIMEOUT.slug
 
 
 class ClientTooManyConnectionsError(ServiceUnavailableError):
@@ -316,26 +317,26 @@ class ClientTooManyConnectionsError(ServiceUnavailableError):
 class IndexNotReadyError(ServiceUnavailableError):
     """The index is still being built; the client retries until its deadline like other 503s."""
 
-    slug = "index-not-ready"
+    slug = problems.INDEX_NOT_READY.slug
 
 
 class StoreCorruptError(ServiceUnavailableError):
     """The store found corruption in its files and answers nothing until a copy rebuilt from its topic
     replaces them; retried until the call's deadline like other 503s (another replica may answer)."""
 
-    slug = "store-corrupt"
+    slug = problems.STORE_CORRUPT.slug
 
 
 class StoredValueNotJsonError(ProblemError, ValueDecodeError):
     """The key's value in a JSON store is not a JSON document (the topic holds a bad record)."""
 
-    slug = "value-not-json"
+    slug = problems.VALUE_NOT_JSON.slug
 
 
 class InternalServerError(ProblemError):
     """The service failed unexpectedly (its log has the error); not retried."""
 
-    slug = "internal-error"
+    slug = problems.INTERNAL_ERROR.slug
 
 
 def _leaf_classes(root: type[ProblemError]) -> list[type[ProblemError]]:

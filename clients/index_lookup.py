@@ -119,14 +119,12 @@ class IndexLookup:
         self.index_name: str = spec.index
         self.client = client
         self.known = KnownMatches(spec.output_type, spec.cache_bytes)
-        self.values_fetched = 0
 
     def _learn(self, values: pa.Array) -> pa.Array:
         spec = self.spec
         answer = self.client.index_arrow(
             spec.store, self.index_name, values, min_position=spec.min_position, as_of=spec.as_of
         )
-        self.values_fetched += len(values)
         rows, misfit = decode(answer.column("row").combine_chunks(), spec.value_format, spec.value_type)
         return self.known.add(answer, rows, misfit)
 

@@ -17,8 +17,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from clients.exceptions import UnexpectedResponseError, ValueDecodeError
-from clients.position import PositionLike
 from clients.wire import ARROW_STREAM, Call, Key, decode_value, read_params, store_path
+from wire.position import PositionLike
 
 IndexValue = str | int | float | bool
 """What an indexed field is compared with: its text (``"AAPL"``), or a number or boolean."""

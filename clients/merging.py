@@ -17,7 +17,7 @@ from typing import Any, Generic
 
 from clients.flow import Emit, Flow, Together
 from clients.paging import CursorT, Pager, Send
-from clients.position import Position
+from wire.position import Position
 
 
 @dataclasses.dataclass(slots=True)

@@ -15,8 +15,8 @@ import httpx
 
 from clients import wire
 from clients.flow import Emit, Flow
-from clients.position import Position, PositionLike
 from clients.wire import Call
+from wire.position import Position, PositionLike
 
 CursorT = TypeVar("CursorT")
 

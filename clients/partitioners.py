@@ -135,10 +135,6 @@ def _slice_u32(keys: pa.Array, start: int, width: int) -> pa.Array:
     return pa.Array.from_buffers(pa.uint32(), len(keys), [None, data])
 
 
-def _where(mask: pa.Array | None, new: pa.Array, old: pa.Array) -> pa.Array:
-    return new if mask is None else pc.if_else(mask, new, old)
-
-
 def _murmur2_vector(keys: pa.Array, lengths: pa.Array, longest: int, same: bool) -> pa.Array:
     """murmur2 of every key as uint32; ``same`` when every key is ``longest`` bytes long."""
     m = _u32(_MURMUR_M)

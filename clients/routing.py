@@ -20,10 +20,10 @@ from clients.exceptions import DeadlineExceededError, ShardingError, StatestoreC
 from clients.flow import Flow, Sleep, Together
 from clients.options import ClientOptions
 from clients.paging import Send
-from clients.position import Position, PositionLike
 from clients.retry import NO_RETRY, Deadline, is_retryable
 from clients.sharding import Sharding
 from clients.wire import Call, StoreInfo, ValueFormat
+from wire.position import Position, PositionLike
 
 T = TypeVar("T")
 

@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 
 from clients.exceptions import UnexpectedResponseError
 from clients.partitioners import PARTITIONERS, Partitioner
-from clients.position import Position, PositionLike
+from wire.position import Position, PositionLike
 
 SHARD_PLACEHOLDER = "{shard}"
 """What a URL template holds where the shard number goes: ``http://statestore-{shard}.statestore:8080``."""
@@ -65,9 +65,6 @@ class Sharding:
     def routable(self) -> bool:
         """Whether keys can be routed: one shard, or a known partition count."""
         return self.shards == 1 or self.topic_partitions is not None
-
-    def shard_of_partition(self, partition: int) -> int:
-        return partition % self.shards
 
     def shard_of(self, key: bytes) -> int:
         """The shard holding ``key``."""

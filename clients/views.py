@@ -15,8 +15,8 @@ from typing import Any, ClassVar, Generic
 
 from clients.base import BaseClient, ReadAt, RowsT
 from clients.indexes import IndexValue
-from clients.position import Position
 from clients.wire import Key
+from wire.position import Position
 
 
 class View(Generic[RowsT]):

@@ -22,9 +22,9 @@ from clients.exceptions import (
     ValueDecodeError,
     problem_error,
 )
-from clients.position import Position, PositionLike
 from clients.retry import parse_retry_after
 from clients.sharding import Sharding
+from wire.position import Position, PositionLike
 
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
 POSITION_HEADER = "Statestore-Position"

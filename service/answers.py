@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from service.bodies import too_large
-from service.catalogue import ANSWER_TOO_LARGE
 from store import ReadOnlyKeyValueStore, ScanPage
-from store.timed_reader import TimedReader
+from store.table.timed_reader import TimedReader
+from wire.problems import ANSWER_TOO_LARGE
 
 GET_CHUNK = 1024
 """Distinct keys read at once by a batch get."""
@@ -72,7 +72,7 @@ def read_keys_at(
 ) -> list[bytes | None]:
     """The value of each key as of its own time, in request order, within ``budget``.
 
-    ``view`` is a time view (``store.timed_reader.TimedReader``, taken at the earliest time).
+    ``view`` is a time view (``store.table.timed_reader.TimedReader``, taken at the earliest time).
     """
     assert isinstance(view, TimedReader), "a read with per-key times needs a time view"
     values: list[bytes | None] = []

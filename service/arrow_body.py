@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 import pyarrow as pa
 
 from service.bodies import malformed, too_large
-from service.catalogue import BATCH_TOO_LARGE, BODY_TOO_LARGE
+from wire.problems import BATCH_TOO_LARGE, BODY_TOO_LARGE
 
 MAX_RECORD_BATCHES = 1024
 """Record batches one body may hold (each is parsed by Python: a bound on the work of one body)."""
@@ -138,18 +138,7 @@ def read_columns(
         messages = _messages(reader)
     except (pa.ArrowException, OSError, ValueError, StopIteration) as exc:
         raise malformed(f"the body is not an Arrow IPC stream: {exc}") from exc
-    names = [name for name, _ in columns]
-    if not (required <= len(schema.names) <= len(names) and schema.names == names[: len(schema.names)]):
-        expected = names[0] if len(names) == 1 else f"{names[:required]} (then optionally {names[required:]})"
-        raise malformed(
-            f"the Arrow stream must hold one column named {expected!r}, not {schema.names[:8]}"
-            if len(names) == 1
-            else f"the Arrow stream must hold the columns {expected}, not {schema.names[:8]}",
-            [{"loc": ["body", names[0]], "msg": "the only column" if len(names) == 1 else "the columns"}],
-        )
-    for i, name in enumerate(schema.names):
-        if not columns[i][1](schema.field(i).type):
-            raise malformed(f"the {name!r} column cannot be {schema.field(i).type}")
+    _check_schema(schema, columns, required)
     rows = decompressed = 0
     for message in messages:
         batch_rows, batch_bytes = _batch_sizes(message)
@@ -171,6 +160,28 @@ def read_columns(
         pa.chunked_array([batch.column(i) for batch in batches], type=schema.field(i).type)
         for i in range(len(schema.names))
     ]
+
+
+def _check_schema(
+    schema: pa.Schema, columns: Sequence[tuple[str, Callable[[pa.DataType], bool]]], required: int
+) -> None:
+    """``400 malformed-request`` unless ``schema`` holds the columns ``read_columns`` takes."""
+    names = [name for name, _ in columns]
+    if not (required <= len(schema.names) <= len(names) and schema.names == names[: len(schema.names)]):
+        if len(names) == 1:
+            detail, what = f"one column named {names[0]!r}", "the only column"
+        else:
+            detail, what = (
+                f"the columns {names[:required]} (then optionally {names[required:]})",
+                "the columns",
+            )
+        raise malformed(
+            f"the Arrow stream must hold {detail}, not {schema.names[:8]}",
+            [{"loc": ["body", names[0]], "msg": what}],
+        )
+    for i, name in enumerate(schema.names):
+        if not columns[i][1](schema.field(i).type):
+            raise malformed(f"the {name!r} column cannot be {schema.field(i).type}")
 
 
 def _messages(reader: pa.ipc.MessageReader) -> list[pa.ipc.Message]:

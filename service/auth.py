@@ -13,8 +13,8 @@ import hashlib
 from starlette.requests import Request
 from starlette.types import Scope
 
-from service.catalogue import FORBIDDEN, UNAUTHORIZED
 from service.settings import AuthSettings, TokenSettings
+from wire.problems import FORBIDDEN, UNAUTHORIZED
 
 _NO_TOKEN = object()
 

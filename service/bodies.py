@@ -8,17 +8,17 @@ import anyio
 from starlette.requests import ClientDisconnect, Request
 
 from service import openapi_docs as docs
-from service.catalogue import (
+from service.guard import remaining_seconds, request_timeout
+from service.settings import LimitSettings
+from wire.problems import (
     BATCH_TOO_LARGE,
     BODY_TOO_LARGE,
     KEY_TOO_LARGE,
     MALFORMED_REQUEST,
     UNSUPPORTED_MEDIA_TYPE,
+    ProblemError,
     ProblemType,
 )
-from service.exceptions import ProblemError
-from service.guard import remaining_seconds, request_timeout
-from service.settings import LimitSettings
 
 JSON = "application/json"
 

@@ -154,7 +154,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _broker(args: argparse.Namespace) -> int:
-    from service.local_broker import LocalBrokerError, run_until_stopped  # noqa: PLC0415
+    from service.local.broker import LocalBrokerError, run_until_stopped  # noqa: PLC0415
 
     try:
         run_until_stopped(args.port, sys.stdout, args.log)
@@ -178,11 +178,11 @@ def _with_logging_options(settings: Settings, args: argparse.Namespace) -> Setti
 
 def _demo(args: argparse.Namespace) -> int:
     try:
-        demo = importlib.import_module("service.demo")
+        demo = importlib.import_module("service.local.demo")
     except ModuleNotFoundError as exc:
-        if exc.name != "service.demo":
+        if exc.name != "service.local.demo":
             raise
-        print("statestore demo is not available in this build yet (service.demo is missing).")
+        print("statestore demo is not available in this build yet (service.local.demo is missing).")
         return 0
     result: int = demo.run(args)
     return result

@@ -8,8 +8,7 @@ import re
 from typing import Literal
 from urllib.parse import unquote_to_bytes
 
-from service.catalogue import BAD_KEY_ENCODING
-from service.exceptions import ProblemError
+from wire.problems import BAD_KEY_ENCODING, ProblemError
 
 KeyEncoding = Literal["utf8", "base64"]
 

@@ -30,11 +30,10 @@ import socket
 import struct
 from typing import Any
 
-from service.catalogue import CLIENT_TOO_MANY_CONNECTIONS
-from service.exceptions import ProblemError
 from service.heads import BoundedHeads, raw_problem
 from service.settings import LimitSettings, Settings
 from service.throttled_log import ThrottledWarnings
+from wire.problems import CLIENT_TOO_MANY_CONNECTIONS, ProblemError
 
 logger = logging.getLogger(__name__)
 

@@ -19,11 +19,16 @@ from collections.abc import Callable
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.auth import Auth
-from service.catalogue import CLIENT_TOO_MANY_REQUESTS, REQUEST_TIMEOUT, TOO_MANY_REQUESTS, ProblemType
-from service.exceptions import ProblemError
 from service.problems import problem_body
 from service.settings import AuthSettings, LimitSettings
 from service.throttled_log import ThrottledWarnings
+from wire.problems import (
+    CLIENT_TOO_MANY_REQUESTS,
+    REQUEST_TIMEOUT,
+    TOO_MANY_REQUESTS,
+    ProblemError,
+    ProblemType,
+)
 
 logger = logging.getLogger(__name__)
 

@@ -19,9 +19,8 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
-from service.catalogue import REQUEST_HEAD_TOO_LARGE, URI_TOO_LONG
-from service.exceptions import ProblemError
 from service.problems import problem_body
+from wire.problems import REQUEST_HEAD_TOO_LARGE, URI_TOO_LONG, ProblemError
 
 logger = logging.getLogger("service.connections")
 

@@ -11,13 +11,13 @@ from service import openapi_docs as docs
 from service.answers import AnswerBudget, read_page
 from service.arrow_arrays import binary_array, string_array
 from service.bodies import JSON, too_large
-from service.catalogue import ANSWER_TOO_LARGE
 from service.codec import KeyEncoding, encode_key
 from service.index_requests import IndexBatchRead, index_batch_read, index_read
 from service.read_requests import ReadRequests
 from service.reads import Reader
 from service.values import BadValues, JsonAnswer
 from store import Position, ReadOnlyKeyValueStore, ScanPage
+from wire.problems import ANSWER_TOO_LARGE
 
 POSITION = docs.POSITION_HEADER
 INDEX_ROUTE = "/v1/stores/{store}/indexes/{index}/{value:path}"

@@ -19,9 +19,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.catalogue import CLIENT_TOO_MANY_REQUESTS, TOO_MANY_REQUESTS
 from service.registry import StoreRegistry
 from store import RestoreMode, StoreState, StoreStatus
+from wire.problems import CLIENT_TOO_MANY_REQUESTS, TOO_MANY_REQUESTS
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 

@@ -20,20 +20,6 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
-from service.catalogue import (
-    HISTORY_EXPIRED,
-    HISTORY_NOT_KEPT,
-    INDEX_NOT_READY,
-    INTERNAL_ERROR,
-    INVALID_PARAMETER,
-    MALFORMED_REQUEST,
-    METHOD_NOT_ALLOWED,
-    ROUTE_NOT_FOUND,
-    STORE_CORRUPT,
-    STORE_NOT_READY,
-    UNKNOWN_INDEX,
-)
-from service.exceptions import ProblemError
 from store import (
     HistoryExpiredError,
     HistoryNotKeptError,
@@ -45,6 +31,20 @@ from store import (
     StoreState,
     TimeExpiredError,
     UnknownIndexError,
+)
+from wire.problems import (
+    HISTORY_EXPIRED,
+    HISTORY_NOT_KEPT,
+    INDEX_NOT_READY,
+    INTERNAL_ERROR,
+    INVALID_PARAMETER,
+    MALFORMED_REQUEST,
+    METHOD_NOT_ALLOWED,
+    ROUTE_NOT_FOUND,
+    STORE_CORRUPT,
+    STORE_NOT_READY,
+    UNKNOWN_INDEX,
+    ProblemError,
 )
 
 logger = logging.getLogger(__name__)

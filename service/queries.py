@@ -15,13 +15,12 @@ from urllib.parse import parse_qsl
 
 from starlette.types import Scope
 
-from service.catalogue import INVALID_PARAMETER, INVALID_POSITION
-from service.exceptions import ProblemError
 from service.guard import DEADLINE_KEY
 from service.settings import LimitSettings, ShardingSettings
 from service.sharding import shard_part
 from service.times import TimeSyntaxError, parse_time
 from store import InvalidPositionError, Position
+from wire.problems import INVALID_PARAMETER, INVALID_POSITION, ProblemError
 
 # Only ASCII digits: int() would also take "1_000" and digits of other scripts.
 _INTEGER = re.compile(r"-?[0-9]{1,18}")

@@ -31,7 +31,6 @@ from service.bodies import (
     read_body,
     too_large,
 )
-from service.catalogue import PAGE_TOO_LARGE
 from service.codec import KeyEncoding, decode_key_text, decode_path_key, key_encoding
 from service.queries import Query, ReadOptions, read_options
 from service.reads import find_store
@@ -39,6 +38,7 @@ from service.registry import ServedStore, StoreRegistry
 from service.settings import LimitSettings, Settings
 from service.sharding import KeyCheck
 from service.time_requests import TIME_COLUMN, arrow_times, json_times, per_key_times
+from wire.problems import PAGE_TOO_LARGE
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -17,7 +17,6 @@ import anyio
 from starlette.requests import Request
 
 from service.auth import Auth
-from service.catalogue import POSITION_NOT_REACHED, UNKNOWN_STORE
 from service.guard import request_timeout
 from service.problems import store_corrupt, store_not_ready
 from service.queries import ReadOptions
@@ -25,6 +24,7 @@ from service.registry import ServedStore, StoreRegistry
 from service.settings import Settings
 from service.waits import PositionWaits
 from store import Position, PositionNotReachedError, ReadOnlyKeyValueStore
+from wire.problems import POSITION_NOT_REACHED, UNKNOWN_STORE
 
 T = TypeVar("T")
 
@@ -70,7 +70,7 @@ class Reader:
                 served.name, self._registry.state_of(served), self._limits.retry_after_seconds
             )
         try:
-            # A time read's view is a ``TimedReader`` (``store.timed_reader``).
+            # A time read's view is a ``TimedReader`` (``store.table.timed_reader``).
             views = served.store.view(as_of) if at_time is None else served.store.view(as_of, at_time)
             with views as view:
                 position = view.position()
@@ -91,7 +91,7 @@ class Reader:
         """``read(view)`` and the view's position, once the store has reached ``options.minimum``.
 
         With ``options.as_of``, the view answers as of exactly that position, which is also the
-        position returned; with ``options.as_of_time``, as of that time (``store.timed``).
+        position returned; with ``options.as_of_time``, as of that time (``store.table.timed``).
         ``in_thread`` runs the read on a worker thread (reads that may take long).
         """
         minimum, as_of, at_time = options.minimum, options.as_of, options.as_of_time

@@ -16,7 +16,6 @@ from service.answers import read_keys, read_keys_at, read_page
 from service.arrow_arrays import binary_array
 from service.auth import Auth
 from service.bodies import JSON
-from service.catalogue import KEY_NOT_FOUND, VALUE_NOT_JSON
 from service.codec import BYTES_MEDIA_TYPE, encode_key
 from service.index_routes import add_index_routes
 from service.read_requests import ReadRequests
@@ -26,6 +25,7 @@ from service.settings import Settings
 from service.sharding import sharding_info
 from service.values import BadValues, JsonAnswer, not_json_detail
 from store import ReadOnlyKeyValueStore, ScanPage
+from wire.problems import KEY_NOT_FOUND, VALUE_NOT_JSON
 
 POSITION = docs.POSITION_HEADER
 KEY_ROUTE = "/v1/stores/{store}/keys/{key:path}"

@@ -20,11 +20,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from clients.partitioners import PARTITIONERS
-from service.catalogue import STORE_NOT_READY, WRONG_SHARD
-from service.exceptions import ProblemError
 from service.registry import ServedStore, StoreRegistry
 from service.settings import ShardingSettings
 from store import Position, ShardingStatus, StoreStatus
+from wire.problems import STORE_NOT_READY, WRONG_SHARD, ProblemError
 
 STATUS_SECONDS = 1.0
 """How long a store's partition count is taken from one status: a count changes only with a rebuild."""

@@ -24,10 +24,10 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
 from service.auth import Auth
-from service.exceptions import ProblemError
 from service.registry import StoreRegistry
 from service.routes import store_info
 from service.status_html import PageContext, render_status_page, render_token_page
+from wire.problems import ProblemError
 
 REFRESH_SECONDS = 2
 

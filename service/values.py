@@ -19,8 +19,8 @@ from typing import Any
 
 import orjson
 
-from service.catalogue import VALUE_NOT_JSON
 from service.codec import KeyEncoding, encode_key
+from wire.problems import VALUE_NOT_JSON
 
 logger = logging.getLogger(__name__)
 

@@ -1,5 +1,15 @@
 """statestore's storage engine: a compacted Kafka topic materialized into RocksDB, read-only to readers.
 
+Three subpackages, by subsystem: ``store.kafka`` (the Kafka side: the consumer process, the restore
+workers, polls and catch-up; imports nothing of the table), ``store.table`` (the RocksDB table:
+engine, replica, indexes, history, hot keys, verifier; imports nothing of Kafka) and
+``store.lifecycle`` (the :class:`Store` on top of both: copies, materializer, apply loop). The
+modules at this level are the vocabulary all three share (errors, positions, states, tuning, the
+readers' protocols, the table format) and import none of them.
+
+The lifecycle and table names below are loaded on first use: a child process that imports
+``store.kafka`` (the consumer process, the restore workers) loads neither RocksDB nor the store.
+
 Embed it without HTTP::
 
     from store import Store, StoreConfig
@@ -11,13 +21,13 @@ Embed it without HTTP::
             print(view.get(b"p1"), view.position())
 """
 
-from store.config import StoreConfig
-from store.corruption import CorruptionReport
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from store.exceptions import (
     HistoryExpiredError,
     HistoryNotKeptError,
     IndexNotReadyError,
-    InvalidPositionError,
     InvalidTransitionError,
     KafkaSourceError,
     PositionNotReachedError,
@@ -35,12 +45,9 @@ from store.exceptions import (
     TimeExpiredError,
     UnknownIndexError,
 )
-from store.history import HistorySpec
-from store.indexes import IndexSpec
-from store.memory import InMemoryStore
-from store.position import Position
 from store.protocol import (
     MAX_SCAN_LIMIT,
+    CorruptionReport,
     IndexStatus,
     MemoryUsage,
     ReadOnlyKeyValueStore,
@@ -50,10 +57,7 @@ from store.protocol import (
     ShardingStatus,
     StoreStatus,
 )
-from store.restore_slots import RestoreSlots
-from store.sharding import StoreSharding
 from store.state import RestoreMode, StoreState
-from store.store import Store
 from store.tuning import (
     ConsumerTuning,
     MaintenanceTuning,
@@ -62,6 +66,38 @@ from store.tuning import (
     RocksDBOptions,
     StoreTuning,
 )
+from wire.exceptions import InvalidPositionError
+from wire.position import Position
+
+if TYPE_CHECKING:
+    from store.lifecycle.config import StoreConfig
+    from store.lifecycle.memory import InMemoryStore
+    from store.lifecycle.restore_slots import RestoreSlots
+    from store.lifecycle.sharding import StoreSharding
+    from store.lifecycle.store import Store
+    from store.table.history import HistorySpec
+    from store.table.indexes import IndexSpec
+
+_LAZY = {
+    "StoreConfig": "store.lifecycle.config",
+    "InMemoryStore": "store.lifecycle.memory",
+    "RestoreSlots": "store.lifecycle.restore_slots",
+    "StoreSharding": "store.lifecycle.sharding",
+    "Store": "store.lifecycle.store",
+    "HistorySpec": "store.table.history",
+    "IndexSpec": "store.table.indexes",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The lifecycle's and the table's public names, imported when first asked for."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'store' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "MAX_SCAN_LIMIT",

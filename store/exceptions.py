@@ -13,7 +13,6 @@ Hierarchy::
     │   ├── StoreCorruptWriteError  RocksDB found its files corrupt while writing (also a StoreReadError)
     │   └── StoreWriterClosedError  the copy was closed while being written (also a StoreClosedError)
     ├── InvalidTransitionError    a state change the store's lifecycle does not allow (a bug)
-    ├── InvalidPositionError      a position string or mapping is malformed
     ├── ScanLimitError            a prefix scan asked for an unusable page size
     ├── UnknownIndexError         the store has no index of that name
     ├── IndexNotReadyError        the index is still being built
@@ -23,7 +22,9 @@ Hierarchy::
     ├── PositionNotReachedError   an ``as_of`` position the store has not reached yet
     └── KafkaSourceError          the changelog topic cannot be read (fatal configuration problems only)
 
-Foreign errors (rocksdict, confluent-kafka) are converted at the boundary with ``raise ... from exc``.
+A malformed position raises ``wire.InvalidPositionError`` (the position type is shared with the
+service and the clients: ``wire.position``). Foreign errors (rocksdict, confluent-kafka) are
+converted at the boundary with ``raise ... from exc``.
 """
 
 from __future__ import annotations
@@ -88,10 +89,6 @@ class InvalidTransitionError(StoreError, RuntimeError):
     """A state change that ``StoreState`` does not allow from the current state: a bug, never retried."""
 
 
-class InvalidPositionError(StoreError, ValueError):
-    """A position is malformed: it must be ``partition:next_offset`` pairs joined by commas."""
-
-
 class ScanLimitError(StoreError, ValueError):
     """A prefix scan was asked for a page size below 1."""
 
@@ -137,7 +134,7 @@ class HistoryExpiredError(StoreError):
 
 
 class TimeExpiredError(HistoryExpiredError):
-    """A time older than the oldest one the retained history answers exactly (``store.timed``),
+    """A time older than the oldest one the retained history answers exactly (``store.table.timed``),
     or one that a key's versions do not settle (then ``key`` names it)."""
 
     def __init__(self, store: str, at: int, time_floor: int | None, key: bytes | None = None) -> None:

@@ -9,12 +9,25 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
-from store.corruption import CorruptionReport
 from store.freshness import FreshnessSnapshot
-from store.position import Position
 from store.state import RestoreMode, StoreState
+from wire.position import Position
+
+FoundBy = Literal["read", "verification", "materializer"]
+"""What found a copy corrupt: a read, the background verification, or the materializer."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CorruptionReport:
+    """Corruption (or an I/O error) found in a store's copy; that copy answers no read any more."""
+
+    detail: str  # RocksDB's message
+    file: str | None  # the file the message names, if any
+    found_by: FoundBy
+    found_at: float  # Unix time
+
 
 MAX_SCAN_LIMIT = 10_000
 """The largest page a prefix scan returns, whatever is asked: scans are always bounded."""
@@ -54,7 +67,7 @@ class ReadOnlyKeyValueStore(Protocol):
     def index_scan(
         self, index: str, value: bytes, *, after: bytes | None = None, limit: int = 1000
     ) -> ScanPage:
-        """Rows whose indexed field equals ``value`` (see ``store.indexes``), byte-ordered by row key.
+        """Rows whose indexed field equals ``value`` (see ``store.table.indexes``), byte-ordered by row key.
 
         ``after`` is a row key cursor. Raises ``UnknownIndexError`` or ``IndexNotReadyError``.
         """
@@ -204,7 +217,7 @@ class ServableStore(Protocol):
     ) -> AbstractContextManager[ReadOnlyKeyValueStore]:
         """A consistent read view (a RocksDB snapshot and the position it reflects).
 
-        With ``at_time`` (epoch ms) it answers as of that time (``store.timed``; it then also has
+        With ``at_time`` (epoch ms) it answers as of that time (``store.table.timed``; it then also has
         ``get_many_at(keys, times)``). With ``as_of`` the view answers as of exactly that position; raises
         ``HistoryNotKeptError``, ``PositionNotReachedError`` or ``HistoryExpiredError`` when it
         cannot. Raises ``StoreClosedError`` once the store is stopped, ``StoreReadError`` while the

@@ -1,13 +1,15 @@
 """How a store is tuned, one frozen dataclass per concern; the defaults suit most tables.
 
-- :class:`RocksDBOptions`: the database's own settings (``store.engine``).
-- :class:`ConsumerTuning`: how the topic is polled and watched (``store.source``, ``store.apply_loop``).
-- :class:`RetryTuning`: the backoff between retries after a broker or disk problem (``store.materializer``).
-- :class:`RestoreTuning`: bulk restores and the pacing of any restore (``store.bulkload``).
-- :class:`MaintenanceTuning`: the periodic work of a READY store (``store.apply_loop``,
-  ``store.verifier``).
+- :class:`RocksDBOptions`: the database's own settings (``store.table.engine``).
+- :class:`ConsumerTuning`: how the topic is polled and watched (``store.kafka.source``,
+  ``store.lifecycle.apply_loop``).
+- :class:`RetryTuning`: the backoff between retries after a broker or disk problem
+  (``store.lifecycle.materializer``).
+- :class:`RestoreTuning`: bulk restores and the pacing of any restore (``store.lifecycle.bulkload``).
+- :class:`MaintenanceTuning`: the periodic work of a READY store (``store.lifecycle.apply_loop``,
+  ``store.table.verifier``).
 
-:class:`StoreTuning` groups them, with the hot-key read cache (``store.replica``). The service's
+:class:`StoreTuning` groups them, with the hot-key read cache (``store.table.replica``). The service's
 ``engine`` settings (``service.settings``) set some of them by the same field names.
 """
 
@@ -38,7 +40,7 @@ class ConsumerTuning:
     # How often the topic's metadata is checked for deletion, recreation or new partitions.
     metadata_check_interval_seconds: float = 5.0
     # The Kafka client runs in a child process, so that a crash inside it ends that process, not
-    # the reads (``store.child_source``); off, it runs in the store's own process.
+    # the reads (``store.kafka.child_source``); off, it runs in the store's own process.
     consumer_in_child_process: bool = True
 
 
@@ -65,7 +67,7 @@ class RestoreTuning:
     # own SST files); never more than the partitions with records left.
     bulk_load_workers: int = 3
     # While restoring, the cyclic garbage collector's first threshold is at least this (process
-    # wide; see store.gc_pacing); 0 leaves it alone.
+    # wide; see store.lifecycle.gc_pacing); 0 leaves it alone.
     gc_threshold: int = 30_000
     # How often restore progress is logged.
     progress_log_interval_seconds: float = 5.0
@@ -79,7 +81,7 @@ class MaintenanceTuning:
     checkpoint_interval_seconds: float = 30.0
     # How often a store that keeps history moves its floor and prunes old versions.
     history_prune_interval_seconds: float = 5.0
-    # Background verification (``store.verifier``): the pause between passes that read the whole
+    # Background verification (``store.table.verifier``): the pause between passes that read the whole
     # served copy back with checksums verified (0 turns it off), and the most a pass reads a second.
     verify_interval_seconds: float = 3600.0
     verify_bytes_per_second: int = 16 * 1024 * 1024

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from service.local_broker import LocalBroker
+from service.local.broker import LocalBroker
 from tests.support.kafka import close_producers, create_topic, unique_topic
 
 

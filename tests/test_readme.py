@@ -28,7 +28,7 @@ import httpx
 import pytest
 import yaml
 
-from service.local_broker import free_port
+from service.local.broker import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"

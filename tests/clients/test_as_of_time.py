@@ -22,8 +22,8 @@ from clients import AsyncStatestoreClient, StatestoreClient
 from clients.exceptions import HistoryExpiredError
 from clients.partitioners import PARTITIONERS
 from clients.spark import lookup_join, lookups
-from service.local_broker import LocalBroker
-from service.local_shards import LocalShards
+from service.local.broker import LocalBroker
+from service.local.shards import LocalShards
 from tests.clients.conftest import real_service, wait_until_ready
 from tests.clients.spark_matrix.test_joins import fail_first_attempts
 from tests.support.kafka import create_topic, make_producer, unique_topic

@@ -8,11 +8,11 @@ import pytest
 
 from clients import AsyncStatestoreClient
 from clients import exceptions as e
-from clients.position import Position
 from clients.retry import RetryPolicy
-from service.local_broker import free_port
+from service.local.broker import free_port
 from store import InMemoryStore
 from tests.clients.conftest import ServeStores
+from wire.position import Position
 
 
 def test_async_client_reads_pins_and_maps_errors(

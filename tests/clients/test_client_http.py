@@ -11,14 +11,14 @@ import pytest
 from clients import StatestoreClient
 from clients import exceptions as e
 from clients.flow import sent
-from clients.position import Position
 from clients.retry import Deadline, RetryPolicy
 from clients.wire import Call
 from service.app import create_app
-from service.local_broker import free_port
+from service.local.broker import free_port
 from store import InMemoryStore, StoreState
 from tests.clients.conftest import BackgroundServer, ServeStores, json_records, make_settings
 from tests.support.server import serve_app
+from wire.position import Position
 
 FAST_RETRY = RetryPolicy(initial_backoff=0.02, max_backoff=0.2)
 

@@ -13,13 +13,13 @@ from confluent_kafka import Producer
 
 from clients import AsyncStatestoreClient, StatestoreClient
 from clients import exceptions as e
-from clients.position import Position
 from clients.retry import RetryPolicy
-from service.local_broker import LocalBroker
+from service.local.broker import LocalBroker
 from tests.clients.conftest import real_service
 from tests.clients.portfolio import INDEX, TICKERS, by_ticker, position, position_round
 from tests.support.kafka import create_topic, make_producer, unique_topic
 from tests.support.stores import Delivered, end_of, model_as_of, produce_logged, wait_until
+from wire.position import Position
 
 NO_RETRY = RetryPolicy(max_attempts=1)
 

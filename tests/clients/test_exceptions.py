@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from clients import exceptions as e
-from clients.position import Position
 from clients.retry import is_retryable
-from service.catalogue import CATALOGUE
+from wire.position import Position
+from wire.problems import CATALOGUE
 
 
 def test_the_client_knows_every_problem_type_of_the_server_and_no_other() -> None:

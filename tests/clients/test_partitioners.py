@@ -22,7 +22,7 @@ from clients.partitioners import (
     murmur2_partition,
     partitioner,
 )
-from service.local_broker import LocalBroker
+from service.local.broker import LocalBroker
 from tests.support.kafka import create_topic, landed_partitions, produce_keyed, unique_topic
 
 # Java's Utils.murmur2 results, as librdkafka's rdmurmur2.c unit test and kafka-go's tests list them.

@@ -20,8 +20,8 @@ import pytest
 from clients import AsyncStatestoreClient, StatestoreClient
 from clients.exceptions import ShardingError, TransportError, WrongShardError
 from clients.partitioners import PARTITIONERS
-from clients.position import Position
 from clients.retry import RetryPolicy
+from wire.position import Position
 
 TEMPLATE = "http://shard-{shard}.test"
 FAST = RetryPolicy(initial_backoff=0.001, max_backoff=0.005)

@@ -26,12 +26,12 @@ from pyspark.sql import functions as F
 from clients import StatestoreClient
 from clients.exceptions import StatestoreClientError, TransportError
 from clients.partitioners import PARTITIONERS
-from clients.position import Position
 from clients.spark import lookup_join, lookup_udf, read_store
-from service.local_broker import LocalBroker
-from service.local_shards import LocalShards
+from service.local.broker import LocalBroker
+from service.local.shards import LocalShards
 from tests.clients.conftest import wait_until_ready
 from tests.support.kafka import Record, create_topic, latest_per_key, make_producer, produce, unique_topic
+from wire.position import Position
 
 PARTITIONS = 6
 SHARDS = 3

@@ -15,7 +15,7 @@ from clients.exceptions import (
     UnknownStoreError,
     ValueDecodeError,
 )
-from clients.position import Position
+from wire.position import Position
 
 
 def test_dedupe_keeps_first_seen_order_and_maps_every_row() -> None:

@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 
 from service.app import create_app
-from service.local_broker import free_port
+from service.local.broker import free_port
 from service.settings import Settings
 from store import StoreState
-from store.memory import InMemoryStore
+from store.lifecycle.memory import InMemoryStore
 from tests.deploy.manifests import NAMESPACE, RELEASE, container_environment, render
 from tests.support.server import serve_app
 

@@ -15,10 +15,10 @@ import pytest
 import yaml
 
 from service.app import create_app
-from service.local_broker import free_port
+from service.local.broker import free_port
 from service.settings import Settings
 from store import StoreState
-from store.memory import InMemoryStore
+from store.lifecycle.memory import InMemoryStore
 from tests.deploy.manifests import COMPOSE_FILE, DOCKERFILE, Instruction, dockerfile_instructions
 from tests.support.server import serve_app
 
@@ -101,6 +101,7 @@ def test_dockerignore_keeps_the_context_to_the_package() -> None:
         "store",
         "service",
         "clients",
+        "wire",
     }
 
 

@@ -51,6 +51,13 @@ def test_the_client_extra_stays_small(pyproject: dict[str, Any]) -> None:
     assert names(pyproject, "client") == {"httpx", "pyarrow"}
 
 
+def test_every_install_carries_the_shared_vocabulary(pyproject: dict[str, Any]) -> None:
+    # One distribution for every extra: its packages are the clients' and the server's, and wire,
+    # which both import.
+    packages = pyproject["tool"]["setuptools"]["packages"]["find"]["include"]
+    assert set(packages) == {"store*", "service*", "clients*", "wire*"}
+
+
 # --- the pinned versions the images install ------------------------------------------------------
 
 

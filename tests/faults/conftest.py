@@ -21,7 +21,7 @@ import httpx
 import pytest
 import yaml
 
-from service.local_broker import LocalBroker, free_port
+from service.local.broker import LocalBroker, free_port
 from tests.support.kafka import close_producers
 from tests.support.stores import REPO
 

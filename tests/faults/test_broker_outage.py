@@ -11,7 +11,7 @@ from collections import Counter
 import httpx
 import pytest
 
-from service.local_broker import LocalBroker
+from service.local.broker import LocalBroker
 from store import Position
 from tests.faults.conftest import ServiceFactory, ServiceProcess
 from tests.support.kafka import create_topic, make_producer

@@ -21,7 +21,7 @@ import httpx
 import pyarrow as pa
 import pytest
 
-from service.local_broker import LocalBroker
+from service.local.broker import LocalBroker
 from tests.faults.conftest import ServiceFactory, ServiceProcess
 from tests.support.damage import compact, flip_first_block
 from tests.support.kafka import create_topic, make_producer

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from service.local_broker import LocalBroker
+from service.local.broker import LocalBroker
 from store import Position
 from tests.faults.conftest import ServiceFactory
 from tests.support.kafka import create_topic, make_producer

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from service.local_broker import LocalBroker, free_port
+from service.local.broker import LocalBroker, free_port
 from store import Position
 from tests.faults.conftest import ServiceFactory, ServiceProcess
 from tests.support.kafka import create_topic

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import numpy as np
 import pyarrow as pa
 
-from service.local_broker import LocalBroker
+from service.local.broker import LocalBroker
 from tests.faults.conftest import ServiceFactory, ServiceProcess
 from tests.service.conftest import assert_problem
 

@@ -15,7 +15,7 @@ import pytest
 from starlette.routing import Route
 
 from service.app import create_app
-from service.local_broker import LocalBroker
+from service.local.broker import LocalBroker
 from tests.faults.conftest import ServiceFactory
 from tests.service.conftest import Service, assert_problem, make_service  # noqa: F401 (fixture)
 from tests.support.kafka import create_topic

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from service.local_broker import LocalBroker
+from service.local.broker import LocalBroker
 from tests.faults.conftest import ServiceFactory
 from tests.faults.soak import seed, soak
 from tests.support.kafka import create_topic, make_producer

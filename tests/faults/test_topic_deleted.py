@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from service.local_broker import LocalBroker
+from service.local.broker import LocalBroker
 from store import Position
 from tests.faults.conftest import ServiceFactory
 from tests.support.kafka import create_topic, make_producer

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pytest
 
 from service.app import create_app
-from service.local_broker import LocalBroker
+from service.local.broker import LocalBroker
 from service.settings import Settings, store_configs
 from store import Store, StoreTuning
 from tests.service.conftest import assert_problem

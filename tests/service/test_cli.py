@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from service.cli import build_parser, main
-from service.local_broker import free_port
+from service.local.broker import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -18,7 +18,7 @@ import pytest
 from confluent_kafka import KafkaError, Message
 
 from service.app import create_app
-from service.local_broker import LocalBroker
+from service.local.broker import LocalBroker
 from service.settings import Settings, store_configs
 from store import Position, Store, StoreTuning
 from tests.service.test_integration import wait_ready

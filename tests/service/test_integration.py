@@ -19,7 +19,7 @@ import orjson
 import pytest
 
 from service.app import create_app
-from service.local_broker import LocalBroker, free_port
+from service.local.broker import LocalBroker, free_port
 from service.settings import Settings
 from store import Position
 from tests.support.kafka import latest_per_key, make_producer, produce, topic_end

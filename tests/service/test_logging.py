@@ -18,7 +18,7 @@ import httpx
 import pytest
 import yaml
 
-from service.local_broker import LocalBroker, free_port
+from service.local.broker import LocalBroker, free_port
 from service.logs import JsonFormatter
 from tests.support.kafka import produce
 
@@ -26,7 +26,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def record(message: str, *args: object, **extra: Any) -> logging.LogRecord:
-    made = logging.LogRecord("store.materializer", logging.WARNING, __file__, 1, message, args, None)
+    made = logging.LogRecord(
+        "store.lifecycle.materializer", logging.WARNING, __file__, 1, message, args, None
+    )
     made.__dict__.update(extra)
     return made
 
@@ -42,7 +44,7 @@ def test_a_json_line_has_time_level_logger_and_message() -> None:
     line = formatted(record("restoring %d records", 5))
     assert line["message"] == "restoring 5 records"
     assert line["level"] == "WARNING"
-    assert line["logger"] == "store.materializer"
+    assert line["logger"] == "store.lifecycle.materializer"
     assert line["time"].endswith("+00:00")
     assert "store" not in line
 

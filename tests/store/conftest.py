@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from service.local_broker import LocalBroker
+from service.local.broker import LocalBroker
 from store import (
     HistorySpec,
     IndexSpec,

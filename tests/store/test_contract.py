@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from service.local_broker import LocalBroker
+from service.local.broker import LocalBroker
 from store import (
     MAX_SCAN_LIMIT,
     InMemoryStore,

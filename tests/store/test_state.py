@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from store import StoreConfig, StoreState
-from store.copies import Copies
 from store.exceptions import InvalidTransitionError
+from store.lifecycle.copies import Copies
 
 CREATED, RESTORING, READY, REBUILDING, STOPPED, FAILED = (
     StoreState.CREATED,

@@ -27,8 +27,8 @@ def children(parent: int, script: str) -> list[int]:
 
 
 def consumer_processes(parent: int | None = None) -> list[int]:
-    """The store consumer processes (``store/consumer_process.py``) of ``parent`` (default: this one)."""
-    return children(os.getpid() if parent is None else parent, "consumer_process.py")
+    """The store consumer processes (``store.kafka.consumer_process``) of ``parent`` (default: this one)."""
+    return children(os.getpid() if parent is None else parent, "store.kafka.consumer_process")
 
 
 def wait_for_consumer_process(

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from store.engine import Engine, write_error
+from store.table.engine import Engine, write_error
 
 
 def refuse_writes(monkeypatch: pytest.MonkeyPatch, refusal: Exception, times: int | None) -> list[Engine]:

@@ -11,7 +11,7 @@ from typing import Any
 import uvicorn
 
 from service.connections import server_options
-from service.local_broker import free_port
+from service.local.broker import free_port
 from service.settings import Settings
 
 

@@ -25,7 +25,7 @@ from typing import IO, Any
 
 from clients import StatestoreClient
 from service.app import create_app
-from service.local_broker import LocalBroker
+from service.local.broker import LocalBroker
 from service.settings import Settings
 from tests.clients.portfolio import INDEX, TICKERS, position_round, ticker
 from tests.clients.shop import (

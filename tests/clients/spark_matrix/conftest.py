@@ -26,7 +26,7 @@ from typing import IO, Any
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
-from clients.spark_compat import PYSPARK_VERSION
+from clients.spark.compat import PYSPARK_VERSION
 from tests.support.spark_session import classic_session
 
 REPO = Path(__file__).resolve().parents[3]

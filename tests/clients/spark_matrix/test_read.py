@@ -11,7 +11,7 @@ from pyspark.sql import functions as F
 
 from clients import exceptions as e
 from clients.spark import lookup_join, read_store, register_data_source
-from clients.spark_compat import PYSPARK_VERSION
+from clients.spark.compat import PYSPARK_VERSION
 from tests.clients.shop import CUSTOMER_SCHEMA, PRODUCT_SCHEMA
 from tests.clients.spark_matrix.conftest import CONNECT, Service
 

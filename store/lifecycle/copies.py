@@ -1,0 +1,401 @@
+"""A store's copies of its table and its state.
+
+A store has one copy (a ``Replica``) that readers read and the materializer writes. While it
+rebuilds from a READY state it has two: readers keep the last good copy (``db/``) until the new one
+(``db.rebuilding/``) is READY and replaces it. Every state change goes through one checked
+transition (``StoreState.can_become``). Implements ``store.lifecycle.writer.StoreCopies`` for the
+materializer and ``store.table.verifier.VerifyTarget`` for the background verification.
+
+A read of a copy that fails for any reason but "not found" (corruption, I/O error), whether a
+reader's, the materializer's or the verifier's, marks that copy corrupt: it answers no read any
+more, and if it is the written copy the materializer rebuilds it
+(``store.lifecycle.writer.check_written_copy``), beside the served one if the store was READY.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from store.exceptions import InvalidTransitionError, StoreClosedError, StoreReadError, StoreWriteError
+from store.lifecycle.config import StoreConfig
+from store.lifecycle.listeners import ListenedCondition
+from store.protocol import CorruptionReport, FoundBy, MemoryUsage, ReadOnlyKeyValueStore
+from store.state import StoreState
+from store.table.corruption import drop_engine_references, log_corruption_found
+from store.table.engine import destroy
+from store.table.replica import Replica
+from store.table.verifier import VerifyStep
+from wire.position import Position
+
+logger = logging.getLogger(__name__)
+
+_COMPLETE = "REBUILD_COMPLETE"
+_VIEWS_DRAIN_SECONDS = 10
+
+
+class Copies:
+    """The copy readers read, the copy the materializer writes (the same one unless a rebuild
+    runs), and the store's state.
+
+    ``changed`` (a condition on the store's lock) is notified whenever the state changes, and by
+    the replicas whenever a position or an index changes.
+    """
+
+    def __init__(self, config: StoreConfig) -> None:
+        self.config = config
+        self.changed = ListenedCondition(threading.RLock())
+        self._state = StoreState.CREATED
+        self._failure: str | None = None
+        self._serving: Replica | None = None  # what readers read
+        self._writing: Replica | None = None  # what the materializer writes (the same, unless rebuilding)
+        self._active_views = 0
+        self.corruptions_found = 0  # copies found corrupt since the store was created
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def _db_path(self) -> Path:
+        return self.config.path / "db"
+
+    @property
+    def _next_path(self) -> Path:
+        return self.config.path / "db.rebuilding"
+
+    # -- what readers and the store's status look at ----------------------------------------
+
+    @property
+    def state(self) -> StoreState:
+        return self._state
+
+    @property
+    def failure(self) -> str | None:
+        """Why the store is FAILED (``None`` unless it is)."""
+        return self._failure
+
+    @property
+    def serving(self) -> Replica | None:
+        """The copy readers read (``None`` while none is open)."""
+        return self._serving
+
+    @property
+    def writing(self) -> Replica | None:
+        """The copy the materializer writes (``None`` while none is open)."""
+        return self._writing
+
+    @property
+    def readable(self) -> bool:
+        """Whether reads get answers: READY, or REBUILDING while the last good copy is served;
+        never while the served copy is corrupt."""
+        serving = self._serving
+        if serving is not None and serving.corruption is not None:
+            return False
+        return self._state is StoreState.READY or (
+            self._state is StoreState.REBUILDING and serving is not self._writing
+        )
+
+    @property
+    def corruption(self) -> CorruptionReport | None:
+        """Why the served copy answers no read (corruption found in it), until a rebuilt copy replaces it."""
+        serving = self._serving
+        return serving.corruption if serving is not None else None
+
+    @contextlib.contextmanager
+    def reading(self, as_of: Position | None, at_time: int | None = None) -> Iterator[ReadOnlyKeyValueStore]:
+        """A reader of the served copy; the copy is not closed while any reader is out.
+
+        ``StoreReadError`` while the served copy is corrupt; a read through the reader that fails
+        for any reason but "not found" raises it too, and marks the copy corrupt.
+        """
+        with self.changed:
+            serving = self._serving
+            if serving is None:
+                raise StoreClosedError(
+                    f'store "{self.name}" is {self._state.value.lower()}; it cannot be read'
+                )
+            if serving.corruption is not None:
+                raise self._corrupt_copy_error(serving.corruption)
+            reader = serving.reader(as_of, at_time)
+            self._active_views += 1
+        try:
+            yield reader
+        except StoreReadError as exc:
+            drop_engine_references(exc)
+            self._found_corruption(serving, exc, "read")
+            raise
+        finally:
+            reader.release()
+            self._unpin()
+
+    def _unpin(self) -> None:
+        """A reader (or a verification step) no longer holds the copy it read."""
+        with self.changed:
+            self._active_views -= 1
+            if self._active_views == 0:
+                self.changed.notify_all()
+
+    def _corrupt_copy_error(self, report: CorruptionReport) -> StoreReadError:
+        return StoreReadError(
+            f'store "{self.name}" found its copy corrupt ({report.detail}); it answers no read until a'
+            " copy rebuilt from the topic replaces it",
+            file=report.file,
+            engine_message=report.detail,
+        )
+
+    def memory(self) -> MemoryUsage | None:
+        """What every open copy holds in memory (``None`` if a copy closed meanwhile)."""
+        serving, writing = self._serving, self._writing
+        copies = [copy for copy in (serving, writing) if copy is not None]
+        if writing is serving:
+            copies = copies[:1]
+        try:
+            usages = [copy.memory() for copy in copies]
+        except Exception:  # a copy closed under a status call: no figure this time
+            return None
+        return sum(usages[1:], usages[0]) if usages else None
+
+    # -- lifecycle (the store) --------------------------------------------------------------
+
+    def open(self) -> None:
+        """Open the stored copy, finishing a swap to a rebuilt copy that a crash interrupted.
+
+        A full volume leaves it closed (logged): the materializer waits for space and opens it.
+        """
+        self._finish_interrupted_rebuild()
+        destroy(self.config.path / "bulk")  # files of a bulk load a crash interrupted
+        try:
+            replica = Replica(self.config, self._db_path, self.changed)
+        except StoreWriteError as exc:
+            # A full volume: the files are intact, so the materializer waits for space and opens them.
+            logger.error('store "%s": %s', self.name, exc)
+            return
+        with self.changed:
+            self._serving = self._writing = replica
+        logger.info(
+            'store "%s" opened at %s (topic "%s", stored position %s)',
+            self.name,
+            self.config.path,
+            self.config.topic,
+            replica.position or "none: restoring from the earliest offsets",
+        )
+
+    def fail(self, reason: str) -> None:
+        """The store could not start, and a retry cannot fix that: it is FAILED."""
+        with self.changed:
+            self._failure = reason
+            self._move(StoreState.FAILED)
+
+    def close(self) -> Position | None:
+        """Close every copy once no reader is out (at most a few seconds): the store is STOPPED.
+
+        Returns the position readers last saw, ``None`` if the store was stopped already.
+        """
+        with self.changed:
+            if self._state is StoreState.STOPPED:
+                return None
+            self.changed.wait_for(lambda: self._active_views == 0, timeout=_VIEWS_DRAIN_SECONDS)
+            serving, writing = self._serving, self._writing
+            self._serving = self._writing = None
+            self._move(StoreState.STOPPED)
+        if writing is not None and writing is not serving:
+            writing.close()
+        if serving is not None:
+            serving.close()
+        return serving.position if serving is not None else Position()
+
+    # -- the materializer's side (StoreCopies) ----------------------------------------------
+
+    @property
+    def writer(self) -> Replica:
+        writing = self._writing
+        if writing is None:
+            raise StoreClosedError(f'store "{self.name}" is {self._state.value.lower()}: no copy is open')
+        return writing
+
+    def open_writer(self) -> Replica:
+        if self._writing is None and self._state is not StoreState.STOPPED:
+            self.reopen()
+        return self.writer
+
+    def transition(self, state: StoreState) -> None:
+        writing = self._writing
+        if state is StoreState.READY and writing is not None and writing is not self._serving:
+            self._swap_in(writing)
+            return
+        with self.changed:
+            self._move(state)
+
+    def _move(self, state: StoreState) -> None:
+        """The one place the state changes (the lock is held)."""
+        current = self._state
+        if current is StoreState.STOPPED:
+            return  # final: a materializer ending its last step after a stop changes nothing
+        if not current.can_become(state):
+            raise InvalidTransitionError(
+                f'store "{self.name}" cannot go from {current.value} to {state.value}'
+            )
+        self._state = state
+        self.changed.notify_all()
+
+    def rebuild(self, reason: str) -> None:
+        """Restore from the earliest offsets into a fresh copy.
+
+        A store that was READY keeps serving its last good copy meanwhile (marked stale); one
+        that never was has nothing worth serving and is discarded in place.
+        """
+        with self.changed:
+            serving, writing = self._serving, self._writing
+            keep_serving = serving is not None and (self._state is StoreState.READY or serving is not writing)
+            if writing is not None and writing is not serving:
+                writing.close(flush=False)
+            destroy(self._next_path)
+            destroy(self.config.path / "bulk")
+            if keep_serving:
+                self._writing = Replica(self.config, self._next_path, self.changed)
+            else:
+                self.changed.wait_for(lambda: self._active_views == 0, timeout=_VIEWS_DRAIN_SECONDS)
+                if serving is not None:
+                    serving.close(flush=False)
+                destroy(self._db_path)
+                self._serving = self._writing = Replica(self.config, self._db_path, self.changed)
+            if not keep_serving:
+                readers = "reads wait until it is READY"
+            elif serving is not None and serving.corruption is not None:
+                readers = "reads answer store-corrupt until it replaces the corrupt copy"
+            else:
+                readers = "reads are served from the last good copy until then (stale)"
+            # Logged with the lock held: whoever waits for the change finds the line written.
+            logger.warning(
+                'store "%s" is rebuilding from the earliest offsets (%s); %s', self.name, reason, readers
+            )
+            self._move(StoreState.REBUILDING)
+
+    def reopen(self) -> None:
+        """Reopen the written copy after a write error (RocksDB refuses writes until then).
+
+        What was applied since the last checkpoint is lost with its offsets (no WAL), so the store
+        is RESTORING until it has caught up again: no reader sees its position go back. A rebuild
+        copy is reopened alone; readers keep the last good copy. If the volume is still too full
+        to open the copy, ``StoreWriteError`` is raised and the copy stays closed until a later call.
+        """
+        with self.changed:
+            if self._state is StoreState.STOPPED:
+                return
+            serving, writing = self._serving, self._writing
+            if serving is not None and writing is not serving:
+                # A rebuild copy (possibly closed by an earlier failed reopen).
+                if writing is not None:
+                    writing.close(flush=False)
+                    self._writing = None
+                self._writing = Replica(self.config, self._next_path, self.changed)
+                return
+            if self._state is StoreState.READY:
+                self._move(StoreState.RESTORING)
+            if writing is not None:
+                self.changed.wait_for(lambda: self._active_views == 0, timeout=_VIEWS_DRAIN_SECONDS)
+                writing.close(flush=False)
+                self._serving = self._writing = None
+            reopened = Replica(self.config, self._db_path, self.changed)
+            self._serving = self._writing = reopened
+            # Logged with the lock held: whoever waits for the change finds the line written.
+            logger.warning(
+                'store "%s" reopened after a write error; catching up from position %s'
+                " (reads wait until READY)",
+                self.name,
+                reopened.position or "none",
+            )
+            self.changed.notify_all()
+
+    # -- corruption -------------------------------------------------------------------------
+
+    def report_corruption(self, error: StoreReadError) -> bool:
+        """The materializer's own read or write of the written copy failed (corruption, I/O error);
+        ``True`` if the copy is marked, so the materializer's next turn rebuilds it."""
+        writing = self._writing
+        if writing is None:
+            return False
+        self._found_corruption(writing, error, "materializer")
+        return writing.corruption is not None
+
+    @property
+    def column_families(self) -> tuple[str, ...]:
+        serving = self._serving
+        return serving.engine.column_families if serving is not None else ()
+
+    def verify_step(self, family: str, start: bytes | None, max_entries: int) -> VerifyStep | None:
+        """Verify one page of the served copy (``store.table.verifier``); ``None`` if there is no healthy
+        copy to verify now. A failed read marks the copy corrupt."""
+        with self.changed:
+            replica = self._serving
+            if replica is None or replica.corruption is not None or self._state is StoreState.STOPPED:
+                return None
+            self._active_views += 1
+        try:
+            next_start, entries, size = replica.engine.verify_page(family, start, max_entries)
+        except StoreReadError as exc:
+            self._found_corruption(replica, exc, "verification")
+            return None
+        except StoreClosedError:
+            return None
+        finally:
+            self._unpin()
+        return VerifyStep(replica, next_start, entries, size)
+
+    def _found_corruption(self, replica: Replica, error: StoreReadError, found_by: FoundBy) -> None:
+        """Mark ``replica`` corrupt (once: later failures of the same copy change nothing) and log
+        it. A marked written copy is the materializer's signal to rebuild it."""
+        report = CorruptionReport(error.engine_message, error.file, found_by, time.time())
+        with self.changed:
+            if (
+                replica.corruption is not None
+                or self._state is StoreState.STOPPED
+                or (replica is not self._serving and replica is not self._writing)
+            ):
+                return
+            replica.mark_corrupt(report)
+            self.corruptions_found += 1
+            written, served = replica is self._writing, replica is self._serving
+            self.changed.notify_all()
+        log_corruption_found(self.name, replica.path, report, written=written, served=served)
+
+    # -- rebuilt copies ---------------------------------------------------------------------
+
+    def _swap_in(self, rebuilt: Replica) -> None:
+        """Replace the served copy with the rebuilt one, atomically for readers: READY."""
+        rebuilt.close()
+        (self._next_path / _COMPLETE).touch()
+        with self.changed:
+            self.changed.wait_for(lambda: self._active_views == 0, timeout=_VIEWS_DRAIN_SECONDS)
+            old = self._serving
+            if old is not None:
+                old.close(flush=False)
+            self._promote_rebuilt()
+            self._serving = self._writing = Replica(self.config, self._db_path, self.changed)
+            replaced = "corrupt" if old is not None and old.corruption is not None else "stale"
+            logger.info(
+                'store "%s": the rebuilt copy replaced the %s one; reads are answered from it',
+                self.name,
+                replaced,
+            )
+            # In the same step: a REBUILDING store whose served copy is the written one is unreadable.
+            self._move(StoreState.READY)
+
+    def _promote_rebuilt(self) -> None:
+        destroy(self._db_path)
+        os.replace(self._next_path, self._db_path)
+        (self._db_path / _COMPLETE).unlink(missing_ok=True)
+
+    def _finish_interrupted_rebuild(self) -> None:
+        """A crash during a swap leaves a complete rebuilt copy; anything else in progress is dropped."""
+        if (self._next_path / _COMPLETE).exists():
+            logger.info('store "%s": finishing a swap to a rebuilt copy interrupted by a crash', self.name)
+            self._promote_rebuilt()
+        else:
+            destroy(self._next_path)

@@ -1,0 +1,224 @@
+"""An in-memory store implementing the same read protocols as the RocksDB store.
+
+It backs unit tests of the layers above the engine and the store contract suite; it is not
+materialized from Kafka: tests and embedders write to it with :meth:`InMemoryStore.apply`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
+
+from store.exceptions import (
+    HistoryNotKeptError,
+    PositionNotReachedError,
+    ScanLimitError,
+    StoreClosedError,
+    UnknownIndexError,
+)
+from store.lifecycle.listeners import ListenedCondition
+from store.protocol import (
+    MAX_SCAN_LIMIT,
+    CorruptionReport,
+    IndexStatus,
+    ReadOnlyKeyValueStore,
+    ScanPage,
+    ShardingStatus,
+    StoreStatus,
+)
+from store.state import StoreState
+from store.table.indexes import IndexSpec
+from wire.position import Position
+
+
+def _scan_sorted(
+    keys: Sequence[bytes], values: Mapping[bytes, bytes], prefix: bytes, after: bytes | None, limit: int
+) -> ScanPage:
+    if limit < 1:
+        raise ScanLimitError(f"scan limit must be at least 1, got {limit}")
+    limit = min(limit, MAX_SCAN_LIMIT)
+    start = prefix if after is None or after < prefix else after
+    index = (
+        bisect.bisect_right(keys, start)
+        if after is not None and after >= prefix
+        else bisect.bisect_left(keys, start)
+    )
+    items: list[tuple[bytes, bytes]] = []
+    while index < len(keys) and keys[index].startswith(prefix):
+        if len(items) == limit:
+            return ScanPage(items, items[-1][0])
+        items.append((keys[index], values[keys[index]]))
+        index += 1
+    return ScanPage(items, None)
+
+
+class _FrozenView:
+    def __init__(
+        self, data: dict[bytes, bytes], position: Position, indexes: Mapping[str, IndexSpec]
+    ) -> None:
+        self._data = data
+        self._keys = sorted(data)
+        self._position = position
+        self._indexes = indexes
+
+    def get(self, key: bytes) -> bytes | None:
+        return self._data.get(key)
+
+    def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        return [self._data.get(k) for k in keys]
+
+    def prefix_scan(self, prefix: bytes, *, after: bytes | None = None, limit: int = 1000) -> ScanPage:
+        return _scan_sorted(self._keys, self._data, prefix, after, limit)
+
+    def index_scan(
+        self, index: str, value: bytes, *, after: bytes | None = None, limit: int = 1000
+    ) -> ScanPage:
+        spec = self._indexes.get(index)
+        if spec is None:
+            raise UnknownIndexError(index, sorted(self._indexes))
+        matches = {k: v for k, v in self._data.items() if spec.extract(v) == value}
+        return _scan_sorted(sorted(matches), matches, b"", after, limit)
+
+    def position(self) -> Position:
+        return self._position
+
+
+class InMemoryStore:
+    """A dict-backed ``ServableStore``; every view is a copy-on-write snapshot.
+
+    ``sharding`` is what its status reports about shards (a test sets it); the store itself holds
+    whatever is applied to it.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        topic: str | None = None,
+        state: StoreState = StoreState.READY,
+        indexes: Sequence[IndexSpec] = (),
+        keeps_history: bool = False,
+        sharding: ShardingStatus | None = None,
+    ) -> None:
+        self._name = name
+        self.sharding = sharding
+        self._indexes = {spec.name: spec for spec in indexes}
+        self._topic = topic or name
+        self._state = state
+        self._data: dict[bytes, bytes] = {}
+        self._position = Position()
+        self._frozen: _FrozenView | None = None
+        self._changed = ListenedCondition()
+        self._applied = 0
+        self._log: list[tuple[int, int, bytes, bytes | None]] = []
+        self.keeps_history = keeps_history
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def state(self) -> StoreState:
+        return self._state
+
+    @property
+    def readable(self) -> bool:
+        return self._state is StoreState.READY
+
+    @property
+    def corruption(self) -> CorruptionReport | None:
+        return None  # nothing on disk to go bad
+
+    def set_state(self, state: StoreState) -> None:
+        with self._changed:
+            self._state = state
+            self._changed.notify_all()
+
+    def apply(self, records: Sequence[tuple[int, int, bytes, bytes | None]]) -> None:
+        """Apply ``(partition, offset, key, value)`` records atomically; ``None`` values delete."""
+        with self._changed:
+            data = dict(self._data)
+            offsets = dict(self._position)
+            for partition, offset, key, value in records:
+                if value is None:
+                    data.pop(key, None)
+                else:
+                    data[key] = value
+                offsets[partition] = max(offsets.get(partition, 0), offset + 1)
+            self._data, self._position, self._frozen = data, Position(offsets), None
+            if self.keeps_history:
+                self._log.extend(records)
+            self._applied += len(records)
+            self._changed.notify_all()
+
+    @contextlib.contextmanager
+    def view(
+        self, as_of: Position | None = None, at_time: int | None = None
+    ) -> Iterator[ReadOnlyKeyValueStore]:
+        with self._changed:
+            if self._state is StoreState.STOPPED:
+                raise StoreClosedError(f'store "{self._name}" is stopped')
+            if at_time is not None:
+                raise HistoryNotKeptError(
+                    f'store "{self._name}" keeps no record times; it cannot read as_of_time'
+                )
+            if as_of is not None:
+                frozen = self._view_as_of(as_of)
+            else:
+                if self._frozen is None:
+                    self._frozen = _FrozenView(self._data, self._position, self._indexes)
+                frozen = self._frozen
+        yield frozen
+
+    def _view_as_of(self, as_of: Position) -> _FrozenView:
+        if not self.keeps_history:
+            raise HistoryNotKeptError(f'store "{self._name}" keeps no history')
+        if not self._position.reaches(as_of):
+            raise PositionNotReachedError(f'store "{self._name}" is at {self._position}, not yet at {as_of}')
+        data: dict[bytes, bytes] = {}
+        for partition, offset, key, value in self._log:
+            if offset < as_of.get(partition, 0):
+                if value is None:
+                    data.pop(key, None)
+                else:
+                    data[key] = value
+        return _FrozenView(data, Position({p: as_of.get(p, 0) for p in self._position}), self._indexes)
+
+    def history_floor(self) -> Position | None:
+        return Position(dict.fromkeys(self._position, 0)) if self.keeps_history else None
+
+    def status(self) -> StoreStatus:
+        with self._changed:
+            return StoreStatus(
+                name=self._name,
+                topic=self._topic,
+                state=self._state,
+                position=self._position,
+                end_offsets=self._position,
+                lag=dict.fromkeys(self._position, 0),
+                restore=None,
+                records_applied_total=self._applied,
+                null_key_records=0,
+                approximate_num_keys=len(self._data),
+                size_on_disk_bytes=0,
+                last_error=None,
+                seconds_since_last_contact=None,
+                indexes={
+                    name: IndexStatus(field=spec.field, state="ready", rows_indexed=None)
+                    for name, spec in self._indexes.items()
+                },
+                sharding=self.sharding,
+            )
+
+    def position(self) -> Position:
+        return self._position
+
+    def wait_for_position(self, minimum: Position, timeout: float) -> bool:
+        with self._changed:
+            return self._changed.wait_for(lambda: self._position.reaches(minimum), timeout)
+
+    def add_listener(self, listener: Callable[[], None]) -> Callable[[], None]:
+        return self._changed.add_listener(listener)
+
+    def stop(self) -> None:
+        self.set_state(StoreState.STOPPED)

@@ -1,0 +1,34 @@
+"""The RocksDB table of a store: one copy of it, read and written.
+
+Its public face: :class:`Replica` (a copy: its database, position, indexes, history and hot-key
+cache), what it takes from the rest of the store (:class:`TableConfig`, :class:`Changes`), the specs
+of its indexes and history (:class:`IndexSpec`, :class:`HistorySpec`), the background check of a
+copy (:class:`Verifier`), and what the benchmarks measure of it directly: the RocksDB
+:class:`Engine` with its snapshot reads and options, and the hot-key cache. Below it: ``engine``,
+``indexes``, ``history``, ``asof``, ``hot_keys``, ``corruption``, ``families``. Nothing here
+imports the Kafka side (``store.kafka``) or the lifecycle.
+"""
+
+from store.table.engine import Engine, SnapshotReader, database_options, directory_size
+from store.table.history import HistorySpec
+from store.table.hot_keys import HotKeyCache, read_misses
+from store.table.indexes import IndexSpec
+from store.table.replica import Replica
+from store.table.seams import Changes, TableConfig
+from store.table.verifier import Verifier, VerifyStep
+
+__all__ = [
+    "Changes",
+    "Engine",
+    "HistorySpec",
+    "HotKeyCache",
+    "IndexSpec",
+    "Replica",
+    "SnapshotReader",
+    "TableConfig",
+    "Verifier",
+    "VerifyStep",
+    "database_options",
+    "directory_size",
+    "read_misses",
+]

@@ -1,0 +1,26 @@
+"""The column families of a store's database, and whose keys each holds.
+
+============  ===============================================================================
+family        keys, and the module that owns their layout
+============  ===============================================================================
+``default``   the table: row key → latest value (``store.table.engine``)
+``meta``      small keys of several owners, each under its own prefix: ``offset/``, ``topic``,
+              ``topic_id``, ``format_version`` (``store.table.engine``); ``index/`` (``store.table.indexes``);
+              ``history_start/``, ``history_time/`` (``store.table.history``)
+``index``     secondary index entries (``store.table.indexes``)
+``history``   versions of rows, for reads as of a position (``store.table.history``)
+``changes``   the change log that drives history pruning and ``as_of`` index reads (``store.table.history``)
+============  ===============================================================================
+
+The engine (``store.table.engine``) opens them all and gives generic access to each by name; the
+owners encode and decode their own keys.
+"""
+
+from __future__ import annotations
+
+DEFAULT = "default"
+META = "meta"
+INDEX = "index"
+HISTORY = "history"
+CHANGES = "changes"
+ALL = (DEFAULT, META, INDEX, HISTORY, CHANGES)

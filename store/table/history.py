@@ -1,0 +1,349 @@
+"""History: reads pinned to an exact position (``as_of``), the same answer on every replica.
+
+A Kafka partition's offsets are the same on every node, so a position names one exact version of
+the table everywhere. A store that keeps history answers, for each key, the value of its last
+record *below* the position on its partition.
+
+History starts when a store first becomes READY (a compacted topic no longer holds every old
+version, so nothing older can be exact); the *floor* is the oldest position still answered
+exactly. Below it the answer is a clear ``HistoryExpiredError``, never a wrong value.
+
+Column families (``store.table.families``):
+
+``history``
+    one entry per version: ``escaped(key) | partition (4 B) | offset + 1 (8 B)`` →
+    ``1 | timestamp (8 B) | value`` or ``0 | timestamp`` for a tombstone. The first write of a key
+    after history started also records its previous value as a *base* version (offset field 0).
+    ``escaped`` doubles 0x00 bytes and ends with 0x00 0x01, so versions of one key are contiguous
+    and keys keep their byte order (prefix scans work on escaped keys).
+``changes``
+    ``partition (4 B) | offset (8 B)`` → key, one entry per record since history started: it drives
+    pruning (a version superseded below the floor is dropped) and ``as_of`` index lookups (rows
+    changed since a position).
+``meta``, under ``history_start/``
+    ``partition (4 B)`` → the next offset where history began on that partition.
+``meta``, under ``history_time/``
+    ``partition (4 B) | next offset (8 B)`` → timestamp (8 B) of each applied batch's last record:
+    it moves the floor by ``retention_ms``.
+
+Pruning runs on the materializer thread between batches, a bounded amount at a time, so it never
+races a write of the same key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import rocksdict
+
+from store.table import families, timed
+from store.table.corruption import check_status, entries, family_get, prefixed
+from wire.position import Position
+
+if TYPE_CHECKING:
+    from store.table.engine import Engine
+
+_PARTITION = struct.Struct(">i")
+_OFFSET = struct.Struct(">q")
+_TIMESTAMP = struct.Struct(">q")
+_VERSION_SUFFIX = _PARTITION.size + _OFFSET.size
+_TERMINATOR = b"\x00\x01"
+PUT, TOMBSTONE = b"\x01", b"\x00"
+_START_PREFIX = b"history_start/"  # in the meta family
+_TIME_PREFIX = b"history_time/"  # in the meta family
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class HistorySpec:
+    """How much history a store keeps: by age, by offsets behind the head, or both (the shorter wins)."""
+
+    retention_ms: int | None = None
+    retention_offsets: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.retention_ms is None and self.retention_offsets is None:
+            raise ValueError("history needs retention_ms, retention_offsets, or both")
+        for name in ("retention_ms", "retention_offsets"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"history.{name} must be at least 1, got {value}")
+
+
+def escape(key: bytes) -> bytes:
+    """Order-preserving, self-delimiting encoding of a row key."""
+    return key.replace(b"\x00", b"\x00\xff") + _TERMINATOR
+
+
+def escape_prefix(prefix: bytes) -> bytes:
+    """The escaped-key prefix shared by every key starting with ``prefix``."""
+    return prefix.replace(b"\x00", b"\x00\xff")
+
+
+def unescape(history_key: bytes) -> bytes:
+    """The row key of a ``history`` entry."""
+    # Escaped content never holds 0x00 followed by 0x01, so the first such pair ends the key.
+    return history_key[: history_key.index(_TERMINATOR)].replace(b"\x00\xff", b"\x00")
+
+
+def version_key(key: bytes, partition: int, offset: int) -> bytes:
+    """``offset`` is the record's offset, or -1 for the base version."""
+    return escape(key) + _PARTITION.pack(partition) + _OFFSET.pack(offset + 1)
+
+
+def parse_version_key(history_key: bytes) -> tuple[int, int]:
+    """``(partition, offset)`` of a version; offset -1 for a base version."""
+    suffix = history_key[-_VERSION_SUFFIX:]
+    return _PARTITION.unpack(suffix[: _PARTITION.size])[0], _OFFSET.unpack(suffix[_PARTITION.size :])[0] - 1
+
+
+def version_value(value: bytes | None, timestamp: int) -> bytes:
+    if value is None:
+        return TOMBSTONE + _TIMESTAMP.pack(timestamp)
+    return PUT + _TIMESTAMP.pack(timestamp) + value
+
+
+def parse_version_value(stored: bytes) -> tuple[bytes | None, int]:
+    timestamp = _TIMESTAMP.unpack(stored[1:9])[0]
+    return (stored[9:] if stored[:1] == PUT else None), timestamp
+
+
+def parse_version(history_key: bytes, stored: bytes) -> tuple[int, int, int, bytes | None]:
+    """``(partition, offset, timestamp, value)`` of one stored version (offset -1: the base)."""
+    partition, offset = parse_version_key(history_key)
+    value, timestamp = parse_version_value(stored)
+    return partition, offset, timestamp, value
+
+
+def change_key(partition: int, offset: int) -> bytes:
+    return _PARTITION.pack(partition) + _OFFSET.pack(offset)
+
+
+def parse_change_key(key: bytes) -> tuple[int, int]:
+    return _PARTITION.unpack(key[: _PARTITION.size])[0], _OFFSET.unpack(key[_PARTITION.size :])[0]
+
+
+def _handles(engine: Engine) -> tuple[Any, Any, Any]:
+    """The handles of the families history writes: history, changes, meta."""
+    return engine.handle(families.HISTORY), engine.handle(families.CHANGES), engine.handle(families.META)
+
+
+def _time_key(partition: int, next_offset: int) -> bytes:
+    return _TIME_PREFIX + _PARTITION.pack(partition) + _OFFSET.pack(next_offset)
+
+
+def stored_start(engine: Engine) -> Position:
+    """Where history began per partition (empty: no history kept yet)."""
+    return Position(
+        {
+            _PARTITION.unpack(key[len(_START_PREFIX) :])[0]: _OFFSET.unpack(value)[0]
+            for key, value in engine.prefixed(families.META, _START_PREFIX)
+        }
+    )
+
+
+def stored_time_log(engine: Engine) -> list[tuple[int, int, int]]:
+    """``(partition, next_offset, timestamp_ms)`` of applied batches since history began."""
+    log = []
+    for key, value in engine.prefixed(families.META, _TIME_PREFIX):
+        suffix = key[len(_TIME_PREFIX) :]
+        partition = _PARTITION.unpack(suffix[: _PARTITION.size])[0]
+        log.append((partition, _OFFSET.unpack(suffix[_PARTITION.size :])[0], _OFFSET.unpack(value)[0]))
+    return log
+
+
+def put_start(engine: Engine, batch: Any, position: Mapping[int, int]) -> None:
+    """Add to ``batch``: history begins at ``position``."""
+    meta = engine.handle(families.META)
+    for partition, next_offset in position.items():
+        batch.put(_START_PREFIX + _PARTITION.pack(partition), _OFFSET.pack(next_offset), meta)
+
+
+def clear(engine: Engine, batch: Any) -> None:
+    """Add to ``batch``: forget all history (it restarts when the store is next READY)."""
+    batch.delete_range(b"", b"\xff" * 64, engine.handle(families.HISTORY))
+    batch.delete_range(b"", b"\xff" * 16, engine.handle(families.CHANGES))
+    meta = engine.handle(families.META)
+    for prefix in (_START_PREFIX, _TIME_PREFIX):
+        batch.delete_range(prefix, prefix[:-1] + bytes([prefix[-1] + 1]), meta)
+
+
+def choose_version(
+    versions: Iterable[tuple[bytes, bytes]], as_of: Mapping[int, int]
+) -> tuple[bool, bytes | None]:
+    """From ``(history key, stored version)`` pairs of one key, the value as of a position.
+
+    Returns ``(found, value)``: ``found`` is False when no version is visible (the key was never
+    written since history started: its current value is the answer). Within a partition the
+    highest offset below the position wins; across partitions (a key moved when partitions were
+    added) the latest timestamp wins.
+    """
+    best: dict[int, tuple[int, bytes]] = {}
+    for history_key, stored in versions:
+        partition, offset = parse_version_key(history_key)
+        if offset >= as_of.get(partition, 0):
+            continue
+        current = best.get(partition)
+        if current is None or offset > current[0]:
+            best[partition] = (offset, stored)
+    if not best:
+        return False, None
+    chosen = max(best.values(), key=lambda entry: (parse_version_value(entry[1])[1], entry[0]))
+    return True, parse_version_value(chosen[1])[0]
+
+
+def floor_from(
+    start: Mapping[int, int],
+    position: Mapping[int, int],
+    time_log: Sequence[tuple[int, int, int]],
+    spec: HistorySpec,
+    now_ms: int | None = None,
+) -> Position:
+    """The oldest position answered exactly.
+
+    ``start``: where history began per partition. ``time_log``: ``(partition, next_offset,
+    timestamp_ms)`` of applied batches, ascending per partition.
+    """
+    floor = dict(start)
+    if spec.retention_offsets is not None:
+        for partition, next_offset in position.items():
+            floor[partition] = max(floor.get(partition, 0), next_offset - spec.retention_offsets)
+    if spec.retention_ms is not None:
+        cutoff = (now_ms if now_ms is not None else int(time.time() * 1000)) - spec.retention_ms
+        for partition, next_offset, timestamp in time_log:
+            if timestamp < cutoff:
+                floor[partition] = max(floor.get(partition, 0), next_offset)
+    return Position(floor)
+
+
+def scan_versions(iterator: Any, key: bytes) -> list[tuple[bytes, bytes]]:
+    """Every stored version of one key, read through a ``history`` iterator (re-seeked)."""
+    return list(prefixed(iterator, escape(key)))
+
+
+class HistoryRecorder:
+    """Adds versions and change entries to a store's write batches, and prunes below the floor."""
+
+    def __init__(self, spec: HistorySpec) -> None:
+        self.spec = spec
+
+    def record(
+        self,
+        engine: Engine,
+        batch: Any,
+        keys: Sequence[bytes],
+        values: Sequence[bytes | None],
+        metas: Sequence[tuple[int, int, int]],
+    ) -> None:
+        """Versions for ``(key, value)`` records with their ``(partition, offset, timestamp)``."""
+        live = engine.family(families.HISTORY)
+        history, changes, meta = (
+            engine.handle(name) for name in (families.HISTORY, families.CHANGES, families.META)
+        )
+        has_history: dict[bytes, bool] = {}
+        for key in dict.fromkeys(keys):
+            iterator = live.iter()
+            escaped = escape(key)
+            iterator.seek(escaped)
+            if not iterator.valid():
+                check_status(iterator)  # a failed read is no evidence the key has no history
+            has_history[key] = iterator.valid() and iterator.key().startswith(escaped)
+        needing_base = [key for key, has in has_history.items() if not has]
+        previous = (
+            dict(zip(needing_base, engine.get_latest(needing_base), strict=True)) if needing_base else {}
+        )
+        last_in_batch: dict[int, tuple[int, int]] = {}
+        for key, value, (partition, offset, timestamp) in zip(keys, values, metas, strict=True):
+            if not has_history[key]:
+                batch.put(version_key(key, partition, -1), version_value(previous[key], -1), history)
+                has_history[key] = True
+            batch.put(version_key(key, partition, offset), version_value(value, timestamp), history)
+            batch.put(change_key(partition, offset), key, changes)
+            last_in_batch[partition] = (offset + 1, timestamp)
+        for partition, (next_offset, timestamp) in last_in_batch.items():
+            batch.put(_time_key(partition, next_offset), _TIMESTAMP.pack(timestamp), meta)
+
+    def prune(
+        self,
+        engine: Engine,
+        floor: Mapping[int, int],
+        budget: int = 10_000,
+        time_floor: Callable[[int], None] | None = None,
+    ) -> int:
+        """Drop versions superseded below ``floor`` (at most ``budget`` changes); returns how many.
+
+        Keeps what a read as of a time at or above the time floor needs (``store.table.timed``); the
+        floor's new value goes to ``time_floor`` before the batch is written, and into the batch.
+        """
+        base_times = timed.stored_bounds(engine).base_times
+        pruned = timed.NO_TIME
+        batch = engine.new_batch()
+        changes, meta = engine.handle(families.CHANGES), engine.handle(families.META)
+        done = 0
+        for partition, floor_offset in floor.items():
+            options = rocksdict.ReadOptions()
+            options.set_iterate_upper_bound(change_key(partition, floor_offset))
+            iterator = engine.family(families.CHANGES).iter(options)
+            iterator.seek(change_key(partition, 0))
+            while iterator.valid() and done < budget:
+                change, key = iterator.key(), iterator.value()
+                _partition, offset = parse_change_key(change)
+                pruned = max(
+                    pruned, self._prune_superseded(engine, batch, key, partition, offset, base_times)
+                )
+                batch.delete(change, changes)
+                done += 1
+                iterator.next()
+            if not iterator.valid():
+                check_status(iterator)
+            if done < budget:
+                batch.delete_range(
+                    _TIME_PREFIX + _PARTITION.pack(partition), _time_key(partition, floor_offset), meta
+                )
+        if pruned != timed.NO_TIME:
+            floor_time = max(pruned, timed.stored_bounds(engine).pruned)
+            timed.put_pruned(engine, batch, floor_time)
+            if time_floor is not None:
+                time_floor(floor_time)
+        engine.write(batch)
+        return done
+
+    def _prune_superseded(
+        self,
+        engine: Engine,
+        batch: Any,
+        key: bytes,
+        partition: int,
+        offset: int,
+        base_times: Mapping[int, int],
+    ) -> int:
+        """Add to ``batch``: drop the versions of ``key`` on ``partition`` that its version at
+        ``offset`` supersedes, but those a read as of a time still needs (``store.table.timed``);
+        returns the greatest timestamp passed (``timed.NO_TIME`` for none)."""
+        live, history = engine.family(families.HISTORY), engine.handle(families.HISTORY)
+        newest_key = version_key(key, partition, offset)
+        superseded = list(entries(live.iter(), version_key(key, partition, -1), newest_key))
+        batch.delete_range(version_key(key, partition, -1), newest_key, history)
+        stored = family_get(live, newest_key)
+        if stored is None:
+            return timed.NO_TIME
+        parsed = [(k, *parse_version(k, v)[:3]) for k, v in [*superseded, (newest_key, stored)]]
+        keep = timed.prune_keep(parsed, newest_key, base_times)
+        kept = dict(superseded)
+        for history_key in keep:
+            batch.put(history_key, kept[history_key], history)
+        if not keep and stored[:1] == TOMBSTONE and self._only_version(live, key, partition, offset):
+            # Absent at every position from the floor on: nothing to keep.
+            batch.delete(newest_key, history)
+        return max(timestamp for *_, timestamp in parsed)
+
+    @staticmethod
+    def _only_version(live: Any, key: bytes, partition: int, offset: int) -> bool:
+        for history_key, _stored in scan_versions(live.iter(), key):
+            other_partition, other_offset = parse_version_key(history_key)
+            if other_partition != partition or other_offset > offset:
+                return False
+        return True

@@ -1,0 +1,204 @@
+"""Spark lookup joins on real local Spark against the real service, fed by the real broker."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from clients import exceptions as e
+from clients.spark import lookup_join, lookup_udf, lookups
+from service.local.broker import LocalBroker, free_port
+from tests.clients.conftest import real_service
+from tests.clients.shop import (
+    BAD_PRODUCTS,
+    BLOBS,
+    CUSTOMER_SCHEMA,
+    CUSTOMERS,
+    PRODUCT_SCHEMA,
+    PRODUCTS,
+    TOMBSTONED_CUSTOMERS,
+    TOMBSTONED_PRODUCTS,
+    as_rows,
+    dimension_records,
+    expected_invoices,
+    live_product,
+    purchases_frame,
+)
+from tests.support.kafka import create_topic, produce, unique_topic
+
+
+@pytest.fixture(scope="module")
+def service(broker: LocalBroker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """products, customers (JSON) and blobs (bytes, binary keys) served by the real service."""
+    topics = {name: unique_topic(name) for name in ("products", "customers", "blobs")}
+    for topic in topics.values():
+        create_topic(broker.bootstrap_servers, topic, partitions=3)
+    produce(
+        broker.bootstrap_servers,
+        topics["products"],
+        dimension_records({**PRODUCTS, **BAD_PRODUCTS}, TOMBSTONED_PRODUCTS),
+    )
+    produce(broker.bootstrap_servers, topics["customers"], dimension_records(CUSTOMERS, TOMBSTONED_CUSTOMERS))
+    produce(broker.bootstrap_servers, topics["blobs"], list(BLOBS.items()))
+    stores = {
+        "products": (topics["products"], "json"),
+        "customers": (topics["customers"], "json"),
+        "blobs": (topics["blobs"], "bytes"),
+    }
+    with real_service(broker.bootstrap_servers, tmp_path_factory.mktemp("state"), stores) as url:
+        yield url
+
+
+def invoices(spark: SparkSession, url: str, purchases: pd.DataFrame, how: str) -> DataFrame:
+    df = spark.createDataFrame(purchases).repartition(2)
+    with_products = lookup_join(
+        df,
+        store="products",
+        on="product_id",
+        url=url,
+        how=how,
+        value_schema=PRODUCT_SCHEMA,
+        prefix="product_",
+    )
+    return lookup_join(
+        with_products,
+        store="customers",
+        on=F.col("customer_id"),
+        url=url,
+        how=how,
+        value_schema=CUSTOMER_SCHEMA,
+        prefix="customer_",
+    )
+
+
+def test_no_exchange_is_added_by_two_chained_lookups(spark: SparkSession, service: str) -> None:
+    df = spark.range(100).select(
+        F.format_string("p%03d", "id").alias("product_id"), F.lit("c01").alias("customer_id")
+    )
+    assert df._jdf.queryExecution().executedPlan().toString().count("Exchange") == 0
+    products = lookup_join(
+        df, store="products", on="product_id", url=service, value_schema=PRODUCT_SCHEMA, prefix="p_"
+    )
+    fused = lookup_join(
+        products, store="customers", on="customer_id", url=service, value_schema=CUSTOMER_SCHEMA, prefix="c_"
+    )
+    # The second key comes from the first lookup's output, so the lookups run one after the other.
+    dependent = lookup_join(
+        products,
+        store="customers",
+        on=F.col("p_category"),
+        url=service,
+        value_schema=CUSTOMER_SCHEMA,
+        prefix="c_",
+    )
+    for chained, passes in ((fused, 1), (dependent, 2)):
+        plan = chained._jdf.queryExecution().executedPlan().toString()
+        assert plan.count("MapInArrow") == passes
+        assert plan.count("Exchange") == 0
+    fused_rows = {r.product_id: (r.p_name, r.c_name) for r in fused.collect()}
+    assert fused_rows["p001"] == ("product 1", "customer 1")
+    assert fused_rows["p099"] == ("product 99", "customer 1")
+    assert len(fused_rows) == 100
+    assert {r.c_name for r in dependent.collect()} == {None}
+
+
+def test_inner_join_drops_absent_tombstoned_and_null_keys(spark: SparkSession, service: str) -> None:
+    purchases = purchases_frame(1500)
+    # Several Arrow batches per task, so they are regrouped before the lookups.
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "200")
+    try:
+        got = invoices(spark, service, purchases, "inner").toPandas()
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    got = got.sort_values("purchase_id").reset_index(drop=True)
+    expected = expected_invoices(purchases, "inner")
+    assert 0 < len(expected) < len(purchases)
+    assert as_rows(got) == as_rows(expected)
+
+
+def test_binary_keys_give_binary_values_and_the_udf_matches_the_join(
+    spark: SparkSession, service: str
+) -> None:
+    keys = [b"\x00\xff" + bytes([i]) for i in range(40)] + [None]
+    df = spark.createDataFrame([(i, k) for i, k in enumerate(keys)], "id int, k binary")
+    joined = {row.id: row.value for row in lookup_join(df, store="blobs", on="k", url=service).collect()}
+    assert joined == {i: (None if k is None else BLOBS.get(k)) for i, k in enumerate(keys)}
+
+    products = lookup_udf(store="products", url=service, value_schema=PRODUCT_SCHEMA)
+    ids = spark.createDataFrame([(f"p{i:03d}",) for i in range(170, 210)] + [(None,)], "product_id string")
+    # Tiny Arrow batches: answers must still line up with rows when batches are looked up in groups.
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "7")
+    try:
+        rows = ids.withColumn("product", products(F.col("product_id"))).collect()
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    assert len(rows) == 41
+    for row in rows:
+        assert (row.product.asDict() if row.product is not None else None) == live_product(row.product_id)
+
+
+def test_the_driver_fails_fast_on_unusable_lookups(spark: SparkSession, service: str) -> None:
+    df = spark.createDataFrame([("p001",)], "product_id string")
+    down = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(e.DeadlineExceededError, match="failed") as unreachable:
+        lookup_join(df, store="products", on="product_id", url=down, planning_deadline=1.0)
+    assert isinstance(unreachable.value.last_error, e.TransportError)
+    assert any("checked on the driver" in note for note in unreachable.value.__notes__)
+    with pytest.raises(e.UnknownStoreError):
+        lookup_join(df, store="nope", on="product_id", url=service)
+    with pytest.raises(e.SchemaMismatchError, match="bytes values"):
+        lookup_join(df, store="blobs", on="product_id", url=service, value_schema="x string")
+    with pytest.raises(e.SchemaMismatchError, match="does not fit"):
+        lookup_join(
+            df, store="products", on="product_id", url=service, value_schema="title string, weight int"
+        )
+    with pytest.raises(ValueError, match="prefix"):
+        lookup_join(
+            df.withColumn("name", F.lit("x")),
+            store="products",
+            on="product_id",
+            url=service,
+            value_schema="name string",
+        )
+    with pytest.raises(e.UnknownStoreError):
+        lookup_udf(store="nope", url=service)
+
+
+def test_tasks_read_at_least_the_pinned_position_while_the_dimension_changes(
+    spark: SparkSession, broker: LocalBroker, tmp_path: Path
+) -> None:
+    topic = unique_topic("prices")
+    create_topic(broker.bootstrap_servers, topic, partitions=1)
+    produce(broker.bootstrap_servers, topic, [(f"k{i}".encode(), b'{"version": 1}') for i in range(50)])
+    with real_service(broker.bootstrap_servers, tmp_path / "state", {"prices": (topic, "json")}) as url:
+        df = spark.createDataFrame([(f"k{i % 50}",) for i in range(400)], "k string").repartition(2)
+        # Pin ahead of the store: the 50 updates produced while the job runs end at offset 100.
+        joined = lookup_join(
+            df, store="prices", on="k", url=url, value_schema="version int", min_position="0:100"
+        )
+        assert lookups(joined)[0].position == "0:100"
+
+        def update() -> None:
+            time.sleep(1.0)
+            produce(
+                broker.bootstrap_servers, topic, [(f"k{i}".encode(), b'{"version": 2}') for i in range(50)]
+            )
+
+        updater = threading.Thread(target=update)
+        updater.start()
+        try:
+            versions = [row.version for row in joined.collect()]
+        finally:
+            updater.join()
+        assert versions == [2] * 400
+        # A lookup planned now pins the updated position and reads it.
+        again = lookup_join(df, store="prices", on="k", url=url, value_schema="version int")
+        assert lookups(again)[0].position == "0:100"
+        assert {row.version for row in again.collect()} == {2}
