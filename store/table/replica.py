@@ -421,9 +421,10 @@ class Replica:
     def _load_history_state(self) -> None:
         engine = self.engine
         if self.history is None:
-            if history.stored_start(engine):
+            if history.stored_start(engine) or timed.stored_bounds(engine) != timed.TimeBounds({}):
                 batch = engine.new_batch()
                 history.clear(engine, batch)
+                timed.clear(engine, batch)  # records applied from now on are not timed
                 engine.write(batch)
                 logger.info(
                     'store "%s": history is no longer configured; dropped the stored versions', self.name
@@ -432,6 +433,12 @@ class Replica:
         self.history_start = history.stored_start(engine)
         self.history_floor = self._compute_floor() if self.history_start else None
         self.time_bounds = timed.stored_bounds(engine)
+        if not self.history_start and self.position and not self.time_bounds.base_times:
+            # Records applied while history was not configured: their times are unknown.
+            batch = engine.new_batch()
+            timed.put_bulk(engine, batch)
+            engine.write(batch)
+            self.time_bounds = dataclasses.replace(self.time_bounds, known=False)
 
     def begin_history(self, partitions: int) -> None:
         """Start keeping history from the current position (called when the store is READY).

@@ -99,6 +99,14 @@ def put_bulk(engine: Engine, batch: Any) -> None:
     batch.put(_BULK_KEY, b"", engine.handle(families.META))
 
 
+def clear(engine: Engine, batch: Any) -> None:
+    """Add to ``batch``: forget every time bound (the copy's records are no longer timed)."""
+    meta = engine.handle(families.META)
+    batch.delete_range(_PRE_TIME_PREFIX, _PRE_TIME_PREFIX[:-1] + b"0", meta)
+    batch.delete(_BULK_KEY, meta)
+    batch.delete(_FLOOR_KEY, meta)
+
+
 def put_pruned(engine: Engine, batch: Any, timestamp: int) -> None:
     batch.put(_FLOOR_KEY, _TIMESTAMP.pack(timestamp), engine.handle(families.META))
 

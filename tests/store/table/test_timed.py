@@ -9,11 +9,20 @@ import json
 import logging
 import random
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
 
-from store import HistoryExpiredError, HistoryNotKeptError, HistorySpec, IndexSpec, Position, Store
+from store import (
+    HistoryExpiredError,
+    HistoryNotKeptError,
+    HistorySpec,
+    IndexSpec,
+    Position,
+    Store,
+    TimeExpiredError,
+)
 from store.table.timed_reader import TimedReader
 from tests.support.stores import FAST, bulk_tuning, read_index, read_table, wait_until
 from tests.support.timed import Stamped, compacted, produce_stamped, table_at, value_at
@@ -195,3 +204,23 @@ def test_a_store_restored_in_bulk_knows_its_time_floor_and_answers_exactly(
     assert store.wait_for_position(end, 60), store.status()
     for at in probe_times(records, floor)[::4]:
         assert_exact_at(store, records, at)
+
+
+def test_records_applied_while_history_was_off_leave_the_times_unknown(
+    make_topic: Callable[..., str], make_store: Callable[..., Store], producer: Producer, tmp_path: Path
+) -> None:
+    topic = make_topic(partitions=1)
+    produce_stamped(producer, topic, [(b"k", b"v", 5_000, 0)])
+    plain = make_store(topic, name="switched", directory=tmp_path / "switched")
+    assert plain.wait_until_ready(60)
+    plain.stop()
+    # History turned on later: when "k" was written is unknown, so no time is answered.
+    timed = make_store(
+        topic, name="switched", directory=tmp_path / "switched", history=HistorySpec(retention_offsets=100)
+    )
+    assert timed.wait_until_ready(60)
+    with pytest.raises(TimeExpiredError) as refused, timed.view(at_time=10**15):
+        pass
+    assert refused.value.floor is None
+    with timed.view() as view:
+        assert view.get(b"k") == b"v"
