@@ -433,8 +433,10 @@ class Replica:
         self.history_start = history.stored_start(engine)
         self.history_floor = self._compute_floor() if self.history_start else None
         self.time_bounds = timed.stored_bounds(engine)
-        if not self.history_start and self.position and not self.time_bounds.base_times:
-            # Records applied while history was not configured: their times are unknown.
+        applied = any(self.position.values())
+        if (self.history_start or applied) and not self.time_bounds.base_times:
+            # Records applied while history was not configured (or by a version that kept no
+            # time bounds): their times are unknown.
             batch = engine.new_batch()
             timed.put_bulk(engine, batch)
             engine.write(batch)
@@ -454,10 +456,15 @@ class Replica:
         )
         batch = engine.new_batch()
         history.put_start(engine, batch, start)
+        # Every partition's time bound is stored, also of those without records: their presence
+        # says this copy's pre-history times were tracked (``_load_history_state``).
+        base_times = {p: self.time_bounds.base_times.get(p, timed.NO_TIME) for p in start}
+        timed.put_base_times(engine, batch, base_times)
         with self._changed:
             engine.write(batch)
             self.history_start = start
             self.history_floor = start
+            self.time_bounds = dataclasses.replace(self.time_bounds, base_times=base_times)
         logger.info('store "%s" keeps history from position %s on', self.name, start)
 
     def _compute_floor(self) -> Position:
