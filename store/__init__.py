@@ -42,6 +42,7 @@ from store.exceptions import (
     StoreReadError,
     StoreWriteError,
     StoreWriterClosedError,
+    TimeExpiredError,
     UnknownIndexError,
 )
 from store.protocol import (
@@ -143,5 +144,6 @@ __all__ = [
     "StoreTuning",
     "StoreWriteError",
     "StoreWriterClosedError",
+    "TimeExpiredError",
     "UnknownIndexError",
 ]

@@ -214,10 +214,13 @@ class ServableStore(Protocol):
         """Why the served copy answers no read (a read of it failed), until a rebuilt copy replaces it."""
         ...
 
-    def view(self, as_of: Position | None = None) -> AbstractContextManager[ReadOnlyKeyValueStore]:
+    def view(
+        self, as_of: Position | None = None, at_time: int | None = None
+    ) -> AbstractContextManager[ReadOnlyKeyValueStore]:
         """A consistent read view (a RocksDB snapshot and the position it reflects).
 
-        With ``as_of`` the view answers as of exactly that position; raises
+        With ``at_time`` (epoch ms) it answers as of that time (``store.table.timed``; it then also has
+        ``get_many_at(keys, times)``). With ``as_of`` the view answers as of exactly that position; raises
         ``HistoryNotKeptError``, ``PositionNotReachedError`` or ``HistoryExpiredError`` when it
         cannot. Raises ``StoreClosedError`` once the store is stopped, ``StoreReadError`` while the
         served copy is corrupt; a read through the view raises ``StoreReadError`` when it fails

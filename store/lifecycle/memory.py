@@ -161,10 +161,16 @@ class InMemoryStore:
             self._changed.notify_all()
 
     @contextlib.contextmanager
-    def view(self, as_of: Position | None = None) -> Iterator[ReadOnlyKeyValueStore]:
+    def view(
+        self, as_of: Position | None = None, at_time: int | None = None
+    ) -> Iterator[ReadOnlyKeyValueStore]:
         with self._changed:
             if self._state is StoreState.STOPPED:
                 raise StoreClosedError(f'store "{self._name}" is stopped')
+            if at_time is not None:
+                raise HistoryNotKeptError(
+                    f'store "{self._name}" keeps no record times; it cannot read as_of_time'
+                )
             if as_of is not None:
                 frozen = self._view_as_of(as_of)
             else:
