@@ -44,6 +44,8 @@ def parse_json_time(value: object) -> int:
     """A time from a JSON document: an integer (epoch ms) or a string ``parse_time`` reads."""
     if isinstance(value, bool):
         raise TimeSyntaxError("must be epoch milliseconds or an RFC 3339 string, not a boolean")
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)  # JSON Schema's integer (the OpenAPI document's) includes 5.0
     if isinstance(value, int):
         if abs(value) >= 10**18:
             raise TimeSyntaxError(f"is out of range: {value}")
