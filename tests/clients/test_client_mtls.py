@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -69,9 +70,27 @@ def test_the_async_client_reads_with_a_certificate(mtls: Mtls) -> None:
     assert asyncio.run(read()) == [{"name": "product 1", "price": 1.5}, {"name": "product 4", "price": 6.0}]
 
 
+# Confs a shared session may hold from other tests (the Spark matrix names its own service and
+# token file there): a token sent beside the certificate would be judged alone.
+SERVICE_CONFS = ("spark.statestore.url", "spark.statestore.token", "spark.statestore.authFile")
+
+
+@pytest.fixture
+def plain_session(spark: SparkSession) -> Iterator[SparkSession]:
+    """``spark`` without any statestore service or token in its conf, restored afterwards."""
+    held = {key: spark.conf.get(key, None) for key in SERVICE_CONFS}
+    for key in SERVICE_CONFS:
+        spark.conf.unset(key)
+    yield spark
+    for key, value in held.items():
+        if value is not None:
+            spark.conf.set(key, value)
+
+
 def test_a_spark_lookup_join_udf_and_read_over_mtls_with_arguments_or_the_session_conf(
-    spark: SparkSession, mtls: Mtls
+    plain_session: SparkSession, mtls: Mtls
 ) -> None:
+    spark = plain_session
     purchases = spark.createDataFrame([(1, "p001"), (2, "p010"), (3, "missing")], "id int, product_id string")
     schema = "name string, price double"
     joined = lookup_join(

@@ -1,4 +1,4 @@
-"""The service image's own command, run with no configuration file: the variables docs/deployment.md
+"""The service image's own command, run with no configuration file: the variables docs/how-to/deployment.md
 shows configure it.
 
 No Docker engine runs here, so the command line the image runs (its ENTRYPOINT and CMD) and the
@@ -38,8 +38,8 @@ def image_environment() -> dict[str, str]:
 
 
 def documented_variables() -> dict[str, str]:
-    """The ``-e NAME=VALUE`` of the ``docker run`` that docs/deployment.md shows for the image."""
-    text = (ROOT / "docs" / "deployment.md").read_text(encoding="utf-8")
+    """The ``-e NAME=VALUE`` of the ``docker run`` that docs/how-to/deployment.md shows for the image."""
+    text = (ROOT / "docs" / "how-to" / "deployment.md").read_text(encoding="utf-8")
     [command] = [
         block for block in re.findall(r"```bash\n(.*?)```", text, flags=re.DOTALL) if "docker run -p" in block
     ]
