@@ -13,8 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from service.bodies import too_large
-from store import ReadOnlyKeyValueStore, ScanPage
-from store.table.timed_reader import TimedReader
+from store import ReadOnlyKeyValueStore, ScanPage, TimedKeyValueStore
 from wire.problems import ANSWER_TOO_LARGE
 
 GET_CHUNK = 1024
@@ -89,9 +88,9 @@ def read_keys_at(
 ) -> list[bytes | None]:
     """The value of each key as of its own time, in request order, within ``budget``.
 
-    ``view`` is a time view (``store.table.timed_reader.TimedReader``, taken at the earliest time).
+    ``view`` is a time view (taken with ``at_time``, at the earliest time).
     """
-    assert isinstance(view, TimedReader), "a read with per-key times needs a time view"
+    assert isinstance(view, TimedKeyValueStore), "a read with per-key times needs a time view"
     values: list[bytes | None] = []
     for start in range(0, len(keys), GET_CHUNK):
         values += budget.take(

@@ -56,6 +56,7 @@ from store.protocol import (
     ServableStore,
     ShardingStatus,
     StoreStatus,
+    TimedKeyValueStore,
 )
 from store.state import RestoreMode, StoreState
 from store.tuning import (
@@ -145,5 +146,6 @@ __all__ = [
     "StoreWriteError",
     "StoreWriterClosedError",
     "TimeExpiredError",
+    "TimedKeyValueStore",
     "UnknownIndexError",
 ]

@@ -78,6 +78,18 @@ class ReadOnlyKeyValueStore(Protocol):
         ...
 
 
+@runtime_checkable
+class TimedKeyValueStore(ReadOnlyKeyValueStore, Protocol):
+    """A view taken with ``at_time``: it also reads each key as of its own time."""
+
+    def get_many_at(self, keys: Sequence[bytes], times: Sequence[int]) -> list[bytes | None]:
+        """The value of each key as of its own time (epoch ms, ``times`` parallel to ``keys``).
+
+        Raises ``TimeExpiredError`` for a time below the store's time floor.
+        """
+        ...
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class RestoreProgress:
     """How far the store is towards the end offsets sampled when it (re)started restoring."""
