@@ -120,46 +120,6 @@ def newest_per_partition(metas: Iterable[tuple[int, int, int]]) -> dict[int, int
     return newest
 
 
-class AmbiguousTimeError(Exception):
-    """A base version competes with a record stamped below the pre-history bound (module doc)."""
-
-
-def choose_at_time(
-    versions: Iterable[tuple[int, int, int, bytes | None]],
-    at: int,
-    as_of: Mapping[int, int],
-    bounds: TimeBounds,
-) -> tuple[bool, bytes | None]:
-    """From the ``(partition, offset, timestamp, value)`` versions of one key (offset -1: the base
-    version), the value as of time ``at``.
-
-    Only versions below ``as_of`` count. ``(False, None)``: the key has no version at all (the
-    table's value is the answer). Raises ``AmbiguousTimeError`` (module doc). ``at`` must be at or
-    above ``bounds.floor``.
-    """
-    best: tuple[int, int, bytes | None] | None = None
-    base: tuple[int, bytes | None] | None = None
-    seen = False
-    for partition, offset, timestamp, value in versions:
-        if offset >= as_of.get(partition, 0):
-            continue
-        seen = True
-        if offset < 0:
-            base = (partition, value)
-        elif timestamp <= at and (best is None or (timestamp, offset) > (best[0], best[1])):
-            best = (timestamp, offset, value)
-    if not seen:
-        return False, None
-    if base is not None:
-        # The base's record is at most the partition's pre-history bound, itself at most ``at``.
-        bound = bounds.base_times.get(base[0], NO_TIME)
-        if best is None:
-            return True, base[1]
-        if best[0] < bound:
-            raise AmbiguousTimeError
-    return True, None if best is None else best[2]
-
-
 def check_time(store: str, at: int, bounds: TimeBounds) -> None:
     """``TimeExpiredError`` when ``at`` is below the time floor."""
     floor = bounds.floor

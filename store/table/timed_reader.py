@@ -8,8 +8,9 @@ from typing import Any
 from store.exceptions import TimeExpiredError
 from store.table import timed
 from store.table.asof import AsOfReader, historic_keys
+from store.table.corruption import check_status
 from store.table.engine import SnapshotReader
-from store.table.history import parse_version, scan_versions
+from store.table.history import PUT, escape
 from store.table.indexes import IndexSpec
 from wire.position import Position
 
@@ -48,14 +49,17 @@ class TimedReader(AsOfReader):
         """The value of each key as of its own time (``times`` parallel to ``keys``)."""
         for at in set(times):
             timed.check_time(self._store, at, self._bounds)
+        # The hot path of a point-in-time join: one seek per key, then its versions walked
+        # straight off the iterator, with no tuple or generator per version.
+        iterator, bounds = self._history, self._bounds
+        # At the view's own position, every version its iterator sees counts: no offset to compare.
+        as_of = None if self._as_of == self._latest.position() else dict(self._as_of)
         values: list[bytes | None] = []
         unversioned: list[int] = []
         for i, (key, at) in enumerate(zip(keys, times, strict=True)):
-            try:
-                versions = (parse_version(k, v) for k, v in scan_versions(self._history, key))
-                found, value = timed.choose_at_time(versions, at, self._as_of, self._bounds)
-            except timed.AmbiguousTimeError:
-                raise TimeExpiredError(self._store, at, self._bounds.floor, key) from None
+            found, value = _version_at(iterator, escape(key), at, as_of, bounds)
+            if found is None:
+                raise TimeExpiredError(self._store, at, bounds.floor, key)
             values.append(value)
             if not found:
                 unversioned.append(i)
@@ -71,3 +75,70 @@ class TimedReader(AsOfReader):
         candidates = super()._index_candidates(spec, value)
         candidates.update(historic_keys(self._history_scan, b""))
         return candidates
+
+
+def _version_at(
+    iterator: Any, prefix: bytes, at: int, as_of: Mapping[int, int] | None, bounds: timed.TimeBounds
+) -> tuple[bool | None, bytes | None]:
+    """The value as of time ``at`` from the versions under ``prefix`` (one escaped key), read
+    through ``iterator``: of the versions below ``as_of`` (``None``: every version the iterator
+    sees), the one with the greatest ``(timestamp, offset)`` at or below ``at``, or else the base
+    version (``store.table.timed``).
+
+    ``(False, None)``: the key has no version below ``as_of`` (the table's value is the answer).
+    ``(None, None)``: the versions do not settle the time, a base version competing with a record
+    stamped below the pre-history bound (``store.table.timed``). ``at`` must be at or above
+    ``bounds.floor``.
+    """
+    best_time, best_key, best = timed.NO_TIME, b"", None
+    base_key, base = b"", None
+    seen = False
+    valid, key_of, value_of, step = iterator.valid, iterator.key, iterator.value, iterator.next
+    iterator.seek(prefix)
+    while valid():
+        history_key = key_of()
+        if not history_key.startswith(prefix):  # escaped keys are self-delimiting
+            break
+        if as_of is None or _offset(history_key) < as_of.get(_partition(history_key), 0):
+            seen = True
+            stored = value_of()
+            if history_key.endswith(_BASE):
+                base_key, base = history_key, stored
+            else:
+                stamp = _from_bytes(stored[1:9], "big", signed=True)
+                if stamp <= at and (
+                    best is None
+                    or stamp > best_time
+                    or (stamp == best_time and _offset(history_key) > _offset(best_key))
+                ):
+                    best_time, best_key, best = stamp, history_key, stored
+        step()
+    else:
+        check_status(iterator)  # the walk ended at the end of the family or on a failed read
+    if not seen:
+        return False, None
+    if base_key:
+        # The base's record is at most the partition's pre-history bound, itself at most ``at``.
+        if best is None:
+            return True, _put_value(base)
+        if best_time < bounds.base_times.get(_partition(base_key), timed.NO_TIME):
+            return None, None
+    return True, _put_value(best)
+
+
+def _offset(history_key: bytes) -> int:
+    """The record offset a version key ends with (``store.table.history``; -1: the base)."""
+    return _from_bytes(history_key[-8:], "big", signed=True) - 1
+
+
+def _partition(history_key: bytes) -> int:
+    return _from_bytes(history_key[-12:-8], "big", signed=True)
+
+
+def _put_value(stored: bytes | None) -> bytes | None:
+    """The value of a stored version (``store.table.history``), ``None`` for a tombstone."""
+    return stored[9:] if stored is not None and stored[:1] == PUT else None
+
+
+_from_bytes = int.from_bytes
+_BASE = bytes(8)  # the offset field of a base version (``store.table.history.version_key``)
