@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -128,20 +129,27 @@ def _joins(url: str, folder: Path, facts: int, keys: int, versions: int, rounds:
     return results
 
 
-def _reads(url: str, keys: int, rounds: int) -> dict[str, float]:
+def _reads(url: str, keys: int, versions: int, rounds: int) -> tuple[dict[str, float], float]:
+    """Best seconds of each kind of batch, and the median of each alternating pair's ratio."""
     rng = random.Random(3)
     batch = [f"k{rng.randrange(keys):08d}" for _ in range(1000)]
-    times = [START_MS + rng.randrange(0, 10 * STEP_MS) for _ in batch]
+    times = [START_MS + rng.randrange(0, versions * STEP_MS) for _ in batch]
     best = {"latest": float("inf"), "as of a time": float("inf")}
+    ratios = []
     with StatestoreClient(url) as client:
-        for _ in range(rounds * 5):
+        for _ in range(rounds * 20):
             started = time.perf_counter()
             client.get_many("dim", batch, raw=True)
-            best["latest"] = min(best["latest"], time.perf_counter() - started)
+            latest = time.perf_counter() - started
             started = time.perf_counter()
             client.get_many("dim", batch, raw=True, as_of_times=times)
-            best["as of a time"] = min(best["as of a time"], time.perf_counter() - started)
-    return best
+            timed = time.perf_counter() - started
+            best["latest"], best["as of a time"] = (
+                min(best["latest"], latest),
+                min(best["as of a time"], timed),
+            )
+            ratios.append(latest / timed)
+    return best, statistics.median(ratios)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -152,6 +160,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--versions", type=int, default=10)
     parser.add_argument("--facts", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--parts", default="joins,reads", help="which figures: joins (Spark), reads (HTTP batches), or both"
+    )
     args = parser.parse_args(argv)
     records = _versions(args.keys, args.versions, random.Random(29))
     with LocalBroker() as broker, tempfile.TemporaryDirectory() as tmp:
@@ -177,21 +188,37 @@ def main(argv: list[str] | None = None) -> int:
             # Produced once the store is READY: every version is in its history.
             _produce(broker.bootstrap_servers, records)
             _wait_applied(url, len(records))
-            joins = _joins(url, folder, args.facts, args.keys, args.versions, args.rounds)
-            reads = _reads(url, args.keys, args.rounds)
+            parts = args.parts.split(",")
+            joins = (
+                _joins(url, folder, args.facts, args.keys, args.versions, args.rounds)
+                if "joins" in parts
+                else {}
+            )
+            reads = _reads(url, args.keys, args.versions, args.rounds) if "reads" in parts else None
     print(
         f"\n{args.facts:,} facts, {args.keys:,} keys x {args.versions} versions"
         " (figures need a quiet machine)"
     )
+    if joins:
+        _print_joins(joins, args.facts)
+    if reads is not None:
+        _print_reads(*reads)
+    return 0
+
+
+def _print_joins(joins: dict[str, float], facts: int) -> None:
     for name, seconds in joins.items():
-        print(f"  {name:<28} {seconds:7.2f} s  {args.facts / seconds / 1e6:6.2f} M rows/s")
+        print(f"  {name:<28} {seconds:7.2f} s  {facts / seconds / 1e6:6.2f} M rows/s")
     pit, plain, ranged = joins["point-in-time lookup_join"], joins["lookup_join"], joins["range join"]
     print(f"  point-in-time / plain lookup_join rows/s: {plain / pit:.2f} (target >= 0.5)")
-    print(f"  point-in-time vs range join: {ranged / pit:.2f}x faster (target >= 2)")
-    for name, seconds in reads.items():
-        print(f"  1,000-key batch, {name:<14} {1000 / seconds / 1e3:8.1f} k keys/s")
+    print(f"  point-in-time vs range join: {ranged / pit:.2f}x faster (target >= 2)", flush=True)
+
+
+def _print_reads(best: dict[str, float], median_ratio: float) -> None:
+    for name, seconds in best.items():
+        print(f"  1,000-key batch, {name:<14} {1000 / seconds / 1e3:8.1f} k keys/s (best)")
     print(
-        f"  as of a time / latest keys/s: {reads['latest'] / reads['as of a time']:.2f} (target >= 0.7)",
+        f"  as of a time / latest keys/s: {best['latest'] / best['as of a time']:.2f} of the bests,"
+        f" {median_ratio:.2f} median of alternating pairs (target >= 0.7)",
         flush=True,
     )
-    return 0

@@ -33,6 +33,9 @@ def arrow_times(column: pa.ChunkedArray) -> list[int]:
     return times
 
 
+_EPOCH_LOW, _EPOCH_HIGH = -(10**18), 10**18  # the range ``parse_json_time`` accepts, exclusive
+
+
 def json_times(document: dict[str, Any], keys: int) -> list[int] | None:
     """The ``as_of_times`` of a JSON batch body (one per key), if it has them."""
     raw = document.get("as_of_times")
@@ -43,6 +46,9 @@ def json_times(document: dict[str, Any], keys: int) -> list[int] | None:
             f'"as_of_times" must be a list with one time per key ({keys}), parallel to "keys"',
             [{"loc": ["body", "as_of_times"], "msg": "list as long as keys"}],
         )
+    epoch_ms = all(type(value) is int for value in raw)
+    if not raw or (epoch_ms and _EPOCH_LOW < min(raw) <= max(raw) < _EPOCH_HIGH):
+        return raw  # the usual body, epoch ms: checked at once, not one value at a time
     try:
         return [parse_json_time(value) for value in raw]
     except TimeSyntaxError as exc:
