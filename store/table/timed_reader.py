@@ -118,11 +118,20 @@ def _version_at(
     if not seen:
         return False, None
     if base_key:
-        # The base's record is at most the partition's pre-history bound, itself at most ``at``.
-        if best is None:
-            return True, _put_value(base)
-        if best_time < bounds.base_times.get(_partition(base_key), timed.NO_TIME):
-            return None, None
+        return _with_base(best, best_time, base, bounds.base_times.get(_partition(base_key), timed.NO_TIME))
+    return True, _put_value(best)
+
+
+def _with_base(
+    best: bytes | None, best_time: int, base: bytes | None, bound: int
+) -> tuple[bool | None, bytes | None]:
+    """The answer of a key with a base version, whose record is at most the partition's
+    pre-history ``bound``, itself at most the time asked: the base unless a version at or below
+    the time is newer; ``(None, None)`` when one is stamped below the bound (unsettled)."""
+    if best is None:
+        return True, _put_value(base)
+    if best_time < bound:
+        return None, None
     return True, _put_value(best)
 
 
