@@ -18,6 +18,7 @@ from clients.answer import Answer
 from clients.base import BaseClient, IndexReadAt, IndexRowsAt, ReadAt, Row
 from clients.flow import Attempt, Emit, Flow, Sleep, Step, Thrown, Together, Walk, gathered
 from clients.indexes import IndexValue
+from clients.times import TimeLike
 from clients.views import AtLeast, Exact, View
 from clients.wire import Key, StoreInfo, ValueFormat
 from wire.position import Position, PositionLike
@@ -99,11 +100,19 @@ class AsyncStatestoreClient(BaseClient[httpx.AsyncClient, httpx.AsyncBaseTranspo
         return await self._run(self._value_format_flow(store))
 
     async def get(
-        self, store: str, key: Key, *, raw: bool = False, default: Any = None, **read: Unpack[ReadAt]
+        self,
+        store: str,
+        key: Key,
+        *,
+        raw: bool = False,
+        default: Any = None,
+        as_of_time: TimeLike | None = None,
+        **read: Unpack[ReadAt],
     ) -> Any:
         """The value of ``key`` (decoded, or bytes if ``raw``), ``default`` if absent (a stored JSON
-        ``null`` is ``None``: pass a ``default`` of your own to tell them apart)."""
-        return await self._run(self._get_flow(store, key, raw, read, default))
+        ``null`` is ``None``: pass a ``default`` of your own to tell them apart); ``as_of_time=`` as
+        in :meth:`StatestoreClient.get`."""
+        return await self._run(self._get_flow(store, key, raw, read, default, as_of_time))
 
     async def get_many(
         self,
@@ -112,26 +121,42 @@ class AsyncStatestoreClient(BaseClient[httpx.AsyncClient, httpx.AsyncBaseTranspo
         *,
         raw: bool = False,
         default: Any = None,
+        as_of_times: Sequence[TimeLike] | None = None,
         **read: Unpack[ReadAt],
     ) -> list[Any]:
-        """The values of ``keys`` in request order (``default`` for absent keys), deduped and batched."""
-        return await self._run(self._get_many_flow(store, keys, raw, read, default))
+        """The values of ``keys`` in request order (``default`` for absent keys), deduped and batched;
+        ``as_of_times=`` (one per key) as in :meth:`StatestoreClient.get_many`."""
+        return await self._run(self._get_many_flow(store, keys, raw, read, default, as_of_times))
 
     async def get_with_position(
-        self, store: str, key: Key, *, raw: bool = False, **read: Unpack[ReadAt]
+        self,
+        store: str,
+        key: Key,
+        *,
+        raw: bool = False,
+        as_of_time: TimeLike | None = None,
+        **read: Unpack[ReadAt],
     ) -> Answer[Any]:
         """:meth:`get`'s value and the position it was read at: ``value, position = await ...``."""
-        return await self._run(self._get_answer_flow(store, key, raw, read))
+        return await self._run(self._get_answer_flow(store, key, raw, read, None, as_of_time))
 
     async def get_many_with_position(
-        self, store: str, keys: Sequence[Key], *, raw: bool = False, **read: Unpack[ReadAt]
+        self,
+        store: str,
+        keys: Sequence[Key],
+        *,
+        raw: bool = False,
+        as_of_times: Sequence[TimeLike] | None = None,
+        **read: Unpack[ReadAt],
     ) -> Answer[list[Any]]:
         """:meth:`get_many`'s values and the position they were read at (see :class:`clients.Answer`)."""
-        return await self._run(self._get_many_answer_flow(store, keys, raw, read))
+        return await self._run(self._get_many_answer_flow(store, keys, raw, read, None, as_of_times))
 
-    async def get_arrow(self, store: str, keys: pa.Array, **read: Unpack[ReadAt]) -> pa.Array:
+    async def get_arrow(
+        self, store: str, keys: pa.Array, as_of_times: pa.Array | None = None, **read: Unpack[ReadAt]
+    ) -> pa.Array:
         """Stored values (``binary``, null when absent) for an Arrow array of keys, row for row."""
-        return await self._run(self._get_arrow_flow(store, keys, read))
+        return await self._run(self._get_arrow_flow(store, keys, read, as_of_times))
 
     async def index_arrow(
         self, store: str, index: str, values: pa.Array, **read: Unpack[IndexReadAt]
@@ -159,14 +184,27 @@ class AsyncStoreView(View[AsyncIterator[Row]]):
 
     client: AsyncStatestoreClient
 
-    async def get(self, key: Key, *, raw: bool = False, default: Any = None) -> Any:
-        return await self.client.get(self.store, key, raw=raw, default=default, **self._read)
+    async def get(
+        self, key: Key, *, raw: bool = False, default: Any = None, as_of_time: TimeLike | None = None
+    ) -> Any:
+        return await self.client.get(
+            self.store, key, raw=raw, default=default, as_of_time=as_of_time, **self._read
+        )
 
-    async def get_many(self, keys: Sequence[Key], *, raw: bool = False, default: Any = None) -> list[Any]:
-        return await self.client.get_many(self.store, keys, raw=raw, default=default, **self._read)
+    async def get_many(
+        self,
+        keys: Sequence[Key],
+        *,
+        raw: bool = False,
+        default: Any = None,
+        as_of_times: Sequence[TimeLike] | None = None,
+    ) -> list[Any]:
+        return await self.client.get_many(
+            self.store, keys, raw=raw, default=default, as_of_times=as_of_times, **self._read
+        )
 
-    async def get_arrow(self, keys: pa.Array) -> pa.Array:
-        return await self.client.get_arrow(self.store, keys, **self._read)
+    async def get_arrow(self, keys: pa.Array, as_of_times: pa.Array | None = None) -> pa.Array:
+        return await self.client.get_arrow(self.store, keys, as_of_times, **self._read)
 
     async def index_arrow(
         self, index: str, values: pa.Array, *, limit_per_value: int = indexes.DEFAULT_LIMIT_PER_VALUE

@@ -29,6 +29,7 @@ from clients.paging import Pager
 from clients.retry import Deadline, RetryPolicy
 from clients.routing import ShardRouting
 from clients.sharding import Sharding, grouped_by_shard, in_request_order
+from clients.times import TimeLike, time_array, time_ms
 from clients.wire import Key
 from wire.position import Position, PositionLike
 
@@ -234,16 +235,20 @@ class BaseClient(ShardRouting, ABC, Generic[HttpT, TransportT, RowsT]):
 
     # -- flows: every read, routed to its shards (see clients.routing) ----------------------------
 
-    def _get_flow(self, store: str, key: Key, raw: bool, read: ReadAt, default: Any = None) -> Flow[Any]:
-        answer = yield from self._get_answer_flow(store, key, raw, read, default)
+    def _get_flow(
+        self, store: str, key: Key, raw: bool, read: ReadAt, default: Any = None, time: TimeLike | None = None
+    ) -> Flow[Any]:
+        answer = yield from self._get_answer_flow(store, key, raw, read, default, time)
         return answer.value
 
     def _get_answer_flow(
-        self, store: str, key: Key, raw: bool, read: ReadAt, default: Any = None
+        self, store: str, key: Key, raw: bool, read: ReadAt, default: Any = None, time: TimeLike | None = None
     ) -> Flow[Answer[Any]]:
+        at = None if time is None else time_ms(time)
         if key in ("", b""):
             # The empty key has no path segment: the batch route asks for it.
-            found = yield from self._get_many_answer_flow(store, [key], raw, read, default)
+            times = None if at is None else [at]
+            found = yield from self._get_many_answer_flow(store, [key], raw, read, default, times)
             return Answer(found.value[0], found.position)
         min_position, as_of = pinned_at(read)
         deadline = self._deadline(read.get("deadline"))
@@ -264,6 +269,7 @@ class BaseClient(ShardRouting, ABC, Generic[HttpT, TransportT, RowsT]):
                 sharding.part(as_of, shard),
                 fields=read.get("fields"),
             )
+            call = wire.at_time(call, at)
             try:
                 response = yield from self._sent(call.to(self._target(shard)), deadline)
             except KeyNotFoundError as absent:
@@ -274,23 +280,49 @@ class BaseClient(ShardRouting, ABC, Generic[HttpT, TransportT, RowsT]):
         return (yield from self._routed(store, deadline, read_key))
 
     def _get_many_flow(
-        self, store: str, keys: Sequence[Key], raw: bool, read: ReadAt, default: Any = None
+        self,
+        store: str,
+        keys: Sequence[Key],
+        raw: bool,
+        read: ReadAt,
+        default: Any = None,
+        times: Sequence[TimeLike] | None = None,
     ) -> Flow[list[Any]]:
-        answer = yield from self._get_many_answer_flow(store, keys, raw, read, default)
+        answer = yield from self._get_many_answer_flow(store, keys, raw, read, default, times)
         return answer.value
 
     def _get_many_answer_flow(
-        self, store: str, keys: Sequence[Key], raw: bool, read: ReadAt, default: Any = None
+        self,
+        store: str,
+        keys: Sequence[Key],
+        raw: bool,
+        read: ReadAt,
+        default: Any = None,
+        times: Sequence[TimeLike] | None = None,
     ) -> Flow[Answer[list[Any]]]:
         key_format = yield from self._key_format_flow(store)
-        unique, index = wire.dedupe([stored_key(k, key_format) for k in keys])
+        stored_keys = [stored_key(k, key_format) for k in keys]
         known_format = yield from self._value_format_flow(store)
         value_format = None if raw else known_format
-        unique_keys = pa.array(unique, type=pa.binary())
         # JSON documents whole, as stored: a store decoding at ingest (reported as json) would
         # answer Arrow structs, which leave maps out and bad values null.
         stored = known_format == "json"
-        array, position = yield from self._get_arrow_answer_flow(store, unique_keys, read, stored=stored)
+        if times is None:
+            unique, index = wire.dedupe(stored_keys)
+            array, position = yield from self._get_arrow_answer_flow(
+                store, pa.array(unique, type=pa.binary()), read, stored=stored
+            )
+        else:
+            if len(times) != len(keys):
+                raise ValueError(
+                    f"as_of_times must hold one time per key: {len(times)} times, {len(keys)} keys"
+                )
+            # A key asked at two times is two reads: pairs are deduped, not keys.
+            pairs, index = wire.dedupe([(k, time_ms(t)) for k, t in zip(stored_keys, times, strict=True)])
+            unique_keys = pa.array([k for k, _ in pairs], type=pa.binary())
+            array, position = yield from self._get_arrow_answer_flow(
+                store, unique_keys, read, time_array([t for _, t in pairs]), stored=stored
+            )
         # Arrow answers null only for an absent key; a stored JSON null is the bytes ``null``.
         found = array.to_pylist()
         if value_format is not None:
@@ -307,15 +339,24 @@ class BaseClient(ShardRouting, ABC, Generic[HttpT, TransportT, RowsT]):
                 raise DeadlineExceededError(f"{what} ran past its deadline")
             yield values.slice(start, size)
 
-    def _get_arrow_flow(self, store: str, keys: pa.Array, read: ReadAt) -> Flow[pa.Array]:
-        answer = yield from self._get_arrow_answer_flow(store, keys, read)
+    def _get_arrow_flow(
+        self, store: str, keys: pa.Array, read: ReadAt, times: pa.Array | None = None
+    ) -> Flow[pa.Array]:
+        answer = yield from self._get_arrow_answer_flow(store, keys, read, times)
         return answer.value
 
     def _get_arrow_answer_flow(
-        self, store: str, keys: pa.Array, read: ReadAt, stored: bool = False
+        self,
+        store: str,
+        keys: pa.Array,
+        read: ReadAt,
+        times: pa.Array | None = None,
+        stored: bool = False,
     ) -> Flow[Answer[pa.Array]]:
         min_position, as_of = pinned_at(read)
         deadline = self._deadline(read.get("deadline"))
+        if times is not None and len(times) != len(keys):
+            raise ValueError(f"as_of_times must hold one time per key: {len(times)} times, {len(keys)} keys")
         if not pa.types.is_binary(keys.type):
             keys = stored_key_array(keys, (yield from self._key_format_flow(store)))
         fields = read.get("fields")
@@ -324,7 +365,7 @@ class BaseClient(ShardRouting, ABC, Generic[HttpT, TransportT, RowsT]):
             if sharding.shards == 1:
                 return (
                     yield from self._get_arrow_shard(
-                        store, keys, sharding, 0, min_position, as_of, deadline, fields, stored
+                        store, keys, sharding, 0, min_position, as_of, deadline, fields, times, stored
                     )
                 )
             groups = grouped_by_shard(sharding.shards_of(keys), sharding.shards)
@@ -341,6 +382,7 @@ class BaseClient(ShardRouting, ABC, Generic[HttpT, TransportT, RowsT]):
                         sharding.part(as_of, shard),
                         deadline,
                         fields,
+                        None if times is None else times.take(rows),
                         stored,
                     )
                     for shard, rows in groups
@@ -363,13 +405,18 @@ class BaseClient(ShardRouting, ABC, Generic[HttpT, TransportT, RowsT]):
         as_of: PositionLike | None,
         deadline: Deadline,
         fields: Sequence[str] | None = None,
+        times: pa.Array | None = None,
         stored: bool = False,
     ) -> Flow[Answer[pa.Array]]:
-        """The values of keys that all live on ``shard``, in batches of ``batch_size``."""
+        """The values of keys that all live on ``shard``, in batches of ``batch_size`` (each key as of
+        its time in ``times``, when given)."""
         parts: list[pa.Array] = []
         positions: list[Position | None] = []
+        sent = 0
         for chunk in self._batches(keys, deadline, f"batch get on store {store!r}"):
-            call = wire.batch_get_call(store, chunk, min_position, as_of, fields, stored)
+            chunk_times = None if times is None else times.slice(sent, len(chunk))
+            sent += len(chunk)
+            call = wire.batch_get_call(store, chunk, min_position, as_of, fields, chunk_times, stored)
             call = call.to(self._target(shard))
             response = yield from self._sent(call, deadline)
             self._notice_growth(store, sharding, response)

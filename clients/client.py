@@ -20,6 +20,7 @@ from clients.answer import Answer
 from clients.base import BaseClient, IndexReadAt, IndexRowsAt, ReadAt, Row
 from clients.flow import Attempt, Emit, Flow, Sleep, Step, Thrown, Together, Walk, gathered
 from clients.indexes import IndexValue
+from clients.times import TimeLike
 from clients.views import AtLeast, Exact, View
 from clients.wire import Key, StoreInfo, ValueFormat
 from wire.position import Position, PositionLike
@@ -135,7 +136,14 @@ class StatestoreClient(BaseClient[httpx.Client, httpx.BaseTransport, Iterator[Ro
         return self._run(self._value_format_flow(store))
 
     def get(
-        self, store: str, key: Key, *, raw: bool = False, default: Any = None, **read: Unpack[ReadAt]
+        self,
+        store: str,
+        key: Key,
+        *,
+        raw: bool = False,
+        default: Any = None,
+        as_of_time: TimeLike | None = None,
+        **read: Unpack[ReadAt],
     ) -> Any:
         """The value of ``key`` (decoded per the value format, or bytes if ``raw``), ``default`` if absent.
 
@@ -143,8 +151,10 @@ class StatestoreClient(BaseClient[httpx.Client, httpx.BaseTransport, Iterator[Ro
         as ``default`` to tell it from an absent key.
         ``as_of=`` reads the value exactly as of that position (the store must keep history);
         ``min_position=`` only demands a table at least that new. They exclude each other.
+        ``as_of_time=`` (epoch ms, an aware ``datetime`` or RFC 3339 text) reads the key's record
+        stamped last at or before that time (the store must keep history back to it).
         """
-        return self._run(self._get_flow(store, key, raw, read, default))
+        return self._run(self._get_flow(store, key, raw, read, default, as_of_time))
 
     def get_many(
         self,
@@ -153,35 +163,52 @@ class StatestoreClient(BaseClient[httpx.Client, httpx.BaseTransport, Iterator[Ro
         *,
         raw: bool = False,
         default: Any = None,
+        as_of_times: Sequence[TimeLike] | None = None,
         **read: Unpack[ReadAt],
     ) -> list[Any]:
         """The values of ``keys`` in request order (``default`` for absent keys: see :meth:`get`).
 
-        Duplicates are asked once; keys go in Arrow batches of ``batch_size``.
+        Duplicates are asked once; keys go in Arrow batches of ``batch_size``. ``as_of_times=``
+        (one time per key) reads each key as of its own time, as ``get(as_of_time=)`` does.
         """
-        return self._run(self._get_many_flow(store, keys, raw, read, default))
+        return self._run(self._get_many_flow(store, keys, raw, read, default, as_of_times))
 
     def get_with_position(
-        self, store: str, key: Key, *, raw: bool = False, **read: Unpack[ReadAt]
+        self,
+        store: str,
+        key: Key,
+        *,
+        raw: bool = False,
+        as_of_time: TimeLike | None = None,
+        **read: Unpack[ReadAt],
     ) -> Answer[Any]:
         """:meth:`get`'s value and the position it was read at: ``value, position = ...``.
 
         ``client.get("products", "p-1", min_position=answer.position)`` later never reads an older table.
         """
-        return self._run(self._get_answer_flow(store, key, raw, read))
+        return self._run(self._get_answer_flow(store, key, raw, read, None, as_of_time))
 
     def get_many_with_position(
-        self, store: str, keys: Sequence[Key], *, raw: bool = False, **read: Unpack[ReadAt]
+        self,
+        store: str,
+        keys: Sequence[Key],
+        *,
+        raw: bool = False,
+        as_of_times: Sequence[TimeLike] | None = None,
+        **read: Unpack[ReadAt],
     ) -> Answer[list[Any]]:
         """:meth:`get_many`'s values and the position they were read at (see :class:`clients.Answer`)."""
-        return self._run(self._get_many_answer_flow(store, keys, raw, read))
+        return self._run(self._get_many_answer_flow(store, keys, raw, read, None, as_of_times))
 
-    def get_arrow(self, store: str, keys: pa.Array, **read: Unpack[ReadAt]) -> pa.Array:
-        """Stored values (``binary``, null when absent) for an Arrow array of keys, row for row.
+    def get_arrow(
+        self, store: str, keys: pa.Array, as_of_times: pa.Array | None = None, **read: Unpack[ReadAt]
+    ) -> pa.Array:
+        """Stored values (``binary``, null when absent) for an Arrow array of keys, row for row
+        (each as of its time in ``as_of_times``, ``timestamp`` or ``int64`` epoch ms, when given).
 
         The building block of the Spark join: no dedupe, no decoding, one request per ``batch_size``.
         """
-        return self._run(self._get_arrow_flow(store, keys, read))
+        return self._run(self._get_arrow_flow(store, keys, read, as_of_times))
 
     def index_arrow(self, store: str, index: str, values: pa.Array, **read: Unpack[IndexReadAt]) -> pa.Table:
         """The rows of many distinct indexed values: a table ``value: string, key: binary, row: binary``.
@@ -227,14 +254,25 @@ class StoreView(View[Iterator[Row]]):
 
     client: StatestoreClient
 
-    def get(self, key: Key, *, raw: bool = False, default: Any = None) -> Any:
-        return self.client.get(self.store, key, raw=raw, default=default, **self._read)
+    def get(
+        self, key: Key, *, raw: bool = False, default: Any = None, as_of_time: TimeLike | None = None
+    ) -> Any:
+        return self.client.get(self.store, key, raw=raw, default=default, as_of_time=as_of_time, **self._read)
 
-    def get_many(self, keys: Sequence[Key], *, raw: bool = False, default: Any = None) -> list[Any]:
-        return self.client.get_many(self.store, keys, raw=raw, default=default, **self._read)
+    def get_many(
+        self,
+        keys: Sequence[Key],
+        *,
+        raw: bool = False,
+        default: Any = None,
+        as_of_times: Sequence[TimeLike] | None = None,
+    ) -> list[Any]:
+        return self.client.get_many(
+            self.store, keys, raw=raw, default=default, as_of_times=as_of_times, **self._read
+        )
 
-    def get_arrow(self, keys: pa.Array) -> pa.Array:
-        return self.client.get_arrow(self.store, keys, **self._read)
+    def get_arrow(self, keys: pa.Array, as_of_times: pa.Array | None = None) -> pa.Array:
+        return self.client.get_arrow(self.store, keys, as_of_times, **self._read)
 
     def index_arrow(
         self, index: str, values: pa.Array, *, limit_per_value: int = indexes.DEFAULT_LIMIT_PER_VALUE

@@ -249,9 +249,16 @@ class HistoryExpiredError(ProblemError):
     """The ``as_of`` position is older than the history the store keeps; ``floor`` is the oldest it answers.
 
     Reads at that position can no longer be reproduced exactly: pin a newer position (at least ``floor``).
+    For a read ``as_of_time``, ``time_floor`` is the oldest time answered (epoch ms), when known.
     """
 
     slug = problems.HISTORY_EXPIRED.slug
+
+    @property
+    def time_floor(self) -> int | None:
+        """The oldest time (epoch ms) the store answers exactly, if the service said."""
+        value = self.problem.get("time_floor")
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
 
     @property
     def floor(self) -> Position | None:

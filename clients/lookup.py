@@ -147,6 +147,23 @@ class Lookup:
         values, misfit = decode(stored, self.spec.value_format, self.spec.value_type)
         self.known.add(keys, values, pc.is_valid(stored), misfit)
 
+    def lookup_at(self, keys: pa.Array, times: pa.Array) -> LookupResult:
+        """Values for a key column, each row's as of its time (epoch ms, ``int64``), row for row.
+
+        Each distinct ``(key, time)`` of the batch is asked once; no cache across batches (a key's
+        value depends on the time asked). Rows with a null key or time find nothing.
+        """
+        spec = self.spec
+        unique_keys, unique_times, rows = _pairs(key_bytes_array(keys), times.cast(pa.int64()))
+        stored = self.client.get_arrow(
+            spec.store, unique_keys, unique_times, min_position=spec.min_position, as_of=spec.as_of
+        )
+        self.keys_fetched += len(unique_keys)
+        values, misfit = decode(stored, spec.value_format, spec.value_type)
+        found = pc.fill_null(pc.is_valid(stored).take(rows), False)
+        misfit = pc.fill_null(misfit.take(rows), False)
+        return LookupResult(values.take(rows), found, pc.sum(misfit).as_py() or 0, misfit)
+
     def lookup(self, keys: pa.Array) -> LookupResult:
         """Values for a key column (see :func:`clients.natural_keys.stored_key_array`; nulls never
         match), row for row."""
@@ -164,6 +181,20 @@ class Lookup:
         found = pc.fill_null(self.known.found.take(rows), False)
         misfit = pc.fill_null(self.known.misfit.take(rows), False)
         return LookupResult(values, found, pc.sum(misfit).as_py() or 0, misfit)
+
+
+def _pairs(keys: pa.Array, times: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array]:
+    """The distinct ``(key, time)`` pairs of rows with both (keys, times), and each row's pair
+    index (null for a row without key or time)."""
+    index_of: dict[tuple[bytes, int], int] = {}
+    rows: list[int | None] = []
+    for key, time in zip(keys.to_pylist(), times.to_pylist(), strict=True):
+        rows.append(None if key is None or time is None else index_of.setdefault((key, time), len(index_of)))
+    return (
+        pa.array([k for k, _ in index_of], pa.binary()),
+        pa.array([t for _, t in index_of], pa.int64()),
+        pa.array(rows, pa.int64()),
+    )
 
 
 def decode(

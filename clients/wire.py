@@ -10,8 +10,8 @@ import binascii
 import contextlib
 import dataclasses
 import json
-from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from collections.abc import Hashable, Mapping, Sequence
+from typing import Any, Literal, TypeVar
 from urllib.parse import quote
 
 import httpx
@@ -202,17 +202,24 @@ def get_call(
     )
 
 
-def dedupe(keys: Sequence[bytes]) -> tuple[list[bytes], list[int]]:
+HashableT = TypeVar("HashableT", bound=Hashable)
+
+
+def dedupe(keys: Sequence[HashableT]) -> tuple[list[HashableT], list[int]]:
     """Unique keys in first-seen order, and for every input key the index of its unique key."""
-    index_of: dict[bytes, int] = {}
+    index_of: dict[HashableT, int] = {}
     positions = [index_of.setdefault(k, len(index_of)) for k in keys]
     return list(index_of), positions
 
 
-def encode_keys(keys: Sequence[bytes] | pa.Array) -> bytes:
-    """An Arrow IPC stream with one ``key: binary`` column."""
+def encode_keys(keys: Sequence[bytes] | pa.Array, times: pa.Array | None = None) -> bytes:
+    """An Arrow IPC stream with a ``key: binary`` column, and ``as_of_time: timestamp[ms]`` (one time
+    per key) when ``times`` are given."""
     array = keys if isinstance(keys, pa.Array) else pa.array(keys, type=pa.binary())
-    batch = pa.record_batch([array], names=["key"])
+    if times is None:
+        batch = pa.record_batch([array], names=["key"])
+    else:
+        batch = pa.record_batch([array, times.cast(pa.timestamp("ms"))], names=["key", "as_of_time"])
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, batch.schema) as writer:
         writer.write_batch(batch)
@@ -225,10 +232,12 @@ def batch_get_call(
     min_position: PositionLike | None,
     as_of: PositionLike | None = None,
     fields: Sequence[str] | None = None,
+    times: pa.Array | None = None,
     stored: bool = False,
 ) -> Call:
-    """An Arrow batch get; ``stored`` asks the stored JSON documents of a store decoding its values
-    at ingest instead of its typed struct (whole values, bad ones as they are stored)."""
+    """A batch get of ``keys``, each as of its own time when ``times`` (parallel) are given;
+    ``stored`` asks the stored JSON documents of a store decoding its values at ingest instead of
+    its typed struct (whole values, bad ones as they are stored)."""
     params = {**read_params(min_position, as_of=as_of), **fields_params(fields)}
     if stored:
         params["values"] = "stored"
@@ -237,8 +246,15 @@ def batch_get_call(
         f"{store_path(store)}/keys:batchGet",
         params,
         {"Content-Type": ARROW_STREAM, "Accept": ARROW_STREAM},
-        encode_keys(keys),
+        encode_keys(keys, times),
     )
+
+
+def at_time(call: Call, time: int | None) -> Call:
+    """``call`` answered as of ``time`` (epoch ms), when one is given."""
+    if time is None:
+        return call
+    return dataclasses.replace(call, params={**call.params, "as_of_time": str(time)})
 
 
 def decode_values(body: bytes, expected_rows: int) -> pa.Array:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from service.bodies import too_large
-from store import ReadOnlyKeyValueStore, ScanPage
+from store import ReadOnlyKeyValueStore, ScanPage, TimedKeyValueStore
 from wire.problems import ANSWER_TOO_LARGE
 
 GET_CHUNK = 1024
@@ -87,6 +87,22 @@ def read_keys(view: ReadOnlyKeyValueStore, keys: list[bytes], budget: AnswerBudg
     found.update(zip(distinct, shown, strict=True))
     values = list(map(found.__getitem__, keys))
     budget.spend(_size(values))
+    return values
+
+
+def read_keys_at(
+    view: ReadOnlyKeyValueStore, keys: list[bytes], times: list[int], budget: AnswerBudget
+) -> list[bytes | None]:
+    """The value of each key as of its own time, in request order, within ``budget``.
+
+    ``view`` is a time view (taken with ``at_time``, at the earliest time).
+    """
+    assert isinstance(view, TimedKeyValueStore), "a read with per-key times needs a time view"
+    values: list[bytes | None] = []
+    for start in range(0, len(keys), GET_CHUNK):
+        values += budget.take(
+            view.get_many_at(keys[start : start + GET_CHUNK], times[start : start + GET_CHUNK])
+        )
     return values
 
 

@@ -12,7 +12,7 @@ before any buffer is decompressed; the rest is then decoded by pyarrow.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import pyarrow as pa
 
@@ -119,19 +119,26 @@ def read_column(
     more than ``max_rows`` rows; ``413 body-too-large`` when the buffers would take more than
     ``max_bytes`` once decompressed.
     """
+    return read_columns(body, [(column, accepts)], 1, max_rows, max_bytes)[0]
+
+
+def read_columns(
+    body: bytes,
+    columns: Sequence[tuple[str, Callable[[pa.DataType], bool]]],
+    required: int,
+    max_rows: int,
+    max_bytes: int,
+) -> list[pa.ChunkedArray]:
+    """The columns of the Arrow IPC stream ``body``: the first ``required`` of ``columns`` (name,
+    accepted types), then optionally the next ones, in that order and no others; refused as
+    ``read_column`` refuses."""
     try:
         reader = pa.ipc.MessageReader.open_stream(pa.py_buffer(body))
         schema = pa.ipc.read_schema(reader.read_next_message())
         messages = _messages(reader)
     except (pa.ArrowException, OSError, ValueError, StopIteration) as exc:
         raise malformed(f"the body is not an Arrow IPC stream: {exc}") from exc
-    if schema.names != [column]:
-        raise malformed(
-            f"the Arrow stream must hold one column named {column!r}, not {schema.names[:8]}",
-            [{"loc": ["body", column], "msg": "the only column"}],
-        )
-    if not accepts(schema.field(0).type):
-        raise malformed(f"the {column!r} column cannot be {schema.field(0).type}")
+    _check_schema(schema, columns, required)
     rows = decompressed = 0
     for message in messages:
         batch_rows, batch_bytes = _batch_sizes(message)
@@ -149,7 +156,32 @@ def read_column(
         batches = [pa.ipc.read_record_batch(message, schema) for message in messages]
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise malformed(f"the body is not a valid Arrow IPC stream: {exc}") from exc
-    return pa.chunked_array([batch.column(0) for batch in batches], type=schema.field(0).type)
+    return [
+        pa.chunked_array([batch.column(i) for batch in batches], type=schema.field(i).type)
+        for i in range(len(schema.names))
+    ]
+
+
+def _check_schema(
+    schema: pa.Schema, columns: Sequence[tuple[str, Callable[[pa.DataType], bool]]], required: int
+) -> None:
+    """``400 malformed-request`` unless ``schema`` holds the columns ``read_columns`` takes."""
+    names = [name for name, _ in columns]
+    if not (required <= len(schema.names) <= len(names) and schema.names == names[: len(schema.names)]):
+        if len(names) == 1:
+            detail, what = f"one column named {names[0]!r}", "the only column"
+        else:
+            detail, what = (
+                f"the columns {names[:required]} (then optionally {names[required:]})",
+                "the columns",
+            )
+        raise malformed(
+            f"the Arrow stream must hold {detail}, not {schema.names[:8]}",
+            [{"loc": ["body", names[0]], "msg": what}],
+        )
+    for i, name in enumerate(schema.names):
+        if not columns[i][1](schema.field(i).type):
+            raise malformed(f"the {name!r} column cannot be {schema.field(i).type}")
 
 
 def _messages(reader: pa.ipc.MessageReader) -> list[pa.ipc.Message]:

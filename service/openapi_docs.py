@@ -22,6 +22,24 @@ _POSITION_PATTERN = (
     r"^(?!(?:.*,)?[ \t]*([0-9]+):.*,[ \t]*\1:)"
     rf"(?:[ \t]*|{_POSITION_ENTRY}(?:,{_POSITION_ENTRY})*)(?![\s\S])"
 )
+# A time (``service.times``): epoch ms, or an RFC 3339 date-time with its offset. Days are checked
+# against their month (29 February of leap years only), as the service's calendar checks them.
+_YEAR = "[1-9][0-9]{3}"
+_LEAP_YEAR = "(?:[1-9][0-9](?:0[48]|[2468][048]|[13579][26])|(?:[2468][048]|[13579][26])00)"
+_DAY = (
+    rf"(?:{_YEAR}-(?:(?:0[1-9]|1[0-2])-(?:0[1-9]|1[0-9]|2[0-8])|(?:0[13-9]|1[0-2])-(?:29|30)"
+    rf"|(?:0[13578]|1[02])-31)|{_LEAP_YEAR}-02-29)"
+)
+_CLOCK = (
+    r"(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]{1,9})?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
+)
+TIME_PATTERN = rf"^(?:-?[0-9]{{1,18}}|{_DAY}T{_CLOCK})(?![\s\S])"
+_JSON_TIME = {
+    "anyOf": [
+        {"type": "integer", "minimum": -(10**18) + 1, "maximum": 10**18 - 1},
+        {"type": "string", "pattern": TIME_PATTERN},
+    ]
+}
 
 
 def _query(name: str, schema: dict[str, Any], description: str) -> dict[str, Any]:
@@ -61,7 +79,13 @@ TIMEOUT_PARAM = _query(
     {"type": "integer", "minimum": 0, "maximum": 3_600_000},
     "how long to wait for min_position or as_of, at most the configured maximum (read only with one of them)",
 )
-READ_PARAMS = [MIN_POSITION_PARAM, AS_OF_PARAM, TIMEOUT_PARAM]
+AS_OF_TIME_PARAM = _query(
+    "as_of_time",
+    {"type": "string", "pattern": TIME_PATTERN},
+    "answer as of this time (epoch milliseconds or RFC 3339): each key's record with the greatest"
+    " timestamp at or below it (stores that keep history); combines with as_of or min_position",
+)
+READ_PARAMS = [MIN_POSITION_PARAM, AS_OF_PARAM, AS_OF_TIME_PARAM, TIMEOUT_PARAM]
 
 SCAN_PARAMS = [
     _query("prefix", {"type": "string", "default": ""}, "only keys starting with this prefix"),
@@ -243,6 +267,11 @@ BATCH_REQUEST_BODY: dict[str, Any] = {
                 "properties": {
                     "keys": {"type": "array", "items": {"type": "string"}},
                     "key_encoding": _BODY_KEY_ENCODING,
+                    "as_of_times": {
+                        "type": "array",
+                        "items": _JSON_TIME,
+                        "description": "one time per key, parallel to keys (epoch ms or RFC 3339)",
+                    },
                 },
             }
         },
@@ -250,7 +279,8 @@ BATCH_REQUEST_BODY: dict[str, Any] = {
             "schema": {
                 "type": "string",
                 "format": "binary",
-                "description": "Arrow IPC stream, one `key` column",
+                "description": "Arrow IPC stream: a `key` column, then optionally `as_of_time`"
+                " (timestamp or int64 epoch ms), one time per key",
             }
         },
     },

@@ -1,10 +1,11 @@
 """The OpenAPI document of one deployment: each configured store's operations written out.
 
 The generic document (``service.openapi_docs``) takes any store name; this one names the stores
-this service serves and gives each only the parameters it accepts (``as_of`` only where the store
-keeps history, index routes only where it has indexes, the index names), with the lengths and
-counts the configured limits allow. Generated clients and gateways trust the document, so a
-request it calls valid must be one the service accepts.
+this service serves and gives each only the parameters it accepts (``as_of``, ``as_of_time`` and a
+batch's ``as_of_times`` only where the store keeps history, index routes only where it has
+indexes, the index names), with the lengths and counts the configured limits allow. Generated
+clients and gateways trust the document, so a request it calls valid must be one the service
+accepts.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ BASE64_PATTERN = rf"^(?:{_B64}{{4}})*(?:{_B64}{{2}}(?:==)?|{_B64}{{3}}=?)?(?![\s
 # The query parameter that holds an operation's query parameters, as one object: OpenAPI can
 # only state which parameters exclude or shape each other within one schema.
 OPTIONS = "options"
+# Read from history: documented only for stores that keep it.
+_HISTORY_PARAMS = {"as_of", "as_of_time"}
 
 
 def install(app: FastAPI, settings: Settings) -> None:
@@ -75,7 +78,7 @@ def _for_store(operation: dict[str, Any], store: StoreSettings, settings: Settin
     query: dict[str, Any] = {}
     for parameter in written.get("parameters", []):
         name = parameter["name"]
-        if name == "store" or (name == "as_of" and store.history is None):
+        if name == "store" or (name in _HISTORY_PARAMS and store.history is None):
             continue
         schema = parameter["schema"]
         if name == "index":
@@ -93,6 +96,8 @@ def _for_store(operation: dict[str, Any], store: StoreSettings, settings: Settin
     written["parameters"] = parameters
     body = written.get("requestBody", {}).get("content", {}).get("application/json", {}).get("schema")
     if body is not None:
+        if store.history is None:
+            body.get("properties", {}).pop("as_of_times", None)
         _limit_batch_body(body, settings)
     return written
 

@@ -8,6 +8,7 @@ need no ``try`` of their own and no answer is ever HTML or a bare ``{"detail": .
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import logging
 from collections.abc import Callable, Mapping
@@ -29,6 +30,7 @@ from store import (
     StoreCorruptError,
     StoreError,
     StoreState,
+    TimeExpiredError,
     UnknownIndexError,
 )
 from wire.problems import (
@@ -167,6 +169,16 @@ def _history_not_kept(exc: StoreError, asked: _Asked) -> ProblemError:
 
 def _history_expired(exc: StoreError, asked: _Asked) -> ProblemError:
     assert isinstance(exc, HistoryExpiredError)
+    if isinstance(exc, TimeExpiredError):
+        return HISTORY_EXPIRED(
+            str(exc),
+            extras={
+                "store": asked.store,
+                "as_of_time": exc.as_of,
+                "time_floor": exc.floor,
+                **({} if exc.key is None else {"key": base64.b64encode(exc.key).decode()}),
+            },
+        )
     floor = exc.floor if isinstance(exc.floor, Position) else None
     return HISTORY_EXPIRED(
         f'store "{asked.store}" answers as_of positions from {floor or "(none yet)"} on;'

@@ -18,6 +18,7 @@ from starlette.types import Scope
 from service.guard import DEADLINE_KEY
 from service.settings import LimitSettings, ShardingSettings
 from service.sharding import shard_part
+from service.times import TimeSyntaxError, parse_time
 from store import InvalidPositionError, Position
 from wire.problems import INVALID_PARAMETER, INVALID_POSITION, ProblemError
 
@@ -71,6 +72,16 @@ class Query:
             raise invalid_parameter(name, f"must be at least {minimum}, got {value}")
         return value
 
+    def time(self, name: str) -> int | None:
+        """The time in ``name`` as epoch ms (epoch ms or RFC 3339), ``None`` when absent."""
+        raw = self._values.get(name)
+        if raw is None:
+            return None
+        try:
+            return parse_time(raw)
+        except TimeSyntaxError as exc:
+            raise invalid_parameter(name, str(exc)) from exc
+
     def position(self, name: str) -> Position | None:
         """The position in ``name`` (``None`` when absent; empty is the empty position)."""
         raw = self._values.get(name)
@@ -89,6 +100,7 @@ class ReadOptions:
 
     minimum: Position | None = None
     as_of: Position | None = None
+    as_of_time: int | None = None  # epoch ms: each key's record stamped last at or before it
     timeout: float = 0.0
     deadline: float | None = None  # time.monotonic() at which the request times out (guarded routes)
 
@@ -106,8 +118,9 @@ def read_options(
     timeout_ms = query.optional_integer("timeout_ms", 0)
     deadline = scope.get(DEADLINE_KEY)
     raw_minimum, raw_as_of = query.position("min_position"), query.position("as_of")
+    as_of_time = query.time("as_of_time")
     if raw_minimum is None and raw_as_of is None:
-        return ReadOptions(deadline=deadline)
+        return ReadOptions(as_of_time=as_of_time, deadline=deadline)
     if raw_minimum is not None and raw_as_of is not None:
         raise invalid_parameter(
             "as_of", "as_of and min_position exclude each other: an as_of read waits for its own position"
@@ -117,6 +130,7 @@ def read_options(
         # Of a sharded store, entries naming other shards' partitions are not this shard's to read.
         minimum=shard_part(raw_minimum, sharding),
         as_of=shard_part(raw_as_of, sharding),
+        as_of_time=as_of_time,
         timeout=limit if timeout_ms is None else min(limit, timeout_ms / 1000),
         deadline=deadline,
     )

@@ -10,6 +10,7 @@ page sizes, the read options (positions, timeout) and the answer's budget are al
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 from urllib.parse import quote
 
 import anyio
@@ -19,7 +20,7 @@ import pyarrow.compute as pc
 from starlette.requests import Request
 
 from service.answers import AnswerBudget
-from service.arrow_body import read_column
+from service.arrow_body import read_columns
 from service.auth import Auth
 from service.bodies import (
     JSON,
@@ -38,6 +39,7 @@ from service.reads import find_store
 from service.registry import ServedStore, StoreRegistry
 from service.settings import LimitSettings, Settings
 from service.sharding import KeyCheck
+from service.time_requests import TIME_COLUMN, arrow_times, json_times, per_key_times
 from wire.problems import PAGE_TOO_LARGE
 
 
@@ -75,6 +77,7 @@ class BatchRead(StoreRead):
     key_column: pa.Array | None
     # ``values=stored``: an Arrow answer of a store decoding at ingest carries the stored documents.
     stored_values: bool = False
+    times: list[int] | None = None  # one time per key (epoch ms): ``as_of_times`` / ``as_of_time``
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -146,7 +149,9 @@ class ReadRequests:
         body = await read_body(request, limits)
         key_format = served.keys_as
         if media_type == JSON:
-            encoding, keys = _json_keys(body, query.get("key_encoding"), limits.max_batch_keys, key_format)
+            encoding, keys, times = _json_keys(
+                body, query.get("key_encoding"), limits.max_batch_keys, key_format
+            )
             longest = max(map(len, keys), default=0)
             check_batch(len(keys), longest, limits.max_batch_keys, limits.max_key_bytes)
             self.check_keys(served, keys)
@@ -154,13 +159,18 @@ class ReadRequests:
         else:
             encoding = key_encoding(query.get("key_encoding"), key_format)
             # Decoding a large Arrow body takes a while: off the event loop.
-            asked = await anyio.to_thread.run_sync(_arrow_keys, body, limits)
+            asked, times = await anyio.to_thread.run_sync(_arrow_keys, body, limits)
             stored = stored_key_column(asked, key_format)
             self.check_keys(served, stored)
             keys = stored.to_pylist()
             # Keys are answered as they were asked: numbers stay numbers.
             column = asked if is_number_column(asked.type) else stored
-        return BatchRead(*common, media_type, encoding, keys, column, _stored_values(query))
+        if not times:  # an empty batch's empty times ask for no time view
+            times = None
+        else:
+            served, options, max_answer_bytes, projection = common
+            common = served, per_key_times(options, times), max_answer_bytes, projection
+        return BatchRead(*common, media_type, encoding, keys, column, _stored_values(query), times)
 
     def scan(self, request: Request) -> ScanRead:
         served = self.store(request)
@@ -179,8 +189,8 @@ class ReadRequests:
 
 def _json_keys(
     body: bytes, query_encoding: str | None, max_keys: int, key_format: str
-) -> tuple[KeyEncoding, list[bytes]]:
-    """The key encoding and the keys of a JSON batch body."""
+) -> tuple[KeyEncoding, list[bytes], list[int] | None]:
+    """The key encoding, the keys and the per-key times (if any) of a JSON batch body."""
     try:
         document = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
@@ -194,12 +204,16 @@ def _json_keys(
     texts = document["keys"]
     # Refuse an oversized batch before doing any work per key.
     check_batch(len(texts), 0, max_keys, 1)
+    return encoding, _json_key_list(texts, encoding), json_times(document, len(texts))
+
+
+def _json_key_list(texts: list[Any], encoding: KeyEncoding) -> list[bytes]:
     not_strings = malformed(
         "every key must be a string", [{"loc": ["body", "keys"], "msg": "list of strings"}]
     )
     if encoding == "utf8":
         try:
-            return encoding, list(map(str.encode, texts))
+            return list(map(str.encode, texts))
         except TypeError as exc:  # a JSON value that is no string
             raise not_strings from exc
         except UnicodeEncodeError as exc:
@@ -208,7 +222,7 @@ def _json_keys(
             ) from exc
     if not all(isinstance(t, str) for t in texts):
         raise not_strings
-    return encoding, [decode_key_text(t, encoding) for t in texts]
+    return [decode_key_text(t, encoding) for t in texts]
 
 
 def _is_key_type(data_type: pa.DataType) -> bool:
@@ -221,19 +235,24 @@ def _is_key_type(data_type: pa.DataType) -> bool:
     )
 
 
-def _arrow_keys(body: bytes, limits: LimitSettings) -> pa.Array:
+def _arrow_keys(body: bytes, limits: LimitSettings) -> tuple[pa.Array, list[int] | None]:
     """The ``key`` column of an Arrow batch body as sent, checked before decompressing
-    (``service.natural_keys.stored_key_column`` reads them by the store's key format)."""
-    column = read_column(body, "key", _is_key_type, limits.max_batch_keys, limits.max_body_bytes)
+    (``service.natural_keys.stored_key_column`` reads them by the store's key format), and the
+    per-key times of its ``as_of_time`` column if it has one."""
+    columns = read_columns(
+        body, [("key", _is_key_type), TIME_COLUMN], 1, limits.max_batch_keys, limits.max_body_bytes
+    )
+    column = columns[0]
     if column.null_count:
         raise malformed("the 'key' column holds nulls; every row needs a key")
     keys = column.combine_chunks()
+    times = arrow_times(columns[1]) if len(columns) == 2 else None
     if is_number_column(keys.type):
         check_batch(len(keys), 8, limits.max_batch_keys, limits.max_key_bytes)
-        return keys
+        return keys, times
     longest = pc.max(pc.binary_length(keys)).as_py() or 0
     check_batch(len(keys), longest, limits.max_batch_keys, limits.max_key_bytes)
-    return keys
+    return keys, times
 
 
 def _stored_values(query: Query) -> bool:

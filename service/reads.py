@@ -60,6 +60,7 @@ class Reader:
         read: Callable[[ReadOnlyKeyValueStore], T],
         minimum: Position | None,
         as_of: Position | None,
+        at_time: int | None = None,
     ) -> tuple[T, Position] | Position:
         """The read and its position, or only the store's position while it is below the one asked."""
         if not self._registry.readable(served):
@@ -69,7 +70,9 @@ class Reader:
                 served.name, self._registry.state_of(served), self._limits.retry_after_seconds
             )
         try:
-            with served.store.view(as_of) as view:
+            # A time read's view is a ``TimedReader`` (``store.table.timed_reader``).
+            views = served.store.view(as_of) if at_time is None else served.store.view(as_of, at_time)
+            with views as view:
                 position = view.position()
                 if minimum is not None and not position.reaches(minimum):
                     return position
@@ -88,10 +91,11 @@ class Reader:
         """``read(view)`` and the view's position, once the store has reached ``options.minimum``.
 
         With ``options.as_of``, the view answers as of exactly that position, which is also the
-        position returned. ``in_thread`` runs the read on a worker thread (reads that may take long).
+        position returned; with ``options.as_of_time``, as of that time (``store.table.timed``).
+        ``in_thread`` runs the read on a worker thread (reads that may take long).
         """
-        minimum, as_of = options.minimum, options.as_of
-        answer = await self._attempt(served, read, minimum, as_of, in_thread)
+        minimum, as_of, at_time = options.minimum, options.as_of, options.as_of_time
+        answer = await self._attempt(served, read, minimum, as_of, at_time, in_thread)
         if isinstance(answer, tuple):
             return answer
         wanted = options.wanted
@@ -100,7 +104,7 @@ class Reader:
         budget = None if options.deadline is None else max(0.0, options.deadline - time.monotonic())
         cut_by_deadline = budget is not None and budget < timeout
         if await self._waits[served.name].wait(wanted, timeout if budget is None else min(timeout, budget)):
-            answer = await self._attempt(served, read, minimum, as_of, in_thread)
+            answer = await self._attempt(served, read, minimum, as_of, at_time, in_thread)
             if isinstance(answer, tuple):
                 return answer
         position = answer
@@ -126,8 +130,9 @@ class Reader:
         read: Callable[[ReadOnlyKeyValueStore], T],
         minimum: Position | None,
         as_of: Position | None,
+        at_time: int | None,
         in_thread: bool,
     ) -> tuple[T, Position] | Position:
         if in_thread:
-            return await anyio.to_thread.run_sync(self._once, served, read, minimum, as_of)
-        return self._once(served, read, minimum, as_of)
+            return await anyio.to_thread.run_sync(self._once, served, read, minimum, as_of, at_time)
+        return self._once(served, read, minimum, as_of, at_time)

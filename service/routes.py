@@ -12,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from service import openapi_docs as docs
-from service.answers import read_keys, read_page
+from service.answers import read_keys, read_keys_at, read_page
 from service.arrow_arrays import value_array
 from service.auth import Auth
 from service.bodies import JSON
@@ -196,8 +196,15 @@ def add_store_routes(
         asked = await requests.batch(request)
         served, keys = asked.served, asked.keys
         # A budget per read: a read retried after a position wait starts afresh.
+        times = asked.times
         values, position = await reader.read(
-            served, asked.options, lambda view: read_keys(view, keys, asked.budget())
+            served,
+            asked.options,
+            lambda view: (
+                read_keys(view, keys, asked.budget())
+                if times is None
+                else read_keys_at(view, keys, times, asked.budget())
+            ),
         )
         if asked.key_column is None:
             answer = JsonAnswer(served.name, served.value_format, asked.encoding, bad_values)

@@ -42,6 +42,7 @@ from store.exceptions import (
     StoreReadError,
     StoreWriteError,
     StoreWriterClosedError,
+    TimeExpiredError,
     UnknownIndexError,
 )
 from store.protocol import (
@@ -55,6 +56,7 @@ from store.protocol import (
     ServableStore,
     ShardingStatus,
     StoreStatus,
+    TimedKeyValueStore,
 )
 from store.state import RestoreMode, StoreState
 from store.tuning import (
@@ -143,5 +145,7 @@ __all__ = [
     "StoreTuning",
     "StoreWriteError",
     "StoreWriterClosedError",
+    "TimeExpiredError",
+    "TimedKeyValueStore",
     "UnknownIndexError",
 ]

@@ -18,6 +18,7 @@ Hierarchy::
     ├── IndexNotReadyError        the index is still being built
     ├── HistoryNotKeptError       an ``as_of`` read of a store that keeps no history
     ├── HistoryExpiredError       an ``as_of`` position older than the retained history
+    │   └── TimeExpiredError      an ``as_of_time`` the retained history does not settle
     ├── PositionNotReachedError   an ``as_of`` position the store has not reached yet
     └── KafkaSourceError          the changelog topic cannot be read (fatal configuration problems only)
 
@@ -130,6 +131,31 @@ class HistoryExpiredError(StoreError):
         )
         self.as_of = as_of
         self.floor = floor
+
+
+class TimeExpiredError(HistoryExpiredError):
+    """A time older than the oldest one the retained history answers exactly (``store.table.timed``),
+    or one that a key's versions do not settle (then ``key`` names it)."""
+
+    def __init__(self, store: str, at: int, time_floor: int | None, key: bytes | None = None) -> None:
+        asked = f"as_of_time {at}" + ("" if key is None else f" for key {key[:64]!r}")
+        if key is not None:
+            floor: str = (
+                "a time this key's versions settle: a record applied after history began is stamped"
+                " before the value history began with may have been"
+            )
+        elif time_floor is None:
+            floor = "no time: this copy was restored in bulk, so the times of its older records are unknown"
+        else:
+            floor = f"time {time_floor}"
+        StoreError.__init__(
+            self,
+            f'store "{store}" answers as_of_time from {floor} on; {asked} is older or unsettled.'
+            " Read at a later time, or raise history.retention_ms / retention_offsets",
+        )
+        self.as_of = at
+        self.floor = time_floor
+        self.key = key
 
 
 class PositionNotReachedError(StoreError):

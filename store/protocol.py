@@ -78,6 +78,18 @@ class ReadOnlyKeyValueStore(Protocol):
         ...
 
 
+@runtime_checkable
+class TimedKeyValueStore(ReadOnlyKeyValueStore, Protocol):
+    """A view taken with ``at_time``: it also reads each key as of its own time."""
+
+    def get_many_at(self, keys: Sequence[bytes], times: Sequence[int]) -> list[bytes | None]:
+        """The value of each key as of its own time (epoch ms, ``times`` parallel to ``keys``).
+
+        Raises ``TimeExpiredError`` for a time below the store's time floor.
+        """
+        ...
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class RestoreProgress:
     """How far the store is towards the end offsets sampled when it (re)started restoring."""
@@ -214,10 +226,13 @@ class ServableStore(Protocol):
         """Why the served copy answers no read (a read of it failed), until a rebuilt copy replaces it."""
         ...
 
-    def view(self, as_of: Position | None = None) -> AbstractContextManager[ReadOnlyKeyValueStore]:
+    def view(
+        self, as_of: Position | None = None, at_time: int | None = None
+    ) -> AbstractContextManager[ReadOnlyKeyValueStore]:
         """A consistent read view (a RocksDB snapshot and the position it reflects).
 
-        With ``as_of`` the view answers as of exactly that position; raises
+        With ``at_time`` (epoch ms) it answers as of that time (``store.table.timed``; it then also has
+        ``get_many_at(keys, times)``). With ``as_of`` the view answers as of exactly that position; raises
         ``HistoryNotKeptError``, ``PositionNotReachedError`` or ``HistoryExpiredError`` when it
         cannot. Raises ``StoreClosedError`` once the store is stopped, ``StoreReadError`` while the
         served copy is corrupt; a read through the view raises ``StoreReadError`` when it fails

@@ -9,7 +9,17 @@ from typing import Literal
 
 from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, functions
-from pyspark.sql.types import BinaryType, BooleanType, StringType, StructField, StructType
+from pyspark.sql.types import (
+    BinaryType,
+    BooleanType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
 
 from clients.lookup import DEFAULT_CACHE_BYTES
 from clients.options import DEFAULT_BATCH_SIZE
@@ -51,6 +61,42 @@ def _key_column(df: DataFrame, on: str | Column, text: bool = False) -> Column:
     return column.cast("string")
 
 
+def time_column(df: DataFrame, at: str | Column) -> Column:
+    """A row's time as epoch milliseconds (long): from a timestamp, or a long / int taken as ms."""
+    column = functions.col(at) if isinstance(at, str) else at
+    data_type = df.select(column).schema.fields[0].dataType
+    if isinstance(data_type, TimestampType | TimestampNTZType):
+        # Whole milliseconds, cut toward the past: a time never moves after a version it precedes.
+        micros = functions.unix_micros(column.cast("timestamp"))
+        return functions.floor(micros / 1000).cast("long")
+    if isinstance(data_type, LongType | IntegerType):
+        return column.cast("long")
+    raise TypeError(
+        f"as_of_time must be a timestamp or epoch milliseconds (long), not {data_type.simpleString()}"
+    )
+
+
+def _exact_for_times(
+    consistent: bool, as_of: PositionLike | None, index: str | None, as_of_time: str | Column | None
+) -> bool:
+    """``consistent``, made True for a join by time (unless ``as_of`` pins a position already)."""
+    if as_of_time is None:
+        return consistent
+    if index is not None:
+        raise ValueError("as_of_time= is not supported with index=: look the key up by time instead")
+    return consistent or as_of is None
+
+
+def _with_time(
+    keyed: DataFrame, as_of_time: str | Column | None, lookup_id: str
+) -> tuple[DataFrame, int | None]:
+    """``keyed`` with the rows' times (epoch ms) appended, and that column's index (none: no times)."""
+    if as_of_time is None:
+        return keyed, None
+    keyed = keyed.withColumn(f"__statestore_time_{lookup_id[:12]}", time_column(keyed, as_of_time))
+    return keyed, len(keyed.columns) - 1
+
+
 def lookup_join(
     df: DataFrame,
     *,
@@ -76,6 +122,7 @@ def lookup_join(
     deadline: float = 300.0,
     planning_deadline: float = 10.0,
     cache_bytes: int = DEFAULT_CACHE_BYTES,
+    as_of_time: str | Column | None = None,
 ) -> DataFrame:
     """``df`` with the values of ``store`` for key ``on`` appended, looked up by the executors.
 
@@ -103,9 +150,17 @@ def lookup_join(
 
     ``lookup_join`` of a ``lookup_join`` result (directly, no transformation between) runs both
     lookups in the same pass over the rows, unless the second key needs a column the first adds.
+
+    ``as_of_time=`` (a column name or Column: a Spark timestamp, or epoch milliseconds as a long)
+    joins each row with the value valid at its own time: the key's record stamped last at or
+    before it (the store must keep history back to the earliest time; an older time fails the job
+    with ``HistoryExpiredError``). Reads are exactly as of the pinned position (as
+    ``consistent=True``), so retries read the same answers. A row whose time is before any version
+    of its key, or null, finds nothing (kept with nulls by ``how="left"``).
     """
     if how not in ("left", "inner"):
         raise ValueError(f'how must be "left" or "inner", got {how!r}')
+    consistent = _exact_for_times(consistent, as_of, index, as_of_time)
     connect = is_connect(df)
     observed = connect and can_observe(df)
     options = LookupOptions(
@@ -130,8 +185,10 @@ def lookup_join(
         )
     key_name = f"__statestore_key_{plan.info.lookup_id[:12]}"
     chain, keyed = _keyed(df, key_name, _key_column_of(on, index is not None))
+    key_index = len(keyed.columns) - 1
+    keyed, time_index = _with_time(keyed, as_of_time, plan.info.lookup_id)
     counter = plan.info.mismatch_counter
-    step = JoinStep(plan.spec, len(keyed.columns) - 1, how, counter, binary_keys, flag_name is not None)
+    step = JoinStep(plan.spec, key_index, how, counter, binary_keys, flag_name is not None, time_index)
     steps = (*chain.steps, step)
     infos = (*chain.infos, plan.info)
     flags = (*chain.flags, flag_name)

@@ -47,6 +47,7 @@ class JoinStep:
     counter: Counter | None
     binary_row_keys: bool = False  # index steps: matched row keys as binary, else as UTF-8 text
     flag: bool = False
+    time_index: int | None = None  # of the row's time (epoch ms) when each row is read as of its time
 
 
 def count_misfits(counter: Counter | None, store: str, count: int) -> None:
@@ -114,10 +115,11 @@ def _index_step(
 
 
 def _key_step(
-    step: JoinStep, lookup: Lookup, step_key: pa.Array, columns: Columns, keys: Columns
+    step: JoinStep, lookup: Lookup, step_key: pa.Array, columns: Columns, keys: Columns, at: pa.Array | None
 ) -> tuple[Columns, Columns]:
-    """One key step: the values appended; an inner step drops the rows whose key was not found."""
-    result = lookup.lookup(step_key)
+    """One key step (each row as of its time in ``at``, when given): the values appended; an inner
+    step drops the rows whose key was not found."""
+    result = lookup.lookup(step_key) if at is None else lookup.lookup_at(step_key, at)
     count_misfits(step.counter, step.spec.store, result.mismatched)
     columns = [*columns, *_typed_columns(result.values, step.spec)]
     if step.flag:
@@ -142,12 +144,19 @@ def join_task(
             lookups = _open_lookups(stack, [step.spec for step in steps])
             for batch in grouped(batches):
                 columns = [batch.column(i) for i in range(kept)]
-                keys = [batch.column(step.key_index) for step in steps]
+                # Every step's key, then the times of the steps that have them: they follow the rows.
+                carried = [batch.column(step.key_index) for step in steps]
+                time_of: dict[int, int] = {}
+                for number, step in enumerate(steps):
+                    if step.time_index is not None:
+                        time_of[number] = len(carried)
+                        carried.append(batch.column(step.time_index))
                 for number, (step, lookup) in enumerate(zip(steps, lookups, strict=True)):
                     if isinstance(lookup, IndexLookup):
-                        columns, keys = _index_step(step, lookup, keys[number], columns, keys)
+                        columns, carried = _index_step(step, lookup, carried[number], columns, carried)
                     else:
-                        columns, keys = _key_step(step, lookup, keys[number], columns, keys)
+                        at = carried[time_of[number]] if number in time_of else None
+                        columns, carried = _key_step(step, lookup, carried[number], columns, carried, at)
                 yield pa.RecordBatch.from_arrays(columns, names=names)
 
     return run

@@ -115,6 +115,16 @@ class RecordBatch:
         if partitions is not None and self.partitions is not None:
             self.partitions.extend(partitions)  # type: ignore[arg-type]  # a record always has one
 
+    def newest_times(self) -> dict[int, int] | None:
+        """The greatest record timestamp of each partition (``None`` without ``metas``): it bounds
+        the times of the records a store keeping history restores (``store.table.timed``)."""
+        if self.metas is None:
+            return None
+        newest: dict[int, int] = {}
+        for partition, _offset, timestamp in self.metas:
+            newest[partition] = max(timestamp, newest.get(partition, timestamp))
+        return newest
+
     def placement(self, placer: Placer, topic_partitions: int, sample: int = PLACEMENT_SAMPLE) -> Placement:
         """How many of (a sample of) the batch's records sit on the partition their key hashes to.
 

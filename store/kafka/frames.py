@@ -28,6 +28,7 @@ class ChunkWritten:
     checked: int = 0
     misplaced: int = 0
     misplaced_example: str | None = None
+    newest_times: dict[int, int] | None = None  # per partition, when the store keeps history
 
     @property
     def placement(self) -> Placement:

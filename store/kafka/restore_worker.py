@@ -190,7 +190,9 @@ class _Restore:
         return size >= self.job["chunk_records"] or catch_up.done or (size >= poll_max and 0 < unread <= size)
 
     def _new_batch(self) -> RecordBatch:
-        return RecordBatch.collecting(False, with_partitions=self.placement is not None)
+        # A store keeping history bounds the times of what it restores (``store.table.timed``).
+        with_times = bool(self.job.get("with_times"))
+        return RecordBatch.collecting(with_times, with_partitions=self.placement is not None)
 
     def _write_chunk(self) -> None:
         batch, self.batch = self.batch, self._new_batch()
@@ -199,7 +201,11 @@ class _Restore:
         placement = batch.placement(*self.placement) if self.placement is not None else None
         written = write_sst(path, batch.keys, batch.values, bool(self.job.get("json_values")))
         checked = (placement.checked, placement.misplaced, placement.example) if placement else (0, 0, None)
-        self.emit(ChunkWritten(written, dict(batch.next_offsets), len(batch), batch.null_keys, *checked))
+        self.emit(
+            ChunkWritten(
+                written, dict(batch.next_offsets), len(batch), batch.null_keys, *checked, batch.newest_times()
+            )
+        )
 
     def close(self) -> None:
         self.consumer.close()

@@ -104,10 +104,12 @@ class BulkRestore:
         consumer: ConsumerTuning,
         placement: tuple[Placer, int] | None = None,
         json_values: bool = False,
+        with_times: bool = False,
     ) -> None:
         """``placement``: the producers' partitioner and the topic's partition count, for workers
         to check a sample of each chunk's records against (``None``: no check); ``json_values``:
-        the workers check each value kept as JSON (``store.json_values``)."""
+        the workers check each value kept as JSON (``store.json_values``); ``with_times``: chunks
+        report each partition's newest record timestamp (stores keeping history)."""
         self._directory = directory
         self._events: queue.Queue[RestoreEvent | BulkLoadError | BulkVolumeFullError] = queue.Queue()
         shares = split_partitions(remaining, restore.bulk_load_workers)
@@ -127,6 +129,7 @@ class BulkRestore:
                 "poll_timeout_seconds": consumer.poll_timeout_seconds,
                 "gc_threshold": restore.gc_threshold,
                 "placement": placement,
+                "with_times": with_times,
                 "directory": str(directory),
                 "json_values": json_values,
                 # Unique per store process: a worker orphaned by a crashed store may still be
@@ -261,7 +264,8 @@ class BulkPhase:
                 tuning.restore,
                 tuning.consumer,
                 (placer, count) if placer is not None and count is not None else None,
-                config.json_values,
+                json_values=config.json_values,
+                with_times=writer.keeps_history,
             )
             try:
                 progress.restore_mode = RestoreMode.BULK
@@ -291,7 +295,7 @@ class BulkPhase:
         progress, catch_up = self._progress, self._catch_up
         if isinstance(event, ChunkWritten):
             received_at = time.monotonic()
-            self._writer.ingest(event.sst_path, event.next_offsets)
+            self._writer.ingest(event.sst_path, event.next_offsets, event.newest_times)
             catch_up.read(event.next_offsets)
             progress.count(event.records)
             progress.last_contact = received_at

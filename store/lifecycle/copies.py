@@ -108,7 +108,7 @@ class Copies:
         return serving.corruption if serving is not None else None
 
     @contextlib.contextmanager
-    def reading(self, as_of: Position | None) -> Iterator[ReadOnlyKeyValueStore]:
+    def reading(self, as_of: Position | None, at_time: int | None = None) -> Iterator[ReadOnlyKeyValueStore]:
         """A reader of the served copy; the copy is not closed while any reader is out.
 
         ``StoreReadError`` while the served copy is corrupt; a read through the reader that fails
@@ -122,7 +122,7 @@ class Copies:
                 )
             if serving.corruption is not None:
                 raise self._corrupt_copy_error(serving.corruption)
-            reader = serving.reader(as_of)
+            reader = serving.reader(as_of, at_time)
             self._active_views += 1
         try:
             yield reader

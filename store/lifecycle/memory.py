@@ -16,6 +16,7 @@ from store.exceptions import (
     PositionNotReachedError,
     ScanLimitError,
     StoreClosedError,
+    TimeExpiredError,
     UnknownIndexError,
 )
 from store.json_values import checked_json
@@ -87,13 +88,54 @@ class _FrozenView:
         return self._position
 
 
+_Version = tuple[int, int, bytes, bytes | None, int]  # partition, offset, key, value, timestamp
+
+
+def _values_at(versions: Sequence[_Version], at: int) -> dict[bytes, bytes]:
+    """Each key's value as of time ``at``: its record with the greatest (timestamp, offset) at or
+    below it, absent when that is a tombstone."""
+    best: dict[bytes, tuple[int, int, bytes | None]] = {}
+    for _partition, offset, key, value, timestamp in versions:
+        if timestamp <= at:
+            current = best.get(key)
+            if current is None or (timestamp, offset) > current[:2]:
+                best[key] = (timestamp, offset, value)
+    return {key: value for key, (_t, _o, value) in best.items() if value is not None}
+
+
+class _TimedView(_FrozenView):
+    """The table as of time ``at``; ``get_many_at`` reads each key as of its own time."""
+
+    def __init__(
+        self,
+        versions: list[_Version],
+        position: Position,
+        indexes: Mapping[str, IndexSpec],
+        at: int,
+        check_time: Callable[[int], None],
+    ) -> None:
+        super().__init__(_values_at(versions, at), position, indexes)
+        self._versions = versions
+        self._check_time = check_time
+        self._at = at
+
+    def get_many_at(self, keys: Sequence[bytes], times: Sequence[int]) -> list[bytes | None]:
+        tables = {self._at: self._data}
+        for at in set(times) - tables.keys():
+            self._check_time(at)
+            tables[at] = _values_at(self._versions, at)
+        return [tables[at].get(key) for key, at in zip(keys, times, strict=True)]
+
+
 class InMemoryStore:
     """A dict-backed ``ServableStore``; every view is a copy-on-write snapshot.
 
     ``sharding`` is what its status reports about shards (a test sets it; by default one shard of
     a topic whose partition count is not known); the store itself holds
     whatever is applied to it. History is kept from the start with ``keeps_history`` or ``history``;
-    of a ``history`` spec only ``retention_offsets`` applies (records carry no timestamps here).
+    of a ``history`` spec only ``retention_offsets`` applies. Views ``at_time`` are answered while
+    every record was applied with its timestamp (``apply(records, timestamps)``); the time floor is
+    the greatest timestamp of a record below the history floor, as pruning leaves it in the real store.
     """
 
     def __init__(
@@ -123,6 +165,7 @@ class InMemoryStore:
         self._changed = ListenedCondition()
         self._applied = 0
         self._log: list[tuple[int, int, bytes, bytes | None]] = []
+        self._times: list[int | None] = []  # parallel to ``_log``
         self.keeps_history = keeps_history or history is not None
         self._retention_offsets = history.retention_offsets if history is not None else None
 
@@ -147,9 +190,13 @@ class InMemoryStore:
             self._state = state
             self._changed.notify_all()
 
-    def apply(self, records: Sequence[tuple[int, int, bytes, bytes | None]]) -> None:
+    def apply(
+        self, records: Sequence[tuple[int, int, bytes, bytes | None]], timestamps: Sequence[int] | None = None
+    ) -> None:
         """Apply ``(partition, offset, key, value)`` records atomically; ``None`` values delete
-        (checked as JSON first when the store was made with ``json_values``)."""
+        (checked as JSON first when the store was made with ``json_values``).
+
+        ``timestamps``: each record's timestamp (epoch ms), parallel to ``records``."""
         if self._json_values:
             values = checked_json([value for _, _, _, value in records])
             records = [(p, o, k, v) for (p, o, k, _), v in zip(records, values, strict=True)]
@@ -165,15 +212,21 @@ class InMemoryStore:
             self._data, self._position, self._frozen = data, Position(offsets), None
             if self.keeps_history:
                 self._log.extend(records)
+                self._times.extend([None] * len(records) if timestamps is None else timestamps)
             self._applied += len(records)
             self._changed.notify_all()
 
     @contextlib.contextmanager
-    def view(self, as_of: Position | None = None) -> Iterator[ReadOnlyKeyValueStore]:
+    def view(
+        self, as_of: Position | None = None, at_time: int | None = None
+    ) -> Iterator[ReadOnlyKeyValueStore]:
         with self._changed:
             if self._state is StoreState.STOPPED:
                 raise StoreClosedError(f'store "{self._name}" is stopped')
-            if as_of is not None:
+            frozen: _FrozenView
+            if at_time is not None:
+                frozen = self._view_at_time(as_of, at_time)
+            elif as_of is not None:
                 frozen = self._view_as_of(as_of)
             else:
                 if self._frozen is None:
@@ -197,6 +250,34 @@ class InMemoryStore:
                 else:
                     data[key] = value
         return _FrozenView(data, Position({p: as_of.get(p, 0) for p in self._position}), self._indexes)
+
+    def _view_at_time(self, as_of: Position | None, at: int) -> _TimedView:
+        position = self._view_as_of(self._position if as_of is None else as_of).position()
+        floor = self._time_floor()
+
+        def check_time(time: int) -> None:
+            if floor is None or time < floor:
+                raise TimeExpiredError(self._name, time, floor)
+
+        check_time(at)
+        versions = [
+            (partition, offset, key, value, timestamp)
+            for (partition, offset, key, value), timestamp in zip(self._log, self._times, strict=True)
+            if offset < position.get(partition, 0) and timestamp is not None
+        ]
+        return _TimedView(versions, position, self._indexes, at, check_time)
+
+    def _time_floor(self) -> int | None:
+        """The oldest time answered exactly; ``None`` when a record came without its timestamp."""
+        if None in self._times:
+            return None
+        floor = self.history_floor() or Position()
+        below = [
+            t
+            for (partition, offset, _k, _v), t in zip(self._log, self._times, strict=True)
+            if offset < floor.get(partition, 0) and t is not None
+        ]
+        return max(below, default=-(2**63))
 
     def history_floor(self) -> Position | None:
         if not self.keeps_history:

@@ -188,16 +188,20 @@ class Store:
         return serving.position if serving is not None else Position()
 
     @contextlib.contextmanager
-    def view(self, as_of: Position | None = None) -> Iterator[ReadOnlyKeyValueStore]:
+    def view(
+        self, as_of: Position | None = None, at_time: int | None = None
+    ) -> Iterator[ReadOnlyKeyValueStore]:
         """A consistent read view: one snapshot and the position it reflects.
 
         With ``as_of``, every read answers as of exactly that position (the store must keep
-        history, have reached the position, and still retain it).
+        history, have reached the position, and still retain it). With ``at_time`` (epoch ms),
+        every read answers as of that time (``store.table.timed``): the view is a ``TimedReader``, whose
+        ``get_many_at`` also takes one time per key; ``HistoryExpiredError`` below the time floor.
 
         Raises ``StoreReadError`` when the served copy is corrupt; a read that fails for any
         reason but "not found" raises it too, and marks the copy corrupt.
         """
-        with self._copies.reading(as_of) as reader:
+        with self._copies.reading(as_of, at_time) as reader:
             yield reader
 
     def history_floor(self) -> Position | None:

@@ -80,7 +80,9 @@ class TableWriter(Protocol):
         """Write records, tombstones and the partitions' next offsets in one atomic batch."""
         ...
 
-    def ingest(self, sst_path: Path | None, next_offsets: dict[int, int]) -> None:
+    def ingest(
+        self, sst_path: Path | None, next_offsets: dict[int, int], newest_times: dict[int, int] | None = None
+    ) -> None:
         """Ingest a bulk restore chunk's SST file, then record the chunk's offsets."""
         ...
 

@@ -19,12 +19,20 @@ from wire.position import Position
 _CANDIDATES_PER_ITEM = 20
 
 
-def _iterate(iterator: Any, start: bytes, upper: bytes | None) -> Iterator[tuple[bytes, bytes]]:
+def iterate(iterator: Any, start: bytes, upper: bytes | None) -> Iterator[tuple[bytes, bytes]]:
     """Entries in ``[start, upper)`` through an iterator pinned when the view was taken.
 
     A failed read raises ``StoreReadError`` rather than ending the entries early.
     """
     return entries(iterator, start, upper)
+
+
+def historic_keys(history: Any, prefix: bytes, start: bytes | None = None) -> Iterator[bytes]:
+    """The row keys starting with ``prefix`` that have versions, from ``start`` on, in byte order
+    (repeated once per version)."""
+    escaped = escape_prefix(prefix)
+    history_start = escape_prefix(start) if start is not None and start > prefix else escaped
+    return (unescape(key) for key, _ in iterate(history, history_start, prefix_upper_bound(escaped)))
 
 
 class AsOfReader:
@@ -85,17 +93,11 @@ class AsOfReader:
             raise ScanLimitError(f"scan limit must be at least 1, got {limit}")
         limit = min(limit, MAX_SCAN_LIMIT)
         start = prefix if after is None or after < prefix else after + b"\x00"
-        current_keys = (key for key, _ in _iterate(self._latest.iterator, start, prefix_upper_bound(prefix)))
-        escaped = escape_prefix(prefix)
-        history_start = escape_prefix(start) if start != prefix else escaped
-        historic_keys = (
-            unescape(key)
-            for key, _ in _iterate(self._history_scan, history_start, prefix_upper_bound(escaped))
-        )
+        current_keys = (key for key, _ in iterate(self._latest.iterator, start, prefix_upper_bound(prefix)))
         items: list[tuple[bytes, bytes]] = []
         examined = 0
         previous: bytes | None = None
-        for key in heapq.merge(current_keys, historic_keys):
+        for key in heapq.merge(current_keys, historic_keys(self._history_scan, prefix, start)):
             if key == previous or key < start:
                 continue
             previous = key
@@ -120,18 +122,7 @@ class AsOfReader:
         if limit < 1:
             raise ScanLimitError(f"scan limit must be at least 1, got {limit}")
         limit = min(limit, MAX_SCAN_LIMIT)
-        # Rows that have the value now, and rows changed since the position (they may have had it).
-        value_prefix = spec.value_prefix(value)
-        candidates = {
-            key[len(value_prefix) :]
-            for key, _ in _iterate(self._index, value_prefix, prefix_upper_bound(value_prefix))
-        }
-        for partition, next_offset in self._as_of.items():
-            changed = _iterate(
-                self._changes, change_key(partition, next_offset), change_key(partition + 1, 0)
-            )
-            candidates.update(row_key for _, row_key in changed)
-        ordered = sorted(key for key in candidates if after is None or key > after)
+        ordered = sorted(key for key in self._index_candidates(spec, value) if after is None or key > after)
         items: list[tuple[bytes, bytes]] = []
         for start in range(0, len(ordered), 1000):
             keys = ordered[start : start + 1000]
@@ -141,6 +132,18 @@ class AsOfReader:
                         return ScanPage(items, items[-1][0])
                     items.append((key, row))
         return ScanPage(items, None)
+
+    def _index_candidates(self, spec: IndexSpec, value: bytes) -> set[bytes]:
+        """Rows that have the value now, and rows changed since the position (they may have had it)."""
+        value_prefix = spec.value_prefix(value)
+        candidates = {
+            key[len(value_prefix) :]
+            for key, _ in iterate(self._index, value_prefix, prefix_upper_bound(value_prefix))
+        }
+        for partition, next_offset in self._as_of.items():
+            changed = iterate(self._changes, change_key(partition, next_offset), change_key(partition + 1, 0))
+            candidates.update(row_key for _, row_key in changed)
+        return candidates
 
     def position(self) -> Position:
         return self._as_of

@@ -35,13 +35,13 @@ from __future__ import annotations
 import dataclasses
 import struct
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import rocksdict
 
-from store.table import families
-from store.table.corruption import check_status, family_get, prefixed
+from store.table import families, timed
+from store.table.corruption import check_status, entries, family_get, prefixed
 from wire.position import Position
 
 if TYPE_CHECKING:
@@ -109,6 +109,13 @@ def version_value(value: bytes | None, timestamp: int) -> bytes:
 def parse_version_value(stored: bytes) -> tuple[bytes | None, int]:
     timestamp = _TIMESTAMP.unpack(stored[1:9])[0]
     return (stored[9:] if stored[:1] == PUT else None), timestamp
+
+
+def parse_version(history_key: bytes, stored: bytes) -> tuple[int, int, int, bytes | None]:
+    """``(partition, offset, timestamp, value)`` of one stored version (offset -1: the base)."""
+    partition, offset = parse_version_key(history_key)
+    value, timestamp = parse_version_value(stored)
+    return partition, offset, timestamp, value
 
 
 def change_key(partition: int, offset: int) -> bytes:
@@ -259,13 +266,22 @@ class HistoryRecorder:
         for partition, (next_offset, timestamp) in last_in_batch.items():
             batch.put(_time_key(partition, next_offset), _TIMESTAMP.pack(timestamp), meta)
 
-    def prune(self, engine: Engine, floor: Mapping[int, int], budget: int = 10_000) -> int:
-        """Drop versions superseded below ``floor`` (at most ``budget`` changes); returns how many."""
+    def prune(
+        self,
+        engine: Engine,
+        floor: Mapping[int, int],
+        budget: int = 10_000,
+        time_floor: Callable[[int], None] | None = None,
+    ) -> int:
+        """Drop versions superseded below ``floor`` (at most ``budget`` changes); returns how many.
+
+        Keeps what a read as of a time at or above the time floor needs (``store.table.timed``); the
+        floor's new value goes to ``time_floor`` before the batch is written, and into the batch.
+        """
+        base_times = timed.stored_bounds(engine).base_times
+        pruned = timed.NO_TIME
         batch = engine.new_batch()
-        live = engine.family(families.HISTORY)
-        history, changes, meta = (
-            engine.handle(name) for name in (families.HISTORY, families.CHANGES, families.META)
-        )
+        changes, meta = engine.handle(families.CHANGES), engine.handle(families.META)
         done = 0
         for partition, floor_offset in floor.items():
             options = rocksdict.ReadOptions()
@@ -275,17 +291,9 @@ class HistoryRecorder:
             while iterator.valid() and done < budget:
                 change, key = iterator.key(), iterator.value()
                 _partition, offset = parse_change_key(change)
-                batch.delete_range(
-                    version_key(key, partition, -1), version_key(key, partition, offset), history
+                pruned = max(
+                    pruned, self._prune_superseded(engine, batch, key, partition, offset, base_times)
                 )
-                stored = family_get(live, version_key(key, partition, offset))
-                if (
-                    stored is not None
-                    and stored[:1] == TOMBSTONE
-                    and self._only_version(live, key, partition, offset)
-                ):
-                    # Absent at every position from the floor on: nothing to keep.
-                    batch.delete(version_key(key, partition, offset), history)
                 batch.delete(change, changes)
                 done += 1
                 iterator.next()
@@ -295,8 +303,42 @@ class HistoryRecorder:
                 batch.delete_range(
                     _TIME_PREFIX + _PARTITION.pack(partition), _time_key(partition, floor_offset), meta
                 )
+        if pruned != timed.NO_TIME:
+            floor_time = max(pruned, timed.stored_bounds(engine).pruned)
+            timed.put_pruned(engine, batch, floor_time)
+            if time_floor is not None:
+                time_floor(floor_time)
         engine.write(batch)
         return done
+
+    def _prune_superseded(
+        self,
+        engine: Engine,
+        batch: Any,
+        key: bytes,
+        partition: int,
+        offset: int,
+        base_times: Mapping[int, int],
+    ) -> int:
+        """Add to ``batch``: drop the versions of ``key`` on ``partition`` that its version at
+        ``offset`` supersedes, but those a read as of a time still needs (``store.table.timed``);
+        returns the greatest timestamp passed (``timed.NO_TIME`` for none)."""
+        live, history = engine.family(families.HISTORY), engine.handle(families.HISTORY)
+        newest_key = version_key(key, partition, offset)
+        superseded = list(entries(live.iter(), version_key(key, partition, -1), newest_key))
+        batch.delete_range(version_key(key, partition, -1), newest_key, history)
+        stored = family_get(live, newest_key)
+        if stored is None:
+            return timed.NO_TIME
+        parsed = [(k, *parse_version(k, v)[:3]) for k, v in [*superseded, (newest_key, stored)]]
+        keep = timed.prune_keep(parsed, newest_key, base_times)
+        kept = dict(superseded)
+        for history_key in keep:
+            batch.put(history_key, kept[history_key], history)
+        if not keep and stored[:1] == TOMBSTONE and self._only_version(live, key, partition, offset):
+            # Absent at every position from the floor on: nothing to keep.
+            batch.delete(newest_key, history)
+        return max(timestamp for *_, timestamp in parsed)
 
     @staticmethod
     def _only_version(live: Any, key: bytes, partition: int, offset: int) -> bool:

@@ -6,6 +6,7 @@ rebuilds from scratch it has two: readers keep the last good copy until the new 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -23,7 +24,7 @@ from store.exceptions import (
     StoreWriteError,
 )
 from store.protocol import MAX_SCAN_LIMIT, CorruptionReport, MemoryUsage, ScanPage
-from store.table import families, history
+from store.table import families, history, timed
 from store.table.asof import AsOfReader
 from store.table.corruption import drop_engine_references
 from store.table.engine import Engine, SnapshotReader, destroy, prefix_upper_bound
@@ -31,6 +32,8 @@ from store.table.history import HistoryRecorder, floor_from
 from store.table.hot_keys import HotKeyCache, read_misses
 from store.table.indexes import OUTDATED, STATE_PREFIX, IndexSpec, index_changes, parse_states, state_entry
 from store.table.seams import Changes, TableConfig
+from store.table.timed import TimeBounds, newest_per_partition
+from store.table.timed_reader import TimedReader
 from wire.position import Position
 
 logger = logging.getLogger(__name__)
@@ -66,6 +69,7 @@ class Replica:
         self.history = HistoryRecorder(config.history) if config.history else None
         self.history_start = Position()
         self.history_floor: Position | None = None
+        self.time_bounds = TimeBounds({})
         self._load_history_state()
 
     @property
@@ -137,11 +141,16 @@ class Replica:
 
     # -- reads (called with the lock held) ----------------------------------------------------
 
-    def reader(self, as_of: Position | None) -> _CachedReader | AsOfReader:
+    def reader(self, as_of: Position | None, at_time: int | None = None) -> _CachedReader | AsOfReader:
+        if at_time is not None:
+            # A time is read from history, at the current position unless one is asked.
+            as_of = self.position if as_of is None else as_of
         if as_of is not None:
             # Checked before any snapshot is taken: a refused view must pin nothing (a traceback
             # kept by the caller would otherwise hold the database open past ``stop()``).
             self._check_as_of(as_of)
+        if at_time is not None:
+            timed.check_time(self.name, at_time, self.time_bounds)
         engine = self.engine
         latest = SnapshotReader(
             engine.snapshot(),
@@ -151,7 +160,7 @@ class Replica:
         )
         if as_of is None:
             return _CachedReader(self, latest, self.generation)
-        return AsOfReader(
+        parts = (
             latest,
             engine.history_snapshot().iter(),
             engine.history_snapshot().iter(),
@@ -159,7 +168,12 @@ class Replica:
             engine.index_snapshot().iter() if self.indexes else None,
             dict(self.ready_indexes),
             Position({p: as_of.get(p, 0) for p in self.position}),
-            building=frozenset(self.indexes.keys() - self.ready_indexes.keys()),
+        )
+        building = frozenset(self.indexes.keys() - self.ready_indexes.keys())
+        if at_time is None:
+            return AsOfReader(*parts, building=building)
+        return TimedReader(
+            *parts, building=building, at_time=at_time, bounds=self.time_bounds, store=self.name
         )
 
     def _check_as_of(self, as_of: Position) -> None:
@@ -208,17 +222,23 @@ class Replica:
                 batch.put(key, value)
         if self.ready_indexes and keys:
             self._maintain_indexes(batch, keys, values)
-        if self.history is not None and self.history_start and keys:
+        if self.history is not None and keys:
             assert records.metas is not None, "records of a store that keeps history need their metadata"
-            self.history.record(engine, batch, keys, values, records.metas)
+            if self.history_start:
+                self.history.record(engine, batch, keys, values, records.metas)
+            else:
+                self._bound_base_times(batch, records.metas)
         engine.put_offsets(batch, records.next_offsets)
         with self._changed:
             engine.write(batch)
             self._advance(records.next_offsets)
             self._cache.drop(keys)
 
-    def ingest(self, sst_path: Path | None, next_offsets: dict[int, int]) -> None:
-        """Ingest a bootstrap chunk's SST file, then record the chunk's offsets."""
+    def ingest(
+        self, sst_path: Path | None, next_offsets: dict[int, int], newest_times: dict[int, int] | None = None
+    ) -> None:
+        """Ingest a bootstrap chunk's SST file, then record the chunk's offsets (and, for history,
+        the newest record timestamp of each partition, ``None`` when unknown)."""
         engine = self.engine
         batch = engine.new_batch()
         engine.put_offsets(batch, next_offsets)
@@ -226,11 +246,18 @@ class Replica:
             # Bulk chunks carry no index entries: the indexes are rebuilt once the bootstrap ends.
             self._put_index_state(batch, spec.name, spec.field, "building")
         reset_history = bool(self.history_start)
+        if self.history is not None:
+            if newest_times is None:
+                timed.put_bulk(engine, batch)  # the chunk's records come without their timestamps
+            else:
+                self._bound_base_times(batch, [(p, 0, t) for p, t in newest_times.items()])
         if reset_history:
             # Bulk chunks carry no versions: history restarts when the store is READY again.
             history.clear(engine, batch)
         with self._changed:
             self.ready_indexes = {}
+            if self.history is not None and newest_times is None:
+                self.time_bounds = dataclasses.replace(self.time_bounds, known=False)
             if reset_history:
                 self.history_start = Position()
                 self.history_floor = None
@@ -381,15 +408,30 @@ class Replica:
 
     @property
     def keeps_history(self) -> bool:
-        """Whether records must come with ``(partition, offset, timestamp)`` for history."""
-        return self.history is not None and bool(self.history_start)
+        """Whether records must come with ``(partition, offset, timestamp)`` for history (also
+        before history begins: their timestamps bound the times of the versions it starts from)."""
+        return self.history is not None
+
+    def _bound_base_times(self, batch: Any, metas: Sequence[tuple[int, int, int]]) -> None:
+        """Add to ``batch``: raise each partition's pre-history time bound (``store.table.timed``)."""
+        known = self.time_bounds.base_times
+        raised = {
+            partition: timestamp
+            for partition, timestamp in newest_per_partition(metas).items()
+            if timestamp > known.get(partition, timed.NO_TIME)
+        }
+        if raised:
+            timed.put_base_times(self.engine, batch, raised)
+            # Only the writer thread reads these before history begins: no reader looks yet.
+            self.time_bounds = dataclasses.replace(self.time_bounds, base_times={**known, **raised})
 
     def _load_history_state(self) -> None:
         engine = self.engine
         if self.history is None:
-            if history.stored_start(engine):
+            if history.stored_start(engine) or timed.stored_bounds(engine) != timed.TimeBounds({}):
                 batch = engine.new_batch()
                 history.clear(engine, batch)
+                timed.clear(engine, batch)  # records applied from now on are not timed
                 engine.write(batch)
                 logger.info(
                     'store "%s": history is no longer configured; dropped the stored versions', self.name
@@ -397,6 +439,15 @@ class Replica:
             return
         self.history_start = history.stored_start(engine)
         self.history_floor = self._compute_floor() if self.history_start else None
+        self.time_bounds = timed.stored_bounds(engine)
+        applied = any(self.position.values())
+        if (self.history_start or applied) and not self.time_bounds.base_times:
+            # Records applied while history was not configured (or by a version that kept no
+            # time bounds): their times are unknown.
+            batch = engine.new_batch()
+            timed.put_bulk(engine, batch)
+            engine.write(batch)
+            self.time_bounds = dataclasses.replace(self.time_bounds, known=False)
 
     def begin_history(self, partitions: int) -> None:
         """Start keeping history from the current position (called when the store is READY).
@@ -412,10 +463,15 @@ class Replica:
         )
         batch = engine.new_batch()
         history.put_start(engine, batch, start)
+        # Every partition's time bound is stored, also of those without records: their presence
+        # says this copy's pre-history times were tracked (``_load_history_state``).
+        base_times = {p: self.time_bounds.base_times.get(p, timed.NO_TIME) for p in start}
+        timed.put_base_times(engine, batch, base_times)
         with self._changed:
             engine.write(batch)
             self.history_start = start
             self.history_floor = start
+            self.time_bounds = dataclasses.replace(self.time_bounds, base_times=base_times)
         logger.info('store "%s" keeps history from position %s on', self.name, start)
 
     def _compute_floor(self) -> Position:
@@ -432,8 +488,13 @@ class Replica:
         with self._changed:
             # Readers check against the new floor before any version below it is dropped.
             self.history_floor = floor if self.history_floor is None else self.history_floor.merged(floor)
-        while self.history.prune(self.engine, floor) >= 10_000:
+        while self.history.prune(self.engine, floor, time_floor=self._raise_time_floor) >= 10_000:
             pass
+
+    def _raise_time_floor(self, timestamp: int) -> None:
+        # Readers check against the new time floor before any version below it is dropped.
+        with self._changed:
+            self.time_bounds = self.time_bounds.with_pruned(timestamp)
 
 
 class _CachedReader:

@@ -39,7 +39,9 @@ def fuzzed_app() -> FastAPI:
     restoring = InMemoryStore("blobs", state=StoreState.RESTORING)
     # An indexed store that keeps history, so index lookups and as_of reads get real answers.
     positions = InMemoryStore("positions", indexes=[IndexSpec("by_ticker", "ticker")], keeps_history=True)
-    positions.apply([(0, i, f"pos-{i}".encode(), b'{"ticker":"%d"}' % (i % 3)) for i in range(10)])
+    # Stamped 0 to 9000 ms, so reads as_of_time find values, absent keys and times before any.
+    records = [(0, i, f"pos-{i}".encode(), b'{"ticker":"%d"}' % (i % 3)) for i in range(10)]
+    positions.apply(records, timestamps=[i * 1000 for i in range(10)])
     settings = Settings(stores=[*DEFAULT_STORES, POSITIONS], limits={"min_position_timeout_seconds": 0.05})
     stores = {"products": product_store(), "notes": notes, "blobs": restoring, "positions": positions}
     return create_app(settings, stores)

@@ -262,7 +262,7 @@ def test_openapi_lists_each_stores_routes(make_service: Callable[..., Service]) 
         "min_position",
         "timeout_ms",
     }
-    read = {"key_encoding", "min_position", "as_of", "timeout_ms"}
+    read = {"key_encoding", "min_position", "as_of", "as_of_time", "timeout_ms"}
     assert options(paths["/v1/stores/positions/scan"]["get"]) == {"prefix", "after", "limit", *read}
     lookup = paths["/v1/stores/positions/indexes/{index}/{value}"]["get"]
     assert options(lookup) == {"after", "limit", *read}
@@ -279,6 +279,10 @@ def test_openapi_lists_each_stores_routes(make_service: Callable[..., Service]) 
     get_key = paths["/v1/stores/positions/keys/{key}"]["get"]
     held = next(p for p in get_key["parameters"] if p["in"] == "query")
     assert {"not": {"required": ["as_of", "min_position"]}} in held["schema"]["allOf"]
+    # A batch's per-key times, like as_of_time, only where the store keeps history.
+    for store, kept in (("positions", True), ("products", False)):
+        batch_body = paths[f"/v1/stores/{store}/keys:batchGet"]["post"]["requestBody"]["content"]
+        assert ("as_of_times" in batch_body["application/json"]["schema"]["properties"]) is kept
 
 
 def test_value_encoding_base64_in_json_answers_for_bytes_store(service: Service) -> None:

@@ -42,8 +42,11 @@ def accepts_valid_requests(ctx: Any, response: Any, case: schemathesis.Case) -> 
 def follow_the_cross_location_rules(case: schemathesis.Case) -> None:
     """The rules that tie a query parameter to the path or the body, which OpenAPI cannot state
     (the parameters' descriptions do): with ``key_encoding=base64`` in the query, a path key is
-    base64, and a JSON body without its own ``key_encoding`` follows the query's."""
+    base64, and a JSON body without its own ``key_encoding`` follows the query's; a batch's
+    ``as_of_times`` hold one time per key, and are given instead of the query's ``as_of_time``."""
     positive = case.meta is not None and case.meta.generation.mode.is_positive
+    if positive:
+        _one_time_per_key(case)
     if not positive or (case.query or {}).get("key_encoding") != "base64":
         return
     if "key" in (case.path_parameters or {}):
@@ -54,3 +57,14 @@ def follow_the_cross_location_rules(case: schemathesis.Case) -> None:
             case.body["key_encoding"] = "base64"
         if case.body["key_encoding"] == "base64" and isinstance(case.body["keys"], list):
             case.body["keys"] = [k if re.fullmatch(BASE64, str(k)) else _base64(k) for k in case.body["keys"]]
+
+
+def _one_time_per_key(case: schemathesis.Case) -> None:
+    body = case.body
+    if not isinstance(body, dict) or not isinstance(body.get("as_of_times"), list):
+        return
+    if isinstance(case.query, dict):
+        case.query.pop("as_of_time", None)
+    keys, times = body.get("keys"), body["as_of_times"]
+    if isinstance(keys, list):
+        body["as_of_times"] = [times[i % len(times)] if times else 0 for i in range(len(keys))]

@@ -142,13 +142,18 @@ class FirstIngests:
         self._seen: set[str] = set()
         ingest = Replica.ingest
 
-        def held_ingest(replica: Replica, sst_path: Path | None, next_offsets: dict[int, int]) -> None:
+        def held_ingest(
+            replica: Replica,
+            sst_path: Path | None,
+            next_offsets: dict[int, int],
+            newest_times: dict[int, int] | None = None,
+        ) -> None:
             if replica.name not in self._seen:
                 self._seen.add(replica.name)
                 go_on = threading.Event()
                 self._held.put((replica.name, go_on))
                 go_on.wait(120)
-            ingest(replica, sst_path, next_offsets)
+            ingest(replica, sst_path, next_offsets, newest_times)
 
         monkeypatch.setattr(Replica, "ingest", held_ingest)
 
