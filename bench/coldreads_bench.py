@@ -51,7 +51,7 @@ from pathlib import Path
 
 import rocksdict
 
-from bench.scale_data import BATCH, FreshKeys, key, value
+from bench.scale_data import BATCH, FreshKeys, FreshKeysExhaustedError, key, value
 from bench.scale_support import MIB
 from store import Position, RocksDBOptions, StoreTuning
 from store.kafka.restore_worker import last_per_key_order
@@ -215,10 +215,14 @@ def _through_hot_keys(db: rocksdict.Rdict, admit_all: bool) -> Callable[[list[by
 
 
 def _measure(reader: _Reader, stream: FreshKeys, seconds: float) -> tuple[int, float, float, float]:
-    """(keys read, read seconds, user CPU seconds, system CPU seconds); key making not counted."""
+    """(keys read, read seconds, user CPU seconds, system CPU seconds); key making not counted.
+    Ends early once ``stream`` has no key left that its database was not asked before."""
     keys_read, spent, user, system = 0, 0.0, 0.0, 0.0
     while spent < seconds:
-        keys = stream.batch()
+        try:
+            keys = stream.batch()
+        except FreshKeysExhaustedError:
+            break
         before = resource.getrusage(resource.RUSAGE_THREAD)
         started = time.perf_counter()
         values = reader.read(keys)
@@ -273,6 +277,11 @@ def _arguments(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--warm", type=int, default=300, help="warm-up batches of 1,000 keys per variant")
     parser.add_argument("--instructions", action="store_true", help="count instructions with callgrind")
     parser.add_argument("--count", type=int, default=20, help="batches counted under callgrind")
+    parser.add_argument(
+        "--cold-keys-repeat",
+        action="store_true",
+        help="let keys start over once every key was asked (smoke runs of small tables)",
+    )
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.variants.split(",") if n.strip()]
@@ -307,15 +316,24 @@ Rounds = dict[str, list[tuple[int, float, float, float]]]
 
 
 def _measure_all(readers: dict[str, _Reader], args: argparse.Namespace) -> Rounds:
-    """Every variant warmed, then measured in ``args.rounds`` interleaved rounds."""
-    stream = FreshKeys(args.records)
-    for reader in readers.values():
+    """Every variant warmed, then measured in ``args.rounds`` interleaved rounds.
+
+    Each database has its own key stream (variants reading the same database share it), so no
+    key is asked of a database twice; a round its stream ran dry in counts if it read for at least
+    half of ``--seconds``.
+    """
+    streams = {_built(name): FreshKeys(args.records, args.cold_keys_repeat) for name in readers}
+    for name, reader in readers.items():
         for _ in range(args.warm):
-            reader.read(stream.batch())
+            reader.read(streams[_built(name)].batch())
     results: Rounds = {name: [] for name in readers}
     for round_number in range(args.rounds):
         for name, reader in readers.items():
-            results[name].append(_measure(reader, stream, args.seconds))
+            measured = _measure(reader, streams[_built(name)], args.seconds)
+            if measured[1] >= args.seconds / 2:
+                results[name].append(measured)
+            elif not results[name]:
+                raise SystemExit(f"{name}: keys ran out in the first round; use more --records, less --warm")
         print(f"round {round_number + 1} done", flush=True)
     return results
 

@@ -68,6 +68,7 @@ from bench.scale_data import (
     STORE,
     TOPIC,
     FreshKeys,
+    FreshKeysExhaustedError,
     create_topic,
     key,
     produce_share,
@@ -104,7 +105,11 @@ FIGURES: dict[str, tuple[str, ...]] = {
         "peak PSS, store + workers (MiB)",
         "disk at READY (MiB)",
     ),
-    "service": ("READY from process start (s)", "peak PSS while restoring (MiB)"),
+    "service": (
+        "READY from process start (s)",
+        "of which merging the restored files (s)",
+        "peak PSS while restoring (MiB)",
+    ),
     "after-ready": (
         "level-0 files at READY / after the reads / settled",
         "JSON cold keys/s right after READY",
@@ -197,10 +202,18 @@ class Report:
 
 
 def _rounds(contenders: dict[str, Load], rounds: int, seconds: float) -> dict[str, list[float]]:
-    """keys/s of each contender per round, in interleaved slices."""
+    """keys/s of each contender per round, in interleaved slices; the rounds before a cold key
+    stream ran out (the round it cut short is dropped: its slices were not all measured)."""
     rates: dict[str, list[float]] = {name: [] for name in contenders}
-    for _ in range(rounds):
-        for name, (rate, _latencies) in _interleaved(contenders, seconds).items():
+    for number in range(rounds):
+        try:
+            measured = _interleaved(contenders, seconds)
+        except FreshKeysExhaustedError as exc:
+            if number == 0:
+                raise SystemExit(f"no round measured: {exc}") from exc
+            print(f"note: {number} of {rounds} rounds measured: {exc}", flush=True)
+            break
+        for name, (rate, _latencies) in measured.items():
             rates[name].append(rate * BATCH)
     return rates
 
@@ -310,15 +323,22 @@ def _part_after_ready(
 
 
 def _part_cold(
-    service: Service, stream: FreshKeys, redis_port: int, args: argparse.Namespace, report: Report
+    service: Service,
+    streams: tuple[FreshKeys, FreshKeys],
+    redis_port: int,
+    args: argparse.Namespace,
+    report: Report,
 ) -> list[list[bytes]]:
+    """``streams``: the service's cold keys, and Redis's (apart, so Redis does not use up the
+    service's)."""
+    stream, redis_stream = streams
     rng = random.Random(42)
     hot = [[key(rng.randrange(args.records)) for _ in range(BATCH)] for _ in range(50)]
     n = args.connections
     contenders = {
         "JSON cold": _http(service.port, lambda _n: json_post(stream.batch()), n, check_json),
         "Arrow cold": _http(service.port, lambda _n: arrow_post(stream.batch()), n, check_arrow),
-        "Redis MGET cold": _redis(redis_port, stream.batch, n),
+        "Redis MGET cold": _redis(redis_port, redis_stream.batch, n),
         "JSON hot": _http(service.port, [json_post(b) for b in hot], n, check_json),
         "Arrow hot": _http(service.port, [arrow_post(b) for b in hot], n, check_arrow),
         "Redis MGET hot": _redis(redis_port, hot, n),
@@ -350,7 +370,10 @@ def _in_process(
         for kind, batch_at in (("cold", stream.batch), ("hot", lambda n: hot[n % len(hot)])):
             spent, asked = 0.0, 0
             while spent < budget:
-                keys = batch_at(asked)
+                try:
+                    keys = batch_at(asked)
+                except FreshKeysExhaustedError:
+                    break  # every key read once: the rate is over what was read
                 started = time.perf_counter()
                 with store.view() as view:
                     values = view.get_many(keys)
@@ -395,6 +418,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         metavar="KEY=VALUE",
         help="a librdkafka setting of the store (and of the freshness part's bare consumer)",
     )
+    parser.add_argument(
+        "--cold-keys-repeat",
+        action="store_true",
+        help="let cold keys start over once every key was asked (smoke runs of small tables; the"
+        " cold figures are then not cold)",
+    )
     parser.add_argument("--save", type=Path, help="write the figures to this JSON file")
     parser.add_argument("--baseline", type=Path, help="a --save file to compare with")
     args = parser.parse_args(argv)
@@ -407,13 +436,22 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 def _serve_parts(args: argparse.Namespace, tmp: Path, redis_port: int, report: Report) -> None:
     """Every part that reads from ``statestore serve``, in one service process."""
-    stream = FreshKeys(args.records)
+    # Every cold key the service is asked comes from ``stream``, once; Redis has its own.
+    stream = FreshKeys(args.records, args.cold_keys_repeat)
+    redis_stream = FreshKeys(args.records, args.cold_keys_repeat)
     service = Service(tmp, args.bootstrap, settings(args.kafka))
     hot: list[list[bytes]] = []
     with running(service):
         _begin("service: restoring the topic")
         seconds, peak = service.start()
         report.add("service", "READY from process start (s)", seconds, f"{seconds:.1f}")
+        merging = service.merge_seconds()
+        report.add(
+            "service",
+            "of which merging the restored files (s)",
+            merging,
+            "none" if merging is None else f"{merging:.1f}",
+        )
         report.add("service", "peak PSS while restoring (MiB)", peak / MIB)
         pin_process(service.pid, SERVER_CPU)
         with pinned(CLIENT_CPU):
@@ -422,14 +460,14 @@ def _serve_parts(args: argparse.Namespace, tmp: Path, redis_port: int, report: R
                 _begin("after-ready")
                 reference = {
                     "JSON cold": _http(service.port, lambda _n: json_post(stream.batch()), n, check_json),
-                    "Redis MGET cold": _redis(redis_port, stream.batch, n),
+                    "Redis MGET cold": _redis(redis_port, redis_stream.batch, n),
                 }
                 _part_after_ready(service, reference, args, report)
             service.wait_settled()
             pin_process(service.pid, SERVER_CPU)
             if "cold" in args.parts:
                 _begin("cold")
-                hot = _part_cold(service, stream, redis_port, args, report)
+                hot = _part_cold(service, (stream, redis_stream), redis_port, args, report)
             if "freshness" in args.parts:
                 _begin("freshness")
                 for figure, number, text in freshness_part(service, stream, args, tmp):
@@ -442,12 +480,13 @@ def _serve_parts(args: argparse.Namespace, tmp: Path, redis_port: int, report: R
             figures = spark_part(service.url, args.records, facts, tmp, args.broadcast_max_rows)
             for figure, (number, text) in figures.items():
                 report.add("spark", figure, number, text)
+    twice = "some twice (--cold-keys-repeat): not cold" if stream.repeated else "none twice"
+    print(f"cold keys asked of the service: {stream.asked:,} of {args.records:,}, {twice}", flush=True)
     if "cold" in args.parts:
         _begin("cold: in-process reads")
         with pinned(CLIENT_CPU):
-            _in_process(args, service.state_dir, stream, hot, report)
-    if stream.wrapped:
-        print("note: every key of the table was asked; later cold batches asked keys again", flush=True)
+            # A store opened anew in this process: none of the keys is in its caches yet.
+            _in_process(args, service.state_dir, FreshKeys(args.records, args.cold_keys_repeat), hot, report)
 
 
 def main(argv: list[str] | None = None) -> int:

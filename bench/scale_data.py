@@ -41,24 +41,44 @@ def value(i: int, version: int = 0) -> bytes:
     )
 
 
+class FreshKeysExhaustedError(RuntimeError):
+    """Every key of the table was asked once: a further cold batch would repeat keys."""
+
+
 class FreshKeys:
-    """Batches of keys nobody asked for before in this run, shared by every contender.
+    """Batches of keys nobody asked for before from this stream, for every contender it feeds.
 
     Batch after batch takes the next record numbers, whose keys are spread uniformly over the key
-    space; no key comes back until all ``records`` have been asked (``wrapped`` tells).
+    space. A key never comes back: once all ``records`` were asked, ``batch`` raises
+    ``FreshKeysExhaustedError`` (a repeated key may be in the service's hot-key cache or a warm
+    block, so it would not be cold); the bench then drops the round it cut short. With ``repeat``
+    (smoke runs of tables too small for their reads) the keys start over instead, and
+    ``repeated`` says so.
     """
 
-    def __init__(self, records: int) -> None:
+    def __init__(self, records: int, repeat: bool = False) -> None:
         self._records = records
+        self._repeat = repeat
         self._next = 0
 
     def batch(self, _n: int = 0) -> list[bytes]:
         start = self._next
+        if start + BATCH > self._records and not self._repeat:
+            raise FreshKeysExhaustedError(
+                f"all {self._records:,} keys of the table were asked once; for more cold reads use more"
+                " --records, or fewer --seconds / --rounds"
+            )
         self._next += BATCH
         return [key(i % self._records) for i in range(start, start + BATCH)]
 
     @property
-    def wrapped(self) -> bool:
+    def asked(self) -> int:
+        """Keys handed out so far."""
+        return self._next
+
+    @property
+    def repeated(self) -> bool:
+        """Whether keys came back (only with ``repeat``)."""
         return self._next > self._records
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -217,6 +218,12 @@ class Service:
                     continue
             seconds = time.perf_counter() - started
         return seconds, memory.peak
+
+    def merge_seconds(self) -> float | None:
+        """Seconds the store spent merging the bulk restore's files before READY, from its log
+        (``None``: it logged no merge)."""
+        found = re.findall(r"restored files merged in ([0-9.]+)s", self._log_path.read_text(errors="replace"))
+        return float(found[-1]) if found else None
 
     def wait_settled(self, timeout: float = 3600) -> float:
         """Wait until the table's compactions are done; the seconds waited."""

@@ -63,3 +63,6 @@ class RestoreMode(enum.Enum):
     BULK = "bulk"  # worker processes write SST files that the store ingests
     RECORDS = "records"  # record batches applied by the store's own consumer
     WAITING = "waiting"  # for a bulk restore slot other stores hold (engine.max_concurrent_bulk_restores)
+    # Every record is in; the bulk restore's overlapping files are merged so that reads run at
+    # full speed from READY on (``store.lifecycle.settle``).
+    COMPACTING = "compacting"

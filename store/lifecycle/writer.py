@@ -46,6 +46,14 @@ class TableFiles(Protocol):
         one sorted run; returns how many there were."""
         ...
 
+    def level0(self) -> tuple[int, int]:
+        """The table's level-0 files: how many, and their bytes on disk."""
+        ...
+
+    def compactions(self) -> tuple[int, bool]:
+        """The table's compactions: how many run now, and whether RocksDB has one due."""
+        ...
+
     def flush(self) -> None:
         """Persist what has been applied so far (data and offsets together)."""
         ...

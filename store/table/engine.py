@@ -356,6 +356,29 @@ class Engine:
     def _level0_files(self) -> int:
         return int(self._db.property_int_value("rocksdb.num-files-at-level0") or 0)
 
+    def level0(self) -> tuple[int, int]:
+        """The table's level-0 files: how many, and about how many bytes on disk (to the MiB)."""
+        try:
+            stats = str(self._db.property_value("rocksdb.levelstats") or "")
+            files = self._level0_files()
+        except Exception as exc:
+            raise self._write_error(exc) from exc
+        # "Level Files Size(MB)", a rule, then one line per level: "  0        3        12".
+        for line in stats.splitlines():
+            fields = line.split()
+            if len(fields) == 3 and fields[0] == "0" and fields[2].isdigit():
+                return files, int(fields[2]) * 2**20
+        return files, 0
+
+    def compactions(self) -> tuple[int, bool]:
+        """The table's compactions: how many run now, and whether RocksDB has one due."""
+        try:
+            db = self._db
+            running = int(db.property_int_value("rocksdb.num-running-compactions") or 0)
+            return running, int(db.property_int_value("rocksdb.compaction-pending") or 0) > 0
+        except Exception as exc:
+            raise self._write_error(exc) from exc
+
     def compact_leftover_level0(self) -> int:
         """Merge the table's level-0 files into its sorted levels if RocksDB would leave them there;
         returns how many level-0 files there were.

@@ -129,10 +129,40 @@ def test_a_bulk_restore_leaves_no_level0_files_behind(
     )
     store = make_store(topic, tuning=tuning)
     assert store.wait_until_ready(60), store.status()
-    deadline = time.monotonic() + 20
-    while (files := _level0_files(store.config.path / "db")) != 0:
-        assert time.monotonic() < deadline, f"{files} level-0 files stayed after the bulk restore"
-        time.sleep(0.1)
+    # Merged before READY, not after: the first reads search one sorted run.
+    assert _level0_files(store.config.path / "db") == 0
+    assert_equals_model(store, latest_per_key(records), end)
+
+
+def test_a_bulk_restores_files_are_merged_before_ready(
+    make_topic: Callable[..., str],
+    make_store: Callable[..., Store],
+    producer: Producer,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    topic = make_topic(partitions=3)
+    records = mixed_records(15_000, keys=15_000, seed=7, tombstone_every=1_000_000)
+    end = produce_tracked(producer, topic, records)
+    # Chunks of 1,000 records: more level-0 files than RocksDB's trigger (4), which it merges by
+    # itself once compactions resume; READY waits for that merge.
+    caplog.set_level(logging.INFO, logger="store.lifecycle.materializer")
+    store = make_store(topic, tuning=bulk_tuning(min_records=500, chunk_records=1_000))
+    assert store.wait_until_ready(60), store.status()
+    db = rocksdict.Rdict(
+        str(store.config.path / "db"),
+        rocksdict.Options(raw_mode=True),
+        access_type=rocksdict.AccessType.read_only(),
+    )
+    try:
+        assert int(db.property_int_value("rocksdb.num-files-at-level0") or 0) == 0
+        assert int(db.property_int_value("rocksdb.compaction-pending") or 0) == 0
+    finally:
+        db.close()
+    messages = [record.getMessage() for record in caplog.records]
+    merging = next(i for i, m in enumerate(messages) if "files the bulk restore left in level 0" in m)
+    ready = next(i for i, m in enumerate(messages) if " READY at position " in m)
+    assert merging < ready
+    assert int(re.findall(r"merging the (\d+) files", messages[merging])[0]) >= 4
     assert_equals_model(store, latest_per_key(records), end)
 
 
