@@ -33,3 +33,10 @@ def test_time_left_is_remaining_records_at_the_recent_rate() -> None:
 )
 def test_time_left_is_unknown_while_nothing_moves(rate: float, mode: RestoreMode) -> None:
     assert progress(100, 900, rate, mode).eta_seconds is None
+
+
+def test_time_left_is_unknown_while_the_restored_files_are_merged() -> None:
+    # Every record is in, yet READY waits for the merge (store.lifecycle.settle): not "0 s left".
+    merging = progress(1_000, 0, 5_000.0, RestoreMode.COMPACTING)
+    assert merging.progress == 1.0
+    assert merging.eta_seconds is None
