@@ -130,6 +130,10 @@ LEVEL0_SLOWDOWN_WRITES_TRIGGER = 20
 LEVEL0_STOP_WRITES_TRIGGER = 36
 
 
+# Threads of one level-0 compaction: the merge of a bulk restore's files runs before READY
+# (``store.lifecycle.settle``), when nothing else of the store runs, so it may take a second core.
+SUBCOMPACTIONS = 2
+
 _INFO_LOG_FILES = 2
 _INFO_LOG_FILE_BYTES = 512 * 1024
 
@@ -175,6 +179,7 @@ def database_options(tuning: RocksDBOptions, write_buffer_bytes: int) -> rocksdi
     options.set_atomic_flush(True)
     options.set_write_buffer_size(write_buffer_bytes)
     options.set_max_background_jobs(2)
+    options.set_max_subcompactions(SUBCOMPACTIONS)
     options.set_level_zero_file_num_compaction_trigger(LEVEL0_COMPACTION_TRIGGER)
     options.set_level_zero_slowdown_writes_trigger(LEVEL0_SLOWDOWN_WRITES_TRIGGER)
     options.set_level_zero_stop_writes_trigger(LEVEL0_STOP_WRITES_TRIGGER)

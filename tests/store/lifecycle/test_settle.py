@@ -150,3 +150,9 @@ def test_a_stop_ends_the_wait() -> None:
     stuck = _Stuck()
     assert settle_restored_files(stuck, Progress(), stop, _LOG, "s") == 10
     assert stuck.checks == 0
+
+
+def test_the_merge_may_take_a_second_thread(engine: Engine, tmp_path: Path) -> None:
+    # Nothing else of the store runs while it merges before READY.
+    latest = max((tmp_path / "db").glob("OPTIONS-*"), key=lambda path: int(path.name.split("-")[1]))
+    assert "max_subcompactions=2" in latest.read_text().split()
