@@ -85,10 +85,10 @@ def advice(info: Mapping[str, Any]) -> list[str]:
             "Waiting for another store's bulk restore to end (engine.max_concurrent_bulk_restores);"
             f" {_NOT_READY}."
         )
-    elif restore.get("mode") == "compacting":
+    elif restore.get("mode") in {"compacting", "warming"}:
         said.append(
-            "Every record is restored; the restored files are being merged, so that reads run at full"
-            f" speed from READY on: {_NOT_READY}."
+            "Every record is restored; the restored files are being merged and read into the block"
+            f" cache, so that reads run at full speed from READY on: {_NOT_READY}."
         )
     elif state in {"CREATED", "RESTORING", "REBUILDING"}:
         said.append(f"The store is catching up with its topic: {_NOT_READY}.")
@@ -120,6 +120,8 @@ def _restore(name: str, restore: Mapping[str, Any]) -> str:
         eta_text = "waiting for a bulk restore slot"
     elif mode == "compacting":
         eta_text = "merging the restored files before READY"
+    elif mode == "warming":
+        eta_text = "reading the table into the block cache before READY"
     elif eta is None:
         eta_text = "time left unknown yet"
     else:

@@ -66,3 +66,5 @@ class RestoreMode(enum.Enum):
     # Every record is in; the bulk restore's overlapping files are merged so that reads run at
     # full speed from READY on (``store.lifecycle.settle``).
     COMPACTING = "compacting"
+    # Then the table is read once into the block cache, if the cache has room for all of it.
+    WARMING = "warming"

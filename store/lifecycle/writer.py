@@ -54,6 +54,14 @@ class TableFiles(Protocol):
         """The table's compactions: how many run now, and whether RocksDB has one due."""
         ...
 
+    def block_cache_room(self) -> tuple[int, int]:
+        """``(bytes the table's blocks take uncompressed, bytes free in the block cache)``."""
+        ...
+
+    def warm_block_cache(self, stop: threading.Event) -> int:
+        """Read the whole table once through the block cache; returns the entries read."""
+        ...
+
     def flush(self) -> None:
         """Persist what has been applied so far (data and offsets together)."""
         ...

@@ -384,6 +384,55 @@ class Engine:
         except Exception as exc:
             raise self._write_error(exc) from exc
 
+    def block_cache_room(self) -> tuple[int, int]:
+        """``(bytes the table's blocks take uncompressed, bytes free in the block cache)``.
+
+        The blocks' size is estimated from the keys' and values' raw sizes, plus a tenth for the
+        blocks' own structure and the cache's entries (a 1M-record table here: 404 MB of keys and
+        values, 436 MB cached). A shared cache counts what the other stores hold as taken.
+        """
+        try:
+            db = self._db
+            text = str(db.property_value("rocksdb.aggregated-table-properties") or "")
+            capacity = int(db.property_int_value("rocksdb.block-cache-capacity") or 0)
+            usage = int(db.property_int_value("rocksdb.block-cache-usage") or 0)
+        except Exception as exc:
+            raise self._write_error(exc) from exc
+        raw = {
+            name.strip(): value.strip()
+            for name, _, value in (field.partition("=") for field in text.split(";"))
+        }
+        size = sum(int(raw.get(name, "0") or 0) for name in ("raw key size", "raw value size"))
+        return size + size // 10, max(0, capacity - usage)
+
+    def warm_block_cache(self, stop: threading.Event) -> int:
+        """Read the whole table once through the block cache, in key order (files read ahead);
+        returns the entries read. Ends early on ``stop``; ``StoreReadError`` if a read failed.
+
+        A cold read whose block is not cached reads it from the file, checks and decompresses it:
+        most of its cost at 10M records (``docs/benchmarks.md``, "Scale"). About 0.4 µs of CPU a
+        record, holding the interpreter lock in steps (other threads run between them).
+        """
+        options = rocksdict.ReadOptions()
+        options.fill_cache(True)
+        options.set_readahead_size(2 * 1024 * 1024)
+        entries = 0
+        try:
+            iterator = self._db.iter(options)
+            iterator.seek_to_first()
+            step, valid = iterator.next, iterator.valid
+            while valid():
+                step()
+                entries += 1
+                if not entries & 0xFFFF and stop.is_set():
+                    return entries
+        except StoreError:
+            raise
+        except Exception as exc:
+            raise read_error(exc) from exc
+        check_status(iterator)
+        return entries
+
     def compact_leftover_level0(self) -> int:
         """Merge the table's level-0 files into its sorted levels if RocksDB would leave them there;
         returns how many level-0 files there were.

@@ -35,8 +35,9 @@ def test_time_left_is_unknown_while_nothing_moves(rate: float, mode: RestoreMode
     assert progress(100, 900, rate, mode).eta_seconds is None
 
 
-def test_time_left_is_unknown_while_the_restored_files_are_merged() -> None:
+@pytest.mark.parametrize("mode", [RestoreMode.COMPACTING, RestoreMode.WARMING])
+def test_time_left_is_unknown_while_the_restored_files_are_settled(mode: RestoreMode) -> None:
     # Every record is in, yet READY waits for the merge (store.lifecycle.settle): not "0 s left".
-    merging = progress(1_000, 0, 5_000.0, RestoreMode.COMPACTING)
+    merging = progress(1_000, 0, 5_000.0, mode)
     assert merging.progress == 1.0
     assert merging.eta_seconds is None

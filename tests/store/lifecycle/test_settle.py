@@ -31,19 +31,29 @@ def _ingest_overlapping(engine: Engine, tmp_path: Path, files: int) -> None:
 
 
 class _Watched:
-    """An engine whose compaction checks record the restore mode the progress shows meanwhile."""
+    """An engine whose compaction checks record the restore mode the progress shows meanwhile.
+
+    Compactions deferred by the test resume once the level-0 files were first counted, as after
+    a bulk restore (RocksDB merges a few small files in milliseconds: else they could be gone
+    before they were counted).
+    """
 
     def __init__(self, engine: Engine, progress: Progress) -> None:
         self.engine = engine
         self.progress = progress
         self.modes: list[RestoreMode] = []
+        self._resumed = False
+
+    def level0(self) -> tuple[int, int]:
+        found = self.engine.level0()
+        if not self._resumed:
+            self.engine.defer_compactions(False)
+            self._resumed = True
+        return found
 
     def compactions(self) -> tuple[int, bool]:
         self.modes.append(self.progress.restore_mode)
         return self.engine.compactions()
-
-    def level0(self) -> tuple[int, int]:
-        return self.engine.level0()
 
     def compact_leftover_level0(self) -> int:
         self.modes.append(self.progress.restore_mode)
@@ -51,6 +61,13 @@ class _Watched:
 
     def check_writable(self) -> None:
         self.engine.check_writable()
+
+    def block_cache_room(self) -> tuple[int, int]:
+        return self.engine.block_cache_room()
+
+    def warm_block_cache(self, stop: threading.Event) -> int:
+        self.modes.append(self.progress.restore_mode)
+        return self.engine.warm_block_cache(stop)
 
 
 @pytest.fixture
@@ -64,7 +81,6 @@ def test_many_restored_files_are_merged_before_it_returns(engine: Engine, tmp_pa
     engine.defer_compactions(True)
     _ingest_overlapping(engine, tmp_path, 12)
     assert engine.level0()[0] == 11  # above RocksDB's trigger (4): its own compaction merges them
-    engine.defer_compactions(False)
     progress = Progress()
     watched = _Watched(engine, progress)
 
@@ -81,7 +97,6 @@ def test_many_restored_files_are_merged_before_it_returns(engine: Engine, tmp_pa
 def test_fewer_files_than_rocksdb_compacts_are_merged_too(engine: Engine, tmp_path: Path) -> None:
     engine.defer_compactions(True)
     _ingest_overlapping(engine, tmp_path, 3)
-    engine.defer_compactions(False)
     progress = Progress()
     watched = _Watched(engine, progress)
 
@@ -89,7 +104,7 @@ def test_fewer_files_than_rocksdb_compacts_are_merged_too(engine: Engine, tmp_pa
     assert settle_restored_files(watched, progress, threading.Event(), _LOG, "s") == 2
 
     assert engine.level0()[0] == 0
-    assert watched.modes[-1] is RestoreMode.COMPACTING  # shown while the merge ran
+    assert RestoreMode.COMPACTING in watched.modes  # shown while the merge ran
     assert engine.snapshot()[b"z"] == b"v2"
 
 
@@ -121,6 +136,12 @@ class _Stuck:
         self.checks += 1
         if self.writable_error is not None:
             raise self.writable_error
+
+    def block_cache_room(self) -> tuple[int, int]:
+        return 0, 0
+
+    def warm_block_cache(self, stop: threading.Event) -> int:
+        raise AssertionError("an empty table is not read")
 
 
 def test_a_compaction_rocksdb_never_starts_ends_the_wait(
@@ -156,3 +177,45 @@ def test_the_merge_may_take_a_second_thread(engine: Engine, tmp_path: Path) -> N
     # Nothing else of the store runs while it merges before READY.
     latest = max((tmp_path / "db").glob("OPTIONS-*"), key=lambda path: int(path.name.split("-")[1]))
     assert "max_subcompactions=2" in latest.read_text().split()
+
+
+def _cached_bytes(engine: Engine) -> int:
+    return int(engine._db.property_int_value("rocksdb.block-cache-usage") or 0)
+
+
+def test_the_merged_table_is_read_into_a_cache_with_room_for_it(engine: Engine, tmp_path: Path) -> None:
+    engine.defer_compactions(True)
+    _ingest_overlapping(engine, tmp_path, 12)
+    progress = Progress()
+    watched = _Watched(engine, progress)
+    before = _cached_bytes(engine)
+
+    settle_restored_files(watched, progress, threading.Event(), _LOG, "s")
+
+    assert watched.modes[-1] is RestoreMode.WARMING  # shown while the table was read
+    assert progress.restore_mode is RestoreMode.RECORDS
+    needed, _ = engine.block_cache_room()
+    assert needed > 3000 * 6  # the keys and values of 3,001 entries
+    assert _cached_bytes(engine) - before >= needed // 2
+
+
+def test_a_cache_without_room_for_the_table_is_left_alone(tmp_path: Path) -> None:
+    small = Engine(tmp_path / "db", RocksDBOptions(block_cache_bytes=4096))
+    try:
+        _ingest_overlapping(small, tmp_path, 1)
+        progress = Progress()
+        watched = _Watched(small, progress)
+        needed, room = small.block_cache_room()
+        assert needed > room
+        settle_restored_files(watched, progress, threading.Event(), _LOG, "s")
+        assert RestoreMode.WARMING not in watched.modes
+    finally:
+        small.close()
+
+
+def test_warming_reads_every_entry_once(engine: Engine, tmp_path: Path) -> None:
+    _ingest_overlapping(engine, tmp_path, 1)
+    assert engine.warm_block_cache(threading.Event()) == 3001
+    stop = threading.Event()
+    stop.set()
+    assert engine.warm_block_cache(stop) <= 3001  # a stop ends it at its next check
