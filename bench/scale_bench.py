@@ -9,7 +9,10 @@ to the embedded broker; ``redis-server`` holds the same keys and values. Servers
 
 Cold keys are keys nobody asked for before in the run: every batch takes the next 1,000 record
 numbers (``FreshKeys``), so neither the service's hot-key cache nor Redis has seen them; RocksDB's
-block cache holds what its size allows. Hot keys are 50 prepared batches asked over and over.
+block cache holds what its size allows. The service and Redis draw from streams of their own, and
+no key comes twice: once every key was asked, the round cut short is dropped
+(``--cold-keys-repeat`` lets keys start over, for smoke runs of small tables). Hot keys are 50
+prepared batches asked over and over.
 
 Parts (``--parts``, comma-separated; default all):
 
@@ -17,9 +20,10 @@ Parts (``--parts``, comma-separated; default all):
   the tuned bare consumer of ``bench/bootstrap_bench.py`` on the same topic, alternating
   ``--bootstrap-rounds`` times; the peak PSS of the store's process plus its restore workers
   (sampled every 50 ms); its size on disk at READY.
-- ``after-ready``: ``statestore serve`` restores the topic itself; cold JSON batch gets (and Redis
-  ``MGET`` beside them) right when it is READY, while the bulk-loaded files may still be
-  compacting, and again once compactions are done (level-0 files shown).
+- ``after-ready``: ``statestore serve`` restores the topic itself (the seconds it spent merging the
+  bulk-loaded files and reading them into its block cache before READY shown); cold JSON batch
+  gets (and Redis ``MGET`` beside them) right when it is READY, and again once compactions are
+  done (level-0 files shown).
 - ``cold``: 1,000-key batch gets, JSON and Arrow, cold and hot, against Redis ``MGET`` of the same
   keys; after the service stopped, the in-process ``Store.view().get_many`` on its state dir
   (measured apart, on CPU 1).
