@@ -41,7 +41,7 @@ def settle_restored_files(
     there were (0: nothing to merge). Call it before the flush that persists the restore's tail,
     whose file would otherwise count as one of them."""
     count, size = files.level0()
-    if count == 0 and files.compactions() == (0, False):
+    if count == 0:  # nothing left in level 0 (RocksDB may have merged a few small files already)
         warm_block_cache(files, progress, stop, log, store)
         return 0
     started = time.monotonic()
