@@ -388,7 +388,7 @@ class Engine:
         """``(bytes the table's blocks take uncompressed, bytes free in the block cache)``.
 
         The blocks' size is estimated from the keys' and values' raw sizes, plus a tenth for the
-        blocks' own structure and the cache's entries (a 1M-record table here: 404 MB of keys and
+        blocks' own structure and the cache's entries (a 3M-record table here: 404 MB of keys and
         values, 436 MB cached). A shared cache counts what the other stores hold as taken.
         """
         try:
