@@ -5,8 +5,7 @@ MD5 keys, ~105-byte JSON values), built the way a bulk restore builds it: chunks
 records in random key order, each sorted and written as an SST file, ingested one after the other
 with compactions deferred, then compactions resumed and waited for. Reads are 1,000-key
 ``get_many`` calls of ``store.table.engine.SnapshotReader`` (the store's read path below its hot-key
-cache) on keys never asked before (``FreshKeys``: each variant its own, disjoint from those of
-the variants reading the same database), after a warm-up of ``--warm`` batches that fills
+cache) on keys never asked before (``FreshKeys``), after a warm-up of ``--warm`` batches that fills
 the block cache as far as it goes. Variants:
 
 - ``before``: the files as the bulk restore wrote them before issue 19 (no bloom filters), and
@@ -52,7 +51,7 @@ from pathlib import Path
 
 import rocksdict
 
-from bench.scale_data import BATCH, FreshKeys, key, key_streams, value, wrapped_note
+from bench.scale_data import BATCH, FreshKeys, FreshKeysExhaustedError, key, value
 from bench.scale_support import MIB
 from store import Position, RocksDBOptions, StoreTuning
 from store.kafka.restore_worker import last_per_key_order
@@ -216,10 +215,14 @@ def _through_hot_keys(db: rocksdict.Rdict, admit_all: bool) -> Callable[[list[by
 
 
 def _measure(reader: _Reader, stream: FreshKeys, seconds: float) -> tuple[int, float, float, float]:
-    """(keys read, read seconds, user CPU seconds, system CPU seconds); key making not counted."""
+    """(keys read, read seconds, user CPU seconds, system CPU seconds); key making not counted.
+    Ends early once ``stream`` has no key left that its database was not asked before."""
     keys_read, spent, user, system = 0, 0.0, 0.0, 0.0
     while spent < seconds:
-        keys = stream.batch()
+        try:
+            keys = stream.batch()
+        except FreshKeysExhaustedError:
+            break
         before = resource.getrusage(resource.RUSAGE_THREAD)
         started = time.perf_counter()
         values = reader.read(keys)
@@ -274,6 +277,11 @@ def _arguments(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--warm", type=int, default=300, help="warm-up batches of 1,000 keys per variant")
     parser.add_argument("--instructions", action="store_true", help="count instructions with callgrind")
     parser.add_argument("--count", type=int, default=20, help="batches counted under callgrind")
+    parser.add_argument(
+        "--cold-keys-repeat",
+        action="store_true",
+        help="let keys start over once every key was asked (smoke runs of small tables)",
+    )
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.variants.split(",") if n.strip()]
@@ -310,21 +318,23 @@ Rounds = dict[str, list[tuple[int, float, float, float]]]
 def _measure_all(readers: dict[str, _Reader], args: argparse.Namespace) -> Rounds:
     """Every variant warmed, then measured in ``args.rounds`` interleaved rounds.
 
-    Each variant has its own stream of keys; variants reading the same database (its block cache)
-    take disjoint ranges of the table.
+    Each database has its own key stream (variants reading the same database share it), so no
+    key is asked of a database twice; a round its stream ran dry in counts if it read for at least
+    half of ``--seconds``.
     """
-    streams = key_streams(args.records, {name: _built(name) for name in readers})
+    streams = {_built(name): FreshKeys(args.records, args.cold_keys_repeat) for name in readers}
     for name, reader in readers.items():
         for _ in range(args.warm):
-            reader.read(streams[name].batch())
+            reader.read(streams[_built(name)].batch())
     results: Rounds = {name: [] for name in readers}
     for round_number in range(args.rounds):
         for name, reader in readers.items():
-            results[name].append(_measure(reader, streams[name], args.seconds))
+            measured = _measure(reader, streams[_built(name)], args.seconds)
+            if measured[1] >= args.seconds / 2:
+                results[name].append(measured)
+            elif not results[name]:
+                raise SystemExit(f"{name}: keys ran out in the first round; use more --records, less --warm")
         print(f"round {round_number + 1} done", flush=True)
-    note = wrapped_note(streams)
-    if note:
-        print(note, flush=True)
     return results
 
 

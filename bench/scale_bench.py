@@ -8,10 +8,10 @@ to the embedded broker; ``redis-server`` holds the same keys and values. Servers
 (``bench/http_bench.py``); medians over ``--rounds`` rounds of ``--seconds`` each.
 
 Cold keys are keys nobody asked for before in the run: every batch takes the next 1,000 record
-numbers of its reader's own stream (``FreshKeys``; the service's readers take disjoint ranges of
-the table, Redis and the in-process store have it whole), so neither the service's hot-key cache
-nor Redis has seen them; RocksDB's block cache holds what its size allows. A table too small for
-the seconds measured asks keys again, and the run says which reader did. Hot keys are 50
+numbers (``FreshKeys``), so neither the service's hot-key cache nor Redis has seen them; RocksDB's
+block cache holds what its size allows. The service and Redis draw from streams of their own, and
+no key comes twice: once every key was asked, the round cut short is dropped
+(``--cold-keys-repeat`` lets keys start over, for smoke runs of small tables). Hot keys are 50
 prepared batches asked over and over.
 
 Parts (``--parts``, comma-separated; default all):
@@ -20,9 +20,10 @@ Parts (``--parts``, comma-separated; default all):
   the tuned bare consumer of ``bench/bootstrap_bench.py`` on the same topic, alternating
   ``--bootstrap-rounds`` times; the peak PSS of the store's process plus its restore workers
   (sampled every 50 ms); its size on disk at READY.
-- ``after-ready``: ``statestore serve`` restores the topic itself; cold JSON batch gets (and Redis
-  ``MGET`` beside them) right when it is READY, while the bulk-loaded files may still be
-  compacting, and again once compactions are done (level-0 files shown).
+- ``after-ready``: ``statestore serve`` restores the topic itself (the seconds it spent merging the
+  bulk-loaded files and reading them into its block cache before READY shown); cold JSON batch
+  gets (and Redis ``MGET`` beside them) right when it is READY, and again once compactions are
+  done (level-0 files shown).
 - ``cold``: 1,000-key batch gets, JSON and Arrow, cold and hot, against Redis ``MGET`` of the same
   keys; after the service stopped, the in-process ``Store.view().get_many`` on its state dir
   (measured apart, on CPU 1).
@@ -71,13 +72,12 @@ from bench.scale_data import (
     STORE,
     TOPIC,
     FreshKeys,
+    FreshKeysExhaustedError,
     create_topic,
     key,
-    key_streams,
     produce_share,
     settings,
     value,
-    wrapped_note,
 )
 from bench.scale_freshness import TAIL_SECONDS, freshness_part
 from bench.scale_support import (
@@ -109,7 +109,12 @@ FIGURES: dict[str, tuple[str, ...]] = {
         "peak PSS, store + workers (MiB)",
         "disk at READY (MiB)",
     ),
-    "service": ("READY from process start (s)", "peak PSS while restoring (MiB)"),
+    "service": (
+        "READY from process start (s)",
+        "of which merging the restored files (s)",
+        "of which reading the table into the block cache (s)",
+        "peak PSS while restoring (MiB)",
+    ),
     "after-ready": (
         "level-0 files at READY / after the reads / settled",
         "JSON cold keys/s right after READY",
@@ -202,10 +207,18 @@ class Report:
 
 
 def _rounds(contenders: dict[str, Load], rounds: int, seconds: float) -> dict[str, list[float]]:
-    """keys/s of each contender per round, in interleaved slices."""
+    """keys/s of each contender per round, in interleaved slices; the rounds before a cold key
+    stream ran out (the round it cut short is dropped: its slices were not all measured)."""
     rates: dict[str, list[float]] = {name: [] for name in contenders}
-    for _ in range(rounds):
-        for name, (rate, _latencies) in _interleaved(contenders, seconds).items():
+    for number in range(rounds):
+        try:
+            measured = _interleaved(contenders, seconds)
+        except FreshKeysExhaustedError as exc:
+            if number == 0:
+                raise SystemExit(f"no round measured: {exc}") from exc
+            print(f"note: {number} of {rounds} rounds measured: {exc}", flush=True)
+            break
+        for name, (rate, _latencies) in measured.items():
             rates[name].append(rate * BATCH)
     return rates
 
@@ -315,19 +328,22 @@ def _part_after_ready(
 
 
 def _part_cold(
-    service: Service, streams: dict[str, FreshKeys], redis_port: int, args: argparse.Namespace, report: Report
+    service: Service,
+    streams: tuple[FreshKeys, FreshKeys],
+    redis_port: int,
+    args: argparse.Namespace,
+    report: Report,
 ) -> list[list[bytes]]:
+    """``streams``: the service's cold keys, and Redis's (apart, so Redis does not use up the
+    service's)."""
+    stream, redis_stream = streams
     rng = random.Random(42)
-    # From a range no cold reader of the service asks: a hot key is in its cache.
-    hot_range = range(streams["hot"].start, streams["hot"].stop)
-    hot = [[key(rng.choice(hot_range)) for _ in range(BATCH)] for _ in range(50)]
+    hot = [[key(rng.randrange(args.records)) for _ in range(BATCH)] for _ in range(50)]
     n = args.connections
     contenders = {
-        "JSON cold": _http(service.port, lambda _n: json_post(streams["JSON cold"].batch()), n, check_json),
-        "Arrow cold": _http(
-            service.port, lambda _n: arrow_post(streams["Arrow cold"].batch()), n, check_arrow
-        ),
-        "Redis MGET cold": _redis(redis_port, streams["Redis MGET"].batch, n),
+        "JSON cold": _http(service.port, lambda _n: json_post(stream.batch()), n, check_json),
+        "Arrow cold": _http(service.port, lambda _n: arrow_post(stream.batch()), n, check_arrow),
+        "Redis MGET cold": _redis(redis_port, redis_stream.batch, n),
         "JSON hot": _http(service.port, [json_post(b) for b in hot], n, check_json),
         "Arrow hot": _http(service.port, [arrow_post(b) for b in hot], n, check_arrow),
         "Redis MGET hot": _redis(redis_port, hot, n),
@@ -359,7 +375,10 @@ def _in_process(
         for kind, batch_at in (("cold", stream.batch), ("hot", lambda n: hot[n % len(hot)])):
             spent, asked = 0.0, 0
             while spent < budget:
-                keys = batch_at(asked)
+                try:
+                    keys = batch_at(asked)
+                except FreshKeysExhaustedError:
+                    break  # every key read once: the rate is over what was read
                 started = time.perf_counter()
                 with store.view() as view:
                     values = view.get_many(keys)
@@ -404,6 +423,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         metavar="KEY=VALUE",
         help="a librdkafka setting of the store (and of the freshness part's bare consumer)",
     )
+    parser.add_argument(
+        "--cold-keys-repeat",
+        action="store_true",
+        help="let cold keys start over once every key was asked (smoke runs of small tables; the"
+        " cold figures are then not cold)",
+    )
     parser.add_argument("--save", type=Path, help="write the figures to this JSON file")
     parser.add_argument("--baseline", type=Path, help="a --save file to compare with")
     args = parser.parse_args(argv)
@@ -414,30 +439,20 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _cold_streams(args: argparse.Namespace) -> dict[str, FreshKeys]:
-    """A stream of cold keys per reader of the parts run, never shared: the service's readers take
-    disjoint ranges of the table (a key one asked is in the service's caches), and so do its hot
-    batches; Redis (all its ``MGET`` readers) and the in-process store (another process, its own
-    caches) each have it whole."""
-    readers = {"Redis MGET": "redis", "in-process": "in-process"}
-    if "after-ready" in args.parts:
-        readers["after-ready JSON"] = "service"
-    if "cold" in args.parts:
-        readers |= {"JSON cold": "service", "Arrow cold": "service", "hot": "service"}
-    if "freshness" in args.parts:
-        readers["freshness"] = "service"
-    return key_streams(args.records, readers)
-
-
 def _serve_parts(args: argparse.Namespace, tmp: Path, redis_port: int, report: Report) -> None:
     """Every part that reads from ``statestore serve``, in one service process."""
-    streams = _cold_streams(args)
+    # Every cold key the service is asked comes from ``stream``, once; Redis has its own.
+    stream = FreshKeys(args.records, args.cold_keys_repeat)
+    redis_stream = FreshKeys(args.records, args.cold_keys_repeat)
     service = Service(tmp, args.bootstrap, settings(args.kafka))
     hot: list[list[bytes]] = []
     with running(service):
         _begin("service: restoring the topic")
         seconds, peak = service.start()
         report.add("service", "READY from process start (s)", seconds, f"{seconds:.1f}")
+        for figure, seconds_spent in zip(FIGURES["service"][1:3], service.settle_seconds(), strict=True):
+            text = "none" if seconds_spent is None else f"{seconds_spent:.1f}"
+            report.add("service", figure, seconds_spent, text)
         report.add("service", "peak PSS while restoring (MiB)", peak / MIB)
         pin_process(service.pid, SERVER_CPU)
         with pinned(CLIENT_CPU):
@@ -445,20 +460,18 @@ def _serve_parts(args: argparse.Namespace, tmp: Path, redis_port: int, report: R
             if "after-ready" in args.parts:
                 _begin("after-ready")
                 reference = {
-                    "JSON cold": _http(
-                        service.port, lambda _n: json_post(streams["after-ready JSON"].batch()), n, check_json
-                    ),
-                    "Redis MGET cold": _redis(redis_port, streams["Redis MGET"].batch, n),
+                    "JSON cold": _http(service.port, lambda _n: json_post(stream.batch()), n, check_json),
+                    "Redis MGET cold": _redis(redis_port, redis_stream.batch, n),
                 }
                 _part_after_ready(service, reference, args, report)
             service.wait_settled()
             pin_process(service.pid, SERVER_CPU)
             if "cold" in args.parts:
                 _begin("cold")
-                hot = _part_cold(service, streams, redis_port, args, report)
+                hot = _part_cold(service, (stream, redis_stream), redis_port, args, report)
             if "freshness" in args.parts:
                 _begin("freshness")
-                for figure, number, text in freshness_part(service, streams["freshness"], args, tmp):
+                for figure, number, text in freshness_part(service, stream, args, tmp):
                     report.add("freshness", figure, number, text)
         if "spark" in args.parts:
             from bench.scale_spark import spark_part  # noqa: PLC0415 (pyspark only when asked)
@@ -468,13 +481,13 @@ def _serve_parts(args: argparse.Namespace, tmp: Path, redis_port: int, report: R
             figures = spark_part(service.url, args.records, facts, tmp, args.broadcast_max_rows)
             for figure, (number, text) in figures.items():
                 report.add("spark", figure, number, text)
+    twice = "some twice (--cold-keys-repeat): not cold" if stream.repeated else "none twice"
+    print(f"cold keys asked of the service: {stream.asked:,} of {args.records:,}, {twice}", flush=True)
     if "cold" in args.parts:
         _begin("cold: in-process reads")
         with pinned(CLIENT_CPU):
-            _in_process(args, service.state_dir, streams["in-process"], hot, report)
-    note = wrapped_note(streams)
-    if note:
-        print(note, flush=True)
+            # A store opened anew in this process: none of the keys is in its caches yet.
+            _in_process(args, service.state_dir, FreshKeys(args.records, args.cold_keys_repeat), hot, report)
 
 
 def main(argv: list[str] | None = None) -> int:

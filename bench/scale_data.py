@@ -41,60 +41,45 @@ def value(i: int, version: int = 0) -> bytes:
     )
 
 
-class FreshKeys:
-    """Batches of keys nobody asked for before in this run: record numbers ``start``, ``start + 1``,
-    ... below ``stop`` (the whole table by default), whose keys spread uniformly over the key space.
+class FreshKeysExhaustedError(RuntimeError):
+    """Every key of the table was asked once: a further cold batch would repeat keys."""
 
-    One stream feeds one contender; contenders that read through the same caches take disjoint
-    streams (``key_streams``). A stream that has handed out every key of its range starts it again
-    (``wrapped`` tells): a table too small for the seconds measured.
+
+class FreshKeys:
+    """Batches of keys nobody asked for before from this stream, for every contender it feeds.
+
+    Batch after batch takes the next record numbers, whose keys are spread uniformly over the key
+    space. A key never comes back: once all ``records`` were asked, ``batch`` raises
+    ``FreshKeysExhaustedError`` (a repeated key may be in the service's hot-key cache or a warm
+    block, so it would not be cold); the bench then drops the round it cut short. With ``repeat``
+    (smoke runs of tables too small for their reads) the keys start over instead, and
+    ``repeated`` says so.
     """
 
-    def __init__(self, records: int, start: int = 0, stop: int | None = None) -> None:
-        self.start = start
-        self.stop = records if stop is None else stop
-        if not 0 <= self.start < self.stop <= records:
-            raise ValueError(f"no keys in [{start}, {stop}) of a table of {records} records")
+    def __init__(self, records: int, repeat: bool = False) -> None:
+        self._records = records
+        self._repeat = repeat
         self._next = 0
 
     def batch(self, _n: int = 0) -> list[bytes]:
-        first, span = self._next, self.stop - self.start
+        start = self._next
+        if start + BATCH > self._records and not self._repeat:
+            raise FreshKeysExhaustedError(
+                f"all {self._records:,} keys of the table were asked once; for more cold reads use more"
+                " --records, or fewer --seconds / --rounds"
+            )
         self._next += BATCH
-        return [key(self.start + i % span) for i in range(first, first + BATCH)]
+        return [key(i % self._records) for i in range(start, start + BATCH)]
 
     @property
     def asked(self) -> int:
-        """Keys handed out so far (repeats counted)."""
+        """Keys handed out so far."""
         return self._next
 
     @property
-    def wrapped(self) -> bool:
-        return self._next > self.stop - self.start
-
-
-def key_streams(records: int, caches: dict[str, str]) -> dict[str, FreshKeys]:
-    """A key stream per contender; ``caches`` names, per contender, what it reads through (a server,
-    a database): contenders reading through the same caches share the table in disjoint ranges,
-    the others each have it whole."""
-    streams: dict[str, FreshKeys] = {}
-    for cache in dict.fromkeys(caches.values()):
-        sharing = [name for name, through in caches.items() if through == cache]
-        for n, name in enumerate(sharing):
-            start, stop = records * n // len(sharing), records * (n + 1) // len(sharing)
-            streams[name] = FreshKeys(records, start, stop)
-    return streams
-
-
-def wrapped_note(streams: dict[str, FreshKeys]) -> str | None:
-    """What to say when streams asked their keys again, or ``None``."""
-    again = [
-        f"{name} ({stream.asked / (stream.stop - stream.start):.2f}x its {stream.stop - stream.start:,} keys)"
-        for name, stream in streams.items()
-        if stream.wrapped
-    ]
-    if not again:
-        return None
-    return "note: the table is too small for the cold reads measured; keys asked again by " + ", ".join(again)
+    def repeated(self) -> bool:
+        """Whether keys came back (only with ``repeat``)."""
+        return self._next > self._records
 
 
 # -- data -----------------------------------------------------------------------------------------

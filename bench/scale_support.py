@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -217,6 +218,14 @@ class Service:
                     continue
             seconds = time.perf_counter() - started
         return seconds, memory.peak
+
+    def settle_seconds(self) -> tuple[float | None, float | None]:
+        """Seconds the store spent before READY merging the bulk restore's files, and reading the
+        table into the block cache, from its log (``None``: it logged none)."""
+        log = self._log_path.read_text(errors="replace")
+        merged = re.findall(r"restored files merged in ([0-9.]+)s", log)
+        warmed = re.findall(r"read into the block cache in ([0-9.]+)s before READY", log)
+        return (float(merged[-1]) if merged else None, float(warmed[-1]) if warmed else None)
 
     def wait_settled(self, timeout: float = 3600) -> float:
         """Wait until the table's compactions are done; the seconds waited."""

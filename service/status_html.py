@@ -85,6 +85,11 @@ def advice(info: Mapping[str, Any]) -> list[str]:
             "Waiting for another store's bulk restore to end (engine.max_concurrent_bulk_restores);"
             f" {_NOT_READY}."
         )
+    elif restore.get("mode") in {"compacting", "warming"}:
+        said.append(
+            "Every record is restored; the restored files are being merged and read into the block"
+            f" cache, so that reads run at full speed from READY on: {_NOT_READY}."
+        )
     elif state in {"CREATED", "RESTORING", "REBUILDING"}:
         said.append(f"The store is catching up with its topic: {_NOT_READY}.")
     serving = " Reads go on from the last applied state meanwhile." if state == "READY" else ""
@@ -113,6 +118,10 @@ def _restore(name: str, restore: Mapping[str, Any]) -> str:
     mode = restore.get("mode", "")
     if mode == "waiting":
         eta_text = "waiting for a bulk restore slot"
+    elif mode == "compacting":
+        eta_text = "merging the restored files before READY"
+    elif mode == "warming":
+        eta_text = "reading the table into the block cache before READY"
     elif eta is None:
         eta_text = "time left unknown yet"
     else:

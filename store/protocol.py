@@ -112,7 +112,11 @@ class RestoreProgress:
 
     @property
     def eta_seconds(self) -> float | None:
-        """Seconds until the target at the recent rate; ``None`` while nothing moves (waiting, no rate)."""
+        """Seconds until the target at the recent rate; ``None`` while nothing moves (waiting, no rate)
+        or while the restored files are merged or read into the cache (``compacting``, ``warming``:
+        no records left, READY not yet)."""
+        if self.mode in (RestoreMode.COMPACTING, RestoreMode.WARMING):
+            return None
         if self.records_remaining <= 0:
             return 0.0
         if self.mode is RestoreMode.WAITING or self.records_per_second <= 0:

@@ -63,3 +63,8 @@ class RestoreMode(enum.Enum):
     BULK = "bulk"  # worker processes write SST files that the store ingests
     RECORDS = "records"  # record batches applied by the store's own consumer
     WAITING = "waiting"  # for a bulk restore slot other stores hold (engine.max_concurrent_bulk_restores)
+    # Every record is in; the bulk restore's overlapping files are merged so that reads run at
+    # full speed from READY on (``store.lifecycle.settle``).
+    COMPACTING = "compacting"
+    # Then the table is read once into the block cache, if the cache has room for all of it.
+    WARMING = "warming"

@@ -26,6 +26,7 @@ from store.lifecycle.config import StoreConfig
 from store.lifecycle.gc_pacing import fewer_collections
 from store.lifecycle.progress import Progress
 from store.lifecycle.reporter import Reporter
+from store.lifecycle.settle import settle_restored_files
 from store.lifecycle.timing import Every
 from store.lifecycle.writer import StoreCopies, check_written_copy
 from store.state import StoreState
@@ -185,15 +186,18 @@ class ApplyLoop:
     def _finish_restore(self) -> None:
         stop = self._stop
         writer = self._copies.writer
+        if self._after_bulk:
+            # Before the flush (its file would count as a restored one), and before indexes are
+            # built (they read the table): READY comes with the table as fast as it will be.
+            settle_restored_files(writer.engine, self._progress, stop, self._reporter.log, self._config.name)
+            if stop.is_set():
+                return
         if self._build_indexes_first:
             writer.build_indexes(stop)
         writer.engine.flush()
         self.restoring = False
         self._pacing.close()
         self._become_ready()
-        if self._after_bulk:
-            # Readers are served meanwhile; new records wait for it (about a second at most).
-            self._copies.writer.engine.compact_leftover_level0()
         # An index added to an existing store is built from the READY table, so reads of the
         # store go on meanwhile (that index answers IndexNotReadyError). READY may have swapped a
         # rebuilt copy in: the writer is asked for again.

@@ -47,6 +47,22 @@ class TableFiles(CheckRecord, Protocol):
         one sorted run; returns how many there were."""
         ...
 
+    def level0(self) -> tuple[int, int]:
+        """The table's level-0 files: how many, and their bytes on disk."""
+        ...
+
+    def compactions(self) -> tuple[int, bool]:
+        """The table's compactions: how many run now, and whether RocksDB has one due."""
+        ...
+
+    def block_cache_room(self) -> tuple[int, int]:
+        """``(bytes the table's blocks take uncompressed, bytes free in the block cache)``."""
+        ...
+
+    def warm_block_cache(self, stop: threading.Event) -> int:
+        """Read the whole table once through the block cache; returns the entries read."""
+        ...
+
     def flush(self) -> None:
         """Persist what has been applied so far (data and offsets together)."""
         ...

@@ -131,6 +131,10 @@ LEVEL0_SLOWDOWN_WRITES_TRIGGER = 20
 LEVEL0_STOP_WRITES_TRIGGER = 36
 
 
+# Threads of one level-0 compaction: the merge of a bulk restore's files runs before READY
+# (``store.lifecycle.settle``), when nothing else of the store runs, so it may take a second core.
+SUBCOMPACTIONS = 2
+
 _INFO_LOG_FILES = 2
 _INFO_LOG_FILE_BYTES = 512 * 1024
 
@@ -176,6 +180,7 @@ def database_options(tuning: RocksDBOptions, write_buffer_bytes: int) -> rocksdi
     options.set_atomic_flush(True)
     options.set_write_buffer_size(write_buffer_bytes)
     options.set_max_background_jobs(2)
+    options.set_max_subcompactions(SUBCOMPACTIONS)
     options.set_level_zero_file_num_compaction_trigger(LEVEL0_COMPACTION_TRIGGER)
     options.set_level_zero_slowdown_writes_trigger(LEVEL0_SLOWDOWN_WRITES_TRIGGER)
     options.set_level_zero_stop_writes_trigger(LEVEL0_STOP_WRITES_TRIGGER)
@@ -371,6 +376,78 @@ class Engine:
 
     def _level0_files(self) -> int:
         return int(self._db.property_int_value("rocksdb.num-files-at-level0") or 0)
+
+    def level0(self) -> tuple[int, int]:
+        """The table's level-0 files: how many, and about how many bytes on disk (to the MiB)."""
+        try:
+            stats = str(self._db.property_value("rocksdb.levelstats") or "")
+            files = self._level0_files()
+        except Exception as exc:
+            raise self._write_error(exc) from exc
+        # "Level Files Size(MB)", a rule, then one line per level: "  0        3        12".
+        for line in stats.splitlines():
+            fields = line.split()
+            if len(fields) == 3 and fields[0] == "0" and fields[2].isdigit():
+                return files, int(fields[2]) * 2**20
+        return files, 0
+
+    def compactions(self) -> tuple[int, bool]:
+        """The table's compactions: how many run now, and whether RocksDB has one due."""
+        try:
+            db = self._db
+            running = int(db.property_int_value("rocksdb.num-running-compactions") or 0)
+            return running, int(db.property_int_value("rocksdb.compaction-pending") or 0) > 0
+        except Exception as exc:
+            raise self._write_error(exc) from exc
+
+    def block_cache_room(self) -> tuple[int, int]:
+        """``(bytes the table's blocks take uncompressed, bytes free in the block cache)``.
+
+        The blocks' size is estimated from the keys' and values' raw sizes, plus a tenth for the
+        blocks' own structure and the cache's entries (a 3M-record table here: 404 MB of keys and
+        values, 436 MB cached). A shared cache counts what the other stores hold as taken.
+        """
+        try:
+            db = self._db
+            text = str(db.property_value("rocksdb.aggregated-table-properties") or "")
+            capacity = int(db.property_int_value("rocksdb.block-cache-capacity") or 0)
+            usage = int(db.property_int_value("rocksdb.block-cache-usage") or 0)
+        except Exception as exc:
+            raise self._write_error(exc) from exc
+        raw = {
+            name.strip(): value.strip()
+            for name, _, value in (field.partition("=") for field in text.split(";"))
+        }
+        size = sum(int(raw.get(name, "0") or 0) for name in ("raw key size", "raw value size"))
+        return size + size // 10, max(0, capacity - usage)
+
+    def warm_block_cache(self, stop: threading.Event) -> int:
+        """Read the whole table once through the block cache, in key order (files read ahead);
+        returns the entries read. Ends early on ``stop``; ``StoreReadError`` if a read failed.
+
+        A cold read whose block is not cached reads it from the file, checks and decompresses it:
+        most of its cost at 10M records (``docs/benchmarks.md``, "Scale"). About 0.4 µs of CPU a
+        record, holding the interpreter lock in steps (other threads run between them).
+        """
+        options = rocksdict.ReadOptions()
+        options.fill_cache(True)
+        options.set_readahead_size(2 * 1024 * 1024)
+        entries = 0
+        try:
+            iterator = self._db.iter(options)
+            iterator.seek_to_first()
+            step, valid = iterator.next, iterator.valid
+            while valid():
+                step()
+                entries += 1
+                if not entries & 0xFFFF and stop.is_set():
+                    return entries
+        except StoreError:
+            raise
+        except Exception as exc:
+            raise read_error(exc) from exc
+        check_status(iterator)
+        return entries
 
     def compact_leftover_level0(self) -> int:
         """Merge the table's level-0 files into its sorted levels if RocksDB would leave them there;

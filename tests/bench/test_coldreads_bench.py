@@ -20,7 +20,7 @@ VARIANTS = ("before", "now", "unsettled-now", "hash-index", "4k-blocks", "cache-
 def test_every_variant_kind_builds_reads_and_prints() -> None:
     command = [
         sys.executable, "-m", "bench", "coldreads", "--records", "20000", "--variants", ",".join(VARIANTS),
-        "--seconds", "0.1", "--rounds", "1", "--warm", "2",
+        "--seconds", "0.1", "--rounds", "1", "--warm", "2", "--cold-keys-repeat",
     ]  # fmt: skip
     result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=280, check=False)
     assert result.returncode == 0, result.stderr[-4000:]

@@ -42,7 +42,7 @@ def test_every_part_runs_and_prints_every_figure(tmp_path: Path) -> None:
     baseline.write_text(json.dumps({"records": 10_000, "numbers": {"cold: JSON cold keys/s": 1.0}}))
     command = [
         sys.executable, "-m", "bench", "scale", "--records", "20000", "--facts", "5000",
-        "--seconds", "0.5", "--rounds", "1", "--write-rate", "5000",
+        "--seconds", "0.5", "--rounds", "1", "--write-rate", "5000", "--cold-keys-repeat",
         "--save", str(saved), "--baseline", str(baseline),
     ]  # fmt: skip
     process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -263,6 +263,8 @@ def test_sizes_read_naturally(size: int, text: str) -> None:
         ({"state": "READY"}, []),
         ({"state": "RESTORING", "restore": {"mode": "bulk"}}, ["catching up"]),
         ({"state": "RESTORING", "restore": {"mode": "waiting"}}, ["another store's bulk restore"]),
+        ({"state": "RESTORING", "restore": {"mode": "compacting"}}, ["restored files are being merged"]),
+        ({"state": "RESTORING", "restore": {"mode": "warming"}}, ["read into the block cache"]),
         ({"state": "REBUILDING", "stale": True}, ["last good copy"]),
         ({"state": "READY", "seconds_since_last_contact": 300.0}, ["No answer from the broker for 5 min"]),
         (

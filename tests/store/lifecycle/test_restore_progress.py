@@ -33,3 +33,11 @@ def test_time_left_is_remaining_records_at_the_recent_rate() -> None:
 )
 def test_time_left_is_unknown_while_nothing_moves(rate: float, mode: RestoreMode) -> None:
     assert progress(100, 900, rate, mode).eta_seconds is None
+
+
+@pytest.mark.parametrize("mode", [RestoreMode.COMPACTING, RestoreMode.WARMING])
+def test_time_left_is_unknown_while_the_restored_files_are_settled(mode: RestoreMode) -> None:
+    # Every record is in, yet READY waits for the merge (store.lifecycle.settle): not "0 s left".
+    merging = progress(1_000, 0, 5_000.0, mode)
+    assert merging.progress == 1.0
+    assert merging.eta_seconds is None
