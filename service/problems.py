@@ -204,7 +204,8 @@ STORE_PROBLEMS: dict[type[StoreError], Callable[[StoreError, _Asked], ProblemErr
 """How each store error a read can meet is answered; any other is an ``internal-error``."""
 
 
-async def _on_problem(request: Request, exc: Exception) -> Response:
+async def on_problem(request: Request, exc: Exception) -> Response:
+    """The answer to a :class:`ProblemError` raised while answering ``request``."""
     assert isinstance(exc, ProblemError)
     return problem_response(exc, _instance(request))
 
@@ -276,7 +277,8 @@ class AnswerUnexpectedErrors:
             await problem_response(_internal_error(), instance)(scope, receive, send)
 
 
-async def _on_store_error(request: Request, exc: Exception) -> Response:
+async def on_store_error(request: Request, exc: Exception) -> Response:
+    """The answer to a store error met while answering ``request`` (``internal-error`` if unknown)."""
     assert isinstance(exc, StoreError)
     convert = next((c for t, c in STORE_PROBLEMS.items() if isinstance(exc, t)), None)
     if convert is None:
@@ -286,10 +288,10 @@ async def _on_store_error(request: Request, exc: Exception) -> Response:
 
 def install_problem_handlers(app: FastAPI) -> None:
     """Route every error the app can raise to a problem+json answer."""
-    app.add_exception_handler(ProblemError, _on_problem)
+    app.add_exception_handler(ProblemError, on_problem)
     app.add_exception_handler(StarletteHTTPException, _on_http_exception)
     app.add_exception_handler(RequestValidationError, _on_validation_error)
-    app.add_exception_handler(StoreError, _on_store_error)
+    app.add_exception_handler(StoreError, on_store_error)
     app.add_exception_handler(Exception, _on_unexpected)  # errors of the outer middleware
     app.add_middleware(AnswerUnexpectedErrors)  # added first: innermost, inside metrics and guard
 
