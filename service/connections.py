@@ -42,6 +42,7 @@ import sys
 from asyncio import sslproto
 from typing import Any
 
+from service.auth import CONNECTION_SCOPE_KEY
 from service.heads import BoundedHeads, raw_problem
 from service.reloading import Reloading
 from service.settings import LimitSettings, Settings
@@ -141,6 +142,8 @@ class GuardedProtocol(BoundedHeads):
         super().__init__(*args, **kwargs)
         # uvicorn's keep-alive timer, armed after each answer, is the idle timeout.
         self.timeout_keep_alive = self.idle_timeout_seconds  # type: ignore[assignment]
+        # What the connection's requests share (who the client is: ``service.auth``).
+        self._shared: dict[str, object] = {}
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self._transport = transport
@@ -250,6 +253,7 @@ class GuardedProtocol(BoundedHeads):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        self.scope[CONNECTION_SCOPE_KEY] = self._shared  # type: ignore[literal-required]
         if self._peer_certificate is not None:
             self.scope[PEER_SCOPE_KEY] = self._peer_certificate  # type: ignore[literal-required]
         self._expect_head()

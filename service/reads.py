@@ -91,7 +91,11 @@ class Reader:
         position returned. ``in_thread`` runs the read on a worker thread (reads that may take long).
         """
         minimum, as_of = options.minimum, options.as_of
-        answer = await self._attempt(served, read, minimum, as_of, in_thread)
+        answer = (
+            await self._attempt(served, read, minimum, as_of, in_thread)
+            if in_thread
+            else self._once(served, read, minimum, as_of)
+        )
         if isinstance(answer, tuple):
             return answer
         wanted = options.wanted
