@@ -107,12 +107,15 @@ class ReadOptions:
         return self.as_of if self.as_of is not None else self.minimum
 
 
+_NO_WAIT = ReadOptions()
+
+
 def read_options(
     query: Query, scope: Scope, limits: LimitSettings, sharding: ShardingSettings
 ) -> ReadOptions:
     """The read options of ``query``: ``min_position``, ``as_of`` and ``timeout_ms``, all checked."""
-    if query.empty:  # the most frequent read: nothing to check
-        return ReadOptions(deadline=scope.get(DEADLINE_KEY))
+    if query.empty:  # the most frequent read: it waits for nothing, so needs no deadline
+        return _NO_WAIT
     # Checked even when no position is asked: a parameter the service takes is never ignored.
     timeout_ms = query.optional_integer("timeout_ms", 0)
     deadline = scope.get(DEADLINE_KEY)
