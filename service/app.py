@@ -24,7 +24,7 @@ from service.guard import InFlight, RequestGuard
 from service.key_path import KeyEndpoint
 from service.memory_limit import memory_limit
 from service.metrics import CONTENT_TYPE, Metrics, MetricsMiddleware
-from service.problems import AnswerUnexpectedErrors, install_problem_handlers
+from service.problems import install_problem_handlers
 from service.reads import Reader
 from service.registry import StoreRegistry
 from service.routes import KEY_ROUTE, add_store_routes
@@ -149,10 +149,10 @@ def create_app(settings: Settings, stores: Mapping[str, ServableStore] | None = 
     if settings.logging.access_log:
         app.add_middleware(AccessLogMiddleware, auth=auth)
     keys = add_store_routes(app, settings, registry, auth, reader, bad_values)
-    # The short path of key GETs: the same middleware, in the same order, around the key endpoint.
-    key_endpoint = AnswerUnexpectedErrors(KeyEndpoint(keys))
+    # The short path of key GETs: the same middleware, in the same order, around the key endpoint
+    # (which answers unexpected errors itself).
     key_path: ASGIApp = MetricsMiddleware(
-        RequestGuard(key_endpoint, settings.limits, auth, metrics.refused, in_flight), metrics
+        RequestGuard(KeyEndpoint(keys), settings.limits, auth, metrics.refused, in_flight), metrics
     )
     app.key_path = AccessLogMiddleware(key_path, auth) if settings.logging.access_log else key_path
     app.key_route = next(r for r in app.router.routes if type(r) is Route and r.path == KEY_ROUTE)

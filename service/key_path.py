@@ -1,12 +1,12 @@
 """``GET /v1/stores/{store}/keys/{key}``, the most frequent request, on a short path.
 
 The app (``service.app.ServiceApp``) hands a GET whose path the key route matches straight to the
-service's own middleware (access log, metrics, the request guard, the last-resort error answer)
-around :class:`KeyEndpoint`, past the framework's layers (telemetry, its error and exception
-middleware, body limit, routing): every check the other routes get is still made, by the same
-objects, and every error is answered by the same problem handlers. The answer is written as two
-ASGI messages from the stored bytes, its headers from values prepared once (a position's text
-is kept while the store stays at that position).
+service's own middleware (access log, metrics, the request guard) around :class:`KeyEndpoint`,
+which answers unexpected errors itself (as ``service.problems.AnswerUnexpectedErrors`` does),
+past the framework's layers (telemetry, its error and exception middleware, body limit, routing):
+every check the other routes get is still made, by the same objects, and every error is answered
+by the same problem handlers. The answer is written as two ASGI messages from the stored bytes,
+its headers from values prepared once (a position's text is kept while the store stays at it).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from service.openapi_docs import POSITION_HEADER
-from service.problems import on_problem, on_store_error
+from service.problems import on_problem, on_store_error, unexpected_error_answer
 from service.read_requests import ReadRequests
 from service.reads import Reader
 from service.values import BadValues, bad_value_problem, not_utf8_detail
@@ -99,7 +99,8 @@ ErrorAnswer = Callable[[Request, Exception], Awaitable[Response]]
 
 
 class KeyEndpoint:
-    """ASGI app answering a key GET whose scope holds its ``path_params``, errors as problems."""
+    """ASGI app answering a key GET whose scope holds its ``path_params``, errors as problems
+    (an unexpected one as ``500 internal-error``, logged, the connection kept)."""
 
     def __init__(self, keys: KeyReader) -> None:
         self._keys = keys
@@ -113,6 +114,9 @@ class KeyEndpoint:
             return
         except StoreError as exc:
             await (await on_store_error(request, exc))(scope, receive, send)
+            return
+        except Exception:  # as AnswerUnexpectedErrors does, without a layer: nothing was sent yet
+            await unexpected_error_answer(scope)(scope, receive, send)
             return
         value = answer.value
         await send(

@@ -271,10 +271,16 @@ class AnswerUnexpectedErrors:
         except Exception:
             if started:  # part of an answer is out: only a closed connection tells the client
                 raise
-            logger.exception("unexpected error answering %s %s", scope.get("method"), scope.get("path"))
-            raw_path = scope.get("raw_path")
-            instance = raw_path.decode("latin-1") if isinstance(raw_path, bytes) else str(scope["path"])
-            await problem_response(_internal_error(), instance)(scope, receive, send)
+            answer = unexpected_error_answer(scope)
+            await answer(scope, receive, send)
+
+
+def unexpected_error_answer(scope: Scope) -> Response:
+    """Log the error being handled (with its traceback); the ``500 internal-error`` answering it."""
+    logger.exception("unexpected error answering %s %s", scope.get("method"), scope.get("path"))
+    raw_path = scope.get("raw_path")
+    instance = raw_path.decode("latin-1") if isinstance(raw_path, bytes) else str(scope["path"])
+    return problem_response(_internal_error(), instance)
 
 
 async def on_store_error(request: Request, exc: Exception) -> Response:
