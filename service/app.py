@@ -21,7 +21,7 @@ from service.access_log import AccessLogMiddleware
 from service.api_docs import add_api_docs
 from service.auth import Auth
 from service.guard import InFlight, RequestGuard
-from service.key_path import KeyEndpoint
+from service.key_path import KeyEndpoint, KeyPath
 from service.memory_limit import memory_limit
 from service.metrics import CONTENT_TYPE, Metrics, MetricsMiddleware
 from service.problems import install_problem_handlers
@@ -149,10 +149,13 @@ def create_app(settings: Settings, stores: Mapping[str, ServableStore] | None = 
     if settings.logging.access_log:
         app.add_middleware(AccessLogMiddleware, auth=auth)
     keys = add_store_routes(app, settings, registry, auth, reader, bad_values)
-    # The short path of key GETs: the same middleware, in the same order, around the key endpoint
-    # (which answers unexpected errors itself).
-    key_path: ASGIApp = MetricsMiddleware(
-        RequestGuard(KeyEndpoint(keys), settings.limits, auth, metrics.refused, in_flight), metrics
+    # The short path of key GETs: the guard's admission and counts (shared with the other routes'
+    # guard), the key endpoint and the metrics, in one call.
+    key_path: ASGIApp = KeyPath(
+        KeyEndpoint(keys),
+        RequestGuard(app.router, settings.limits, auth, metrics.refused, in_flight),
+        metrics,
+        KEY_ROUTE,
     )
     app.key_path = AccessLogMiddleware(key_path, auth) if settings.logging.access_log else key_path
     app.key_route = next(r for r in app.router.routes if type(r) is Route and r.path == KEY_ROUTE)

@@ -85,6 +85,18 @@ class RequestGuard:
             await self.app(scope, receive, send)
             return
         client = self.identify(scope)
+        refusal = self.admit(scope, client)
+        if refusal is not None:
+            await send_problem(scope, send, refusal)
+            return
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.leave(client)
+
+    def admit(self, scope: Scope, client: str) -> ProblemError | None:
+        """Count a request of ``client`` in flight (``leave`` ends it), setting its deadline; or the
+        problem refusing it (counted by ``on_refusal``, nothing else changed)."""
         held = self.per_client.get(client, 0)
         # The client's own share is checked first: when both are reached, the client is the cause.
         if held >= self.max_per_client:
@@ -96,15 +108,12 @@ class RequestGuard:
                 held,
                 CLIENT_TOO_MANY_REQUESTS.slug,
             )
-            await self._refuse(
-                scope,
-                send,
+            return self._refusal(
                 CLIENT_TOO_MANY_REQUESTS,
                 f"this client ({client}) has {held} requests in flight, the most one client may have"
                 " (limits.max_concurrent_requests_per_client); wait for answers before sending more,"
                 " or send from fewer threads or executors at once",
             )
-            return
         counts = self.counts
         if counts.count >= self.max_in_flight:
             self._warnings.warn(
@@ -114,34 +123,32 @@ class RequestGuard:
                 counts.count,
                 TOO_MANY_REQUESTS.slug,
             )
-            await self._refuse(
-                scope,
-                send,
+            return self._refusal(
                 TOO_MANY_REQUESTS,
                 f"{counts.count} requests are in flight, the most this instance takes"
                 " (limits.max_concurrent_requests); retry after Retry-After seconds",
             )
-            return
         # Only waits can run long (min_position, a slow body); they honour this deadline, which
         # costs nothing on requests that never wait, unlike a timer per request.
         scope[DEADLINE_KEY] = time.monotonic() + self.timeout
         counts.count += 1
         self.per_client[client] = held + 1
-        try:
-            await self.app(scope, receive, send)
-        finally:
-            counts.count -= 1
-            remaining = self.per_client[client] - 1
-            if remaining:
-                self.per_client[client] = remaining
-            else:
-                del self.per_client[client]
-                self._warnings.forget(client)
+        return None
 
-    async def _refuse(self, scope: Scope, send: Send, refusal: ProblemType, detail: str) -> None:
+    def leave(self, client: str) -> None:
+        """A request ``admit`` counted has ended."""
+        self.counts.count -= 1
+        remaining = self.per_client[client] - 1
+        if remaining:
+            self.per_client[client] = remaining
+        else:
+            del self.per_client[client]
+            self._warnings.forget(client)
+
+    def _refusal(self, refusal: ProblemType, detail: str) -> ProblemError:
         if self.on_refusal is not None:
             self.on_refusal(refusal.slug)
-        await send_problem(scope, send, refusal(detail, headers={"Retry-After": self.retry_after}))
+        return refusal(detail, headers={"Retry-After": self.retry_after})
 
 
 def remaining_seconds(scope: Scope) -> float | None:
