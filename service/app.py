@@ -13,19 +13,21 @@ from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service import openapi_docs as docs
 from service import openapi_stores
 from service.access_log import AccessLogMiddleware
 from service.api_docs import add_api_docs
 from service.auth import Auth
-from service.guard import RequestGuard
+from service.guard import InFlight, RequestGuard
+from service.key_path import KeyEndpoint, KeyPath
 from service.memory_limit import memory_limit
 from service.metrics import CONTENT_TYPE, Metrics, MetricsMiddleware
 from service.problems import install_problem_handlers
 from service.reads import Reader
 from service.registry import StoreRegistry
-from service.routes import add_store_routes
+from service.routes import KEY_ROUTE, add_store_routes
 from service.settings import Settings, store_configs
 from service.status_page import add_status_page
 from service.values import BadValues
@@ -53,6 +55,28 @@ def _start_in_background(registry: StoreRegistry, stores: Mapping[str, Store]) -
     for thread in threads:
         thread.start()
     return threads
+
+
+class ServiceApp(FastAPI):
+    """The FastAPI app, handing key GETs to the short path of ``service.key_path``."""
+
+    key_route: Route | None = None  # the route key GETs match (set once the routes are added)
+    key_path: ASGIApp | None = None  # the service's middleware around the key endpoint
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        route, short = self.key_route, self.key_path
+        if route is not None and short is not None and scope["type"] == "http" and scope["method"] == "GET":
+            matched = None if scope.get("root_path") else route.path_regex.match(scope["path"])
+            if matched is not None:
+                # What the router would put in the scope for this route (the key route's parameters
+                # need no conversion: both are text).
+                scope["app"] = self
+                scope["path_params"] = matched.groupdict()
+                scope["route"] = route
+                scope["endpoint"] = route.endpoint
+                await short(scope, receive, send)
+                return
+        await super().__call__(scope, receive, send)
 
 
 def create_app(settings: Settings, stores: Mapping[str, ServableStore] | None = None) -> FastAPI:
@@ -103,7 +127,7 @@ def create_app(settings: Settings, stores: Mapping[str, ServableStore] | None = 
                     except Exception:  # stopping one store must not keep the others open
                         logger.exception("store %s failed to stop cleanly", name, extra={"store": name})
 
-    app = FastAPI(
+    app = ServiceApp(
         title="statestore",
         version="1",
         description="Read-only lookups in tables materialized from compacted Kafka topics.",
@@ -116,12 +140,25 @@ def create_app(settings: Settings, stores: Mapping[str, ServableStore] | None = 
     app.state.settings = settings
     app.state.metrics = metrics
     install_problem_handlers(app)
+    in_flight = InFlight()  # one count for both paths into the app
     # Added last, the metrics middleware is outermost: it also counts what the guard refuses.
-    app.add_middleware(RequestGuard, limits=settings.limits, auth=auth, on_refusal=metrics.refused)
+    app.add_middleware(
+        RequestGuard, limits=settings.limits, auth=auth, on_refusal=metrics.refused, in_flight=in_flight
+    )
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     if settings.logging.access_log:
         app.add_middleware(AccessLogMiddleware, auth=auth)
-    add_store_routes(app, settings, registry, auth, reader, bad_values)
+    keys = add_store_routes(app, settings, registry, auth, reader, bad_values)
+    # The short path of key GETs: the guard's admission and counts (shared with the other routes'
+    # guard), the key endpoint and the metrics, in one call.
+    key_path: ASGIApp = KeyPath(
+        KeyEndpoint(keys),
+        RequestGuard(app.router, settings.limits, auth, metrics.refused, in_flight),
+        metrics,
+        KEY_ROUTE,
+    )
+    app.key_path = AccessLogMiddleware(key_path, auth) if settings.logging.access_log else key_path
+    app.key_route = next(r for r in app.router.routes if type(r) is Route and r.path == KEY_ROUTE)
     add_status_page(app, registry, auth)
     add_api_docs(app)
     openapi_stores.install(app, settings)

@@ -28,14 +28,19 @@ from wire.problems import FORBIDDEN, UNAUTHORIZED
 Identity = TokenSettings | CertificateSettings
 
 _UNKNOWN = object()
+_NO_TOKEN = object()  # an Authorization header that is no bearer token
+
+CONNECTION_SCOPE_KEY = "statestore.connection"
+"""The scope entry holding a dict of what the connection's requests share (``service.connections``
+puts one in each request's scope): here, the last ``Authorization`` header it sent and whom it
+identified, so a client reusing its connection is looked up once, not once per request."""
 
 
-def bearer_token(scope: Scope) -> str | None:
-    """The token of the first ``Authorization: Bearer <token>`` header of the request, if any."""
+def _authorization(scope: Scope) -> bytes | None:
+    """The value of the request's first ``Authorization`` header, as sent."""
     for header, value in scope.get("headers") or ():
         if header == b"authorization":
-            scheme, _, token = value.decode("latin-1").partition(" ")
-            return token.strip() if scheme.lower() == "bearer" else None
+            return bytes(value)
     return None
 
 
@@ -89,13 +94,36 @@ class Auth:
     def _identify(self, scope: Scope) -> Identity | None:
         if self.open:
             return None
-        sent = bearer_token(scope)
-        if sent is not None:
-            return self._digests().get(hashlib.sha256(sent.encode()).hexdigest())
+        found = self._token_identity(scope)
+        if found is not _NO_TOKEN:
+            assert found is None or isinstance(found, TokenSettings)
+            return found
         peer = scope.get(PEER_SCOPE_KEY)
         if not isinstance(peer, PeerCertificate):
             return None
         return next((self._by_name[n] for n in peer.names() if n in self._by_name), None)
+
+    def _token_identity(self, scope: Scope) -> object:
+        """The configured token the request's bearer token is (``None``: none is), or ``_NO_TOKEN``;
+        kept for the connection while its requests send the same header and the tokens are the same."""
+        sent = _authorization(scope)
+        if sent is None:
+            return _NO_TOKEN
+        digests = self._digests()
+        connection = scope.get(CONNECTION_SCOPE_KEY)
+        if isinstance(connection, dict):
+            known = connection.get(self._cache_key)
+            if known is not None and known[0] == sent and known[1] is digests:
+                return known[2]
+        scheme, _, token = sent.decode("latin-1").partition(" ")
+        found: object = (
+            digests.get(hashlib.sha256(token.strip().encode()).hexdigest())
+            if scheme.lower() == "bearer"
+            else _NO_TOKEN
+        )
+        if isinstance(connection, dict):
+            connection[self._cache_key] = (sent, digests, found)
+        return found
 
     def token(self, scope: Scope) -> TokenSettings | None:
         """The configured token the request sends, if any."""

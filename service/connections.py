@@ -42,6 +42,7 @@ import sys
 from asyncio import sslproto
 from typing import Any
 
+from service.auth import CONNECTION_SCOPE_KEY
 from service.heads import BoundedHeads, raw_problem
 from service.reloading import Reloading
 from service.settings import LimitSettings, Settings
@@ -135,12 +136,15 @@ class GuardedProtocol(BoundedHeads):
     _tcp: asyncio.Transport | None = None  # the connection under TLS, closed without a TLS goodbye
     _address: str | None = None  # set while counted in ``counts``
     _http_started = False  # uvicorn's connection_made ran (it ran its connection_lost otherwise)
+    _head_begun = False  # a request head's first byte came, its end not yet
     _peer_certificate: PeerCertificate | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # uvicorn's keep-alive timer, armed after each answer, is the idle timeout.
         self.timeout_keep_alive = self.idle_timeout_seconds  # type: ignore[assignment]
+        # What the connection's requests share (who the client is: ``service.auth``).
+        self._shared: dict[str, object] = {}
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self._transport = transport
@@ -250,13 +254,22 @@ class GuardedProtocol(BoundedHeads):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        self.scope[CONNECTION_SCOPE_KEY] = self._shared  # type: ignore[literal-required]
         if self._peer_certificate is not None:
             self.scope[PEER_SCOPE_KEY] = self._peer_certificate  # type: ignore[literal-required]
-        self._expect_head()
+        self._head_begun = True
 
     def on_headers_complete(self) -> None:
+        self._head_begun = False
         self._cancel_head_deadline()
         super().on_headers_complete()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        # A head that began in this read and did not end in it gets its deadline now: one that
+        # came whole (the usual case) needs no timer.
+        if self._head_begun and not self._refused:
+            self._expect_head()
 
     def _expect_head(self) -> None:
         if self._head_deadline is None:

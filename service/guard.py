@@ -38,10 +38,22 @@ DEADLINE_KEY = "statestore.deadline"
 WARNING_INTERVAL_SECONDS = 60.0
 
 
+class InFlight:
+    """Requests in flight, in all and per client: one per app, shared by every path into it."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        # Requests in flight per client; a client leaves the map when its last request ends.
+        self.per_client: dict[str, int] = {}
+        # Clients in ``per_client`` (and the instance, under "") logged as full.
+        self.warnings = ThrottledWarnings(logger, WARNING_INTERVAL_SECONDS)
+
+
 class RequestGuard:
     """ASGI middleware enforcing the concurrency limits and the request timeout.
 
     ``on_refusal`` is told the problem type of every request a limit refuses (for metrics).
+    Guards given one ``in_flight`` count their requests together.
     """
 
     def __init__(
@@ -50,6 +62,7 @@ class RequestGuard:
         limits: LimitSettings,
         auth: Auth | AuthSettings | None = None,
         on_refusal: Callable[[str], None] | None = None,
+        in_flight: InFlight | None = None,
     ) -> None:
         self.app = app
         self.max_in_flight = limits.max_concurrent_requests
@@ -58,17 +71,32 @@ class RequestGuard:
         self.retry_after = str(limits.retry_after_seconds)
         self.identify = (auth if isinstance(auth, Auth) else Auth(auth or AuthSettings())).client
         self.on_refusal = on_refusal
-        self.in_flight = 0
-        # Requests in flight per client; a client leaves the map when its last request ends.
-        self.per_client: dict[str, int] = {}
-        # Clients in ``per_client`` (and the instance, under "") logged as full.
-        self._warnings = ThrottledWarnings(logger, WARNING_INTERVAL_SECONDS)
+        self.counts = InFlight() if in_flight is None else in_flight
+        self.per_client = self.counts.per_client
+        self._warnings = self.counts.warnings
+
+    @property
+    def in_flight(self) -> int:
+        """Requests in flight now."""
+        return self.counts.count
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not scope["path"].startswith(GUARDED_PREFIX):
             await self.app(scope, receive, send)
             return
         client = self.identify(scope)
+        refusal = self.admit(scope, client)
+        if refusal is not None:
+            await send_problem(scope, send, refusal)
+            return
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.leave(client)
+
+    def admit(self, scope: Scope, client: str) -> ProblemError | None:
+        """Count a request of ``client`` in flight (``leave`` ends it), setting its deadline; or the
+        problem refusing it (counted by ``on_refusal``, nothing else changed)."""
         held = self.per_client.get(client, 0)
         # The client's own share is checked first: when both are reached, the client is the cause.
         if held >= self.max_per_client:
@@ -80,51 +108,47 @@ class RequestGuard:
                 held,
                 CLIENT_TOO_MANY_REQUESTS.slug,
             )
-            await self._refuse(
-                scope,
-                send,
+            return self._refusal(
                 CLIENT_TOO_MANY_REQUESTS,
                 f"this client ({client}) has {held} requests in flight, the most one client may have"
                 " (limits.max_concurrent_requests_per_client); wait for answers before sending more,"
                 " or send from fewer threads or executors at once",
             )
-            return
-        if self.in_flight >= self.max_in_flight:
+        counts = self.counts
+        if counts.count >= self.max_in_flight:
             self._warnings.warn(
                 "",
                 "%d requests are in flight, limits.max_concurrent_requests; new ones get 429 %s"
                 " (the instance is at capacity: add replicas)",
-                self.in_flight,
+                counts.count,
                 TOO_MANY_REQUESTS.slug,
             )
-            await self._refuse(
-                scope,
-                send,
+            return self._refusal(
                 TOO_MANY_REQUESTS,
-                f"{self.in_flight} requests are in flight, the most this instance takes"
+                f"{counts.count} requests are in flight, the most this instance takes"
                 " (limits.max_concurrent_requests); retry after Retry-After seconds",
             )
-            return
         # Only waits can run long (min_position, a slow body); they honour this deadline, which
         # costs nothing on requests that never wait, unlike a timer per request.
         scope[DEADLINE_KEY] = time.monotonic() + self.timeout
-        self.in_flight += 1
+        counts.count += 1
         self.per_client[client] = held + 1
-        try:
-            await self.app(scope, receive, send)
-        finally:
-            self.in_flight -= 1
-            remaining = self.per_client[client] - 1
-            if remaining:
-                self.per_client[client] = remaining
-            else:
-                del self.per_client[client]
-                self._warnings.forget(client)
+        return None
 
-    async def _refuse(self, scope: Scope, send: Send, refusal: ProblemType, detail: str) -> None:
+    def leave(self, client: str) -> None:
+        """A request ``admit`` counted has ended."""
+        self.counts.count -= 1
+        remaining = self.per_client[client] - 1
+        if remaining:
+            self.per_client[client] = remaining
+        else:
+            del self.per_client[client]
+            self._warnings.forget(client)
+
+    def _refusal(self, refusal: ProblemType, detail: str) -> ProblemError:
         if self.on_refusal is not None:
             self.on_refusal(refusal.slug)
-        await send_problem(scope, send, refusal(detail, headers={"Retry-After": self.retry_after}))
+        return refusal(detail, headers={"Retry-After": self.retry_after})
 
 
 def remaining_seconds(scope: Scope) -> float | None:

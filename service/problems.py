@@ -216,7 +216,8 @@ STORE_PROBLEMS: dict[type[StoreError], Callable[[StoreError, _Asked], ProblemErr
 """How each store error a read can meet is answered; any other is an ``internal-error``."""
 
 
-async def _on_problem(request: Request, exc: Exception) -> Response:
+async def on_problem(request: Request, exc: Exception) -> Response:
+    """The answer to a :class:`ProblemError` raised while answering ``request``."""
     assert isinstance(exc, ProblemError)
     return problem_response(exc, _instance(request))
 
@@ -282,13 +283,20 @@ class AnswerUnexpectedErrors:
         except Exception:
             if started:  # part of an answer is out: only a closed connection tells the client
                 raise
-            logger.exception("unexpected error answering %s %s", scope.get("method"), scope.get("path"))
-            raw_path = scope.get("raw_path")
-            instance = raw_path.decode("latin-1") if isinstance(raw_path, bytes) else str(scope["path"])
-            await problem_response(_internal_error(), instance)(scope, receive, send)
+            answer = unexpected_error_answer(scope)
+            await answer(scope, receive, send)
 
 
-async def _on_store_error(request: Request, exc: Exception) -> Response:
+def unexpected_error_answer(scope: Scope) -> Response:
+    """Log the error being handled (with its traceback); the ``500 internal-error`` answering it."""
+    logger.exception("unexpected error answering %s %s", scope.get("method"), scope.get("path"))
+    raw_path = scope.get("raw_path")
+    instance = raw_path.decode("latin-1") if isinstance(raw_path, bytes) else str(scope["path"])
+    return problem_response(_internal_error(), instance)
+
+
+async def on_store_error(request: Request, exc: Exception) -> Response:
+    """The answer to a store error met while answering ``request`` (``internal-error`` if unknown)."""
     assert isinstance(exc, StoreError)
     convert = next((c for t, c in STORE_PROBLEMS.items() if isinstance(exc, t)), None)
     if convert is None:
@@ -298,10 +306,10 @@ async def _on_store_error(request: Request, exc: Exception) -> Response:
 
 def install_problem_handlers(app: FastAPI) -> None:
     """Route every error the app can raise to a problem+json answer."""
-    app.add_exception_handler(ProblemError, _on_problem)
+    app.add_exception_handler(ProblemError, on_problem)
     app.add_exception_handler(StarletteHTTPException, _on_http_exception)
     app.add_exception_handler(RequestValidationError, _on_validation_error)
-    app.add_exception_handler(StoreError, _on_store_error)
+    app.add_exception_handler(StoreError, on_store_error)
     app.add_exception_handler(Exception, _on_unexpected)  # errors of the outer middleware
     app.add_middleware(AnswerUnexpectedErrors)  # added first: innermost, inside metrics and guard
 

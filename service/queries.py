@@ -50,7 +50,13 @@ class Query:
 
     @classmethod
     def of(cls, scope: Scope) -> Query:
-        return cls(scope.get("query_string", b""))
+        raw = scope.get("query_string", b"")
+        return cls(raw) if raw else _NO_QUERY
+
+    @property
+    def empty(self) -> bool:
+        """Whether no parameter was given."""
+        return not self._values
 
     def get(self, name: str) -> str | None:
         """The value of ``name`` (percent-decoded), ``None`` when absent."""
@@ -93,6 +99,9 @@ class Query:
             raise INVALID_POSITION(f"{name}: {exc}") from exc
 
 
+_NO_QUERY = Query(b"")  # never changed: a query is only read once parsed
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class ReadOptions:
     """When a read may be answered: at (``as_of``) or from (``minimum``) a position, waiting at most
@@ -110,10 +119,15 @@ class ReadOptions:
         return self.as_of if self.as_of is not None else self.minimum
 
 
+_NO_WAIT = ReadOptions()
+
+
 def read_options(
     query: Query, scope: Scope, limits: LimitSettings, sharding: ShardingSettings
 ) -> ReadOptions:
     """The read options of ``query``: ``min_position``, ``as_of`` and ``timeout_ms``, all checked."""
+    if query.empty:  # the most frequent read: it waits for nothing, so needs no deadline
+        return _NO_WAIT
     # Checked even when no position is asked: a parameter the service takes is never ignored.
     timeout_ms = query.optional_integer("timeout_ms", 0)
     deadline = scope.get(DEADLINE_KEY)

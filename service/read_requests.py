@@ -59,10 +59,15 @@ class StoreRead:
         return AnswerBudget(self.max_answer_bytes, shape)
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class KeyRead(StoreRead):
-    """``GET .../keys/{key}``: one key of one store."""
+@dataclasses.dataclass(slots=True)
+class KeyRead:
+    """``GET .../keys/{key}``: one key of one store, its read options and the fields its value is
+    answered with (``fields=``; ``None``: the whole value). Not frozen: it is built for every key
+    GET, the most frequent request, and a frozen one costs a call per field; nothing changes it."""
 
+    served: ServedStore
+    options: ReadOptions
+    projection: Projection | None
     key: bytes
 
 
@@ -138,7 +143,8 @@ class ReadRequests:
         key = decode_path_key(raw_segment, encoding)
         check_key_length("the key", key, self.limits.max_key_bytes)
         self.check_keys(served, [key])
-        return KeyRead(*self.common(served, query, request), key)
+        projection = Projection.parse(query.get("fields"), served.value_format)
+        return KeyRead(served, self.options(query, request), projection, key)
 
     async def batch(self, request: Request) -> BatchRead:
         served = self.store(request)

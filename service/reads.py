@@ -95,7 +95,11 @@ class Reader:
         ``in_thread`` runs the read on a worker thread (reads that may take long).
         """
         minimum, as_of, at_time = options.minimum, options.as_of, options.as_of_time
-        answer = await self._attempt(served, read, minimum, as_of, at_time, in_thread)
+        answer = (
+            await self._attempt(served, read, minimum, as_of, at_time, in_thread)
+            if in_thread
+            else self._once(served, read, minimum, as_of, at_time)
+        )
         if isinstance(answer, tuple):
             return answer
         wanted = options.wanted

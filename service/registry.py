@@ -151,7 +151,8 @@ class StoreRegistry:
 
     def readable(self, served: ServedStore) -> bool:
         """Whether reads of the store get answers now (READY, or rebuilding from a last good copy)."""
-        if self.start_error(served.name) is not None:
+        # Asked on every read: one lookup, atomic without the lock (the lock orders the writers).
+        if self._start_errors.get(served.name) is not None:
             return False
         try:
             return served.store.readable

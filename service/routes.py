@@ -18,6 +18,7 @@ from service.auth import Auth
 from service.bodies import JSON
 from service.codec import encode_key
 from service.index_routes import add_index_routes
+from service.key_path import KeyReader
 from service.read_requests import ReadRequests
 from service.reads import Reader
 from service.registry import ServedStore, StoreRegistry
@@ -25,9 +26,8 @@ from service.settings import Settings
 from service.sharding import sharding_info
 from service.struct_answers import struct_table
 from service.typed_values import ddl_of
-from service.values import BadValues, JsonAnswer, bad_value_problem, not_utf8_detail
+from service.values import BadValues, JsonAnswer
 from store import ReadOnlyKeyValueStore, ScanPage
-from wire.problems import KEY_NOT_FOUND, VALUE_NOT_UTF8
 
 POSITION = docs.POSITION_HEADER
 KEY_ROUTE = "/v1/stores/{store}/keys/{key:path}"
@@ -113,37 +113,17 @@ def add_store_routes(
     auth: Auth,
     reader: Reader,
     bad_values: BadValues,
-) -> None:
+) -> KeyReader:
     """Add the store routes, reading from ``registry`` with ``reader`` within ``settings.limits``;
     ``bad_values`` finds the values of JSON stores that are not JSON.
 
     They go on the app itself, not an included router: every router level costs a matching pass
-    on each request. The key lookup comes first because it is the most frequent request.
+    on each request. The key lookup comes first because it is the most frequent request; its
+    reader is returned, for the short path of ``service.key_path``.
     """
     requests = ReadRequests(settings, registry, auth)
-
-    async def get_key(request: Request) -> Response:
-        asked = requests.key(request)
-        served, key = asked.served, asked.key
-        value, position = await reader.read(served, asked.options, lambda view: view.get(key))
-        if value is None:
-            raise KEY_NOT_FOUND(
-                f'store "{served.name}" has no such key',
-                extras={"store": served.name},
-                headers={POSITION: str(position)},
-            )
-        if served.value_format == "json" and not bad_values.is_json(served.name, key, value):
-            problem, detail = bad_value_problem(served.name, value)
-            raise problem(detail, extras={"store": served.name}, headers={POSITION: str(position)})
-        if served.value_format == "string" and not bad_values.is_utf8(served.name, key, value):
-            raise VALUE_NOT_UTF8(
-                not_utf8_detail(served.name),
-                extras={"store": served.name},
-                headers={POSITION: str(position)},
-            )
-        if asked.projection is not None:
-            value = asked.projection.stored(value)
-        return Response(value, media_type=served.media_type, headers={POSITION: str(position)})
+    keys = KeyReader(requests, reader, bad_values)
+    get_key = keys.response
 
     # The most frequent request skips FastAPI's per-request dependency solving: a plain Starlette
     # route serves it (it parses its own parameters anyway), registered first so it matches first;
@@ -251,3 +231,4 @@ def add_store_routes(
         return Response(answer.document(document), media_type=JSON, headers={POSITION: str(position)})
 
     add_index_routes(app, requests, reader, bad_values)
+    return keys

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import hashlib
+import socket
 from collections.abc import Callable
 
 import pytest
 
 from tests.service.conftest import Service, assert_problem
+from tests.support.sockets import connect
 
 
 def digest(token: str) -> str:
@@ -71,3 +73,34 @@ def test_probes_and_metrics_need_no_token(guarded: Service) -> None:
     assert guarded.client.get("/healthz").status_code == 200
     assert guarded.client.get("/readyz").status_code == 200
     assert guarded.client.get("/metrics").status_code == 200
+
+
+def _answer_status(sock: socket.socket, path: str, authorization: str | None) -> int:
+    """Send one GET on ``sock`` (kept alive) and read its whole answer; its status."""
+    header = f"Authorization: {authorization}\r\n" if authorization else ""
+    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: test\r\n{header}\r\n".encode())
+    received = b""
+    while b"\r\n\r\n" not in received:
+        received += sock.recv(65536)
+    head, _, body = received.partition(b"\r\n\r\n")
+    length = int(head.lower().split(b"content-length: ", 1)[1].split(b"\r\n", 1)[0])
+    while len(body) < length:
+        body += sock.recv(65536)
+    return int(head[9:12])
+
+
+def test_one_connection_is_judged_by_the_token_each_request_sends(guarded: Service) -> None:
+    # Whom a connection's token identifies is kept for the connection; a request sending another
+    # token (or none, or a wrong one) on it is judged by what it sends.
+    sock = connect(guarded.url)
+    sock.settimeout(30)
+    with sock:
+        notes = "/v1/stores/notes/keys/n1"
+        assert _answer_status(sock, notes, "Bearer s3cret-a") == 403
+        assert _answer_status(sock, "/v1/stores/products/keys/p1", "Bearer s3cret-a") == 200
+        assert _answer_status(sock, notes, "Bearer s3cret-o") == 200
+        assert _answer_status(sock, notes, "Bearer nope") == 401
+        assert _answer_status(sock, notes, None) == 401
+        assert _answer_status(sock, notes, "Basic s3cret-o") == 401
+        assert _answer_status(sock, notes, "bearer  s3cret-o ") == 200
+        assert _answer_status(sock, notes, "Bearer s3cret-a") == 403

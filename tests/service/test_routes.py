@@ -126,6 +126,18 @@ def test_get_json_value(service: Service) -> None:
     assert response.json() == {"name": "Pen"}
 
 
+def test_head_of_a_key_answers_the_get_s_headers_without_its_body(service: Service) -> None:
+    # HEAD takes the framework's route; GET the short path: both answer alike.
+    got = service.client.get("/v1/stores/notes/keys/n1")
+    head = service.client.head("/v1/stores/notes/keys/n1")
+    assert head.status_code == 200
+    assert head.content == b""
+    for name in ("content-type", "content-length", POSITION):
+        assert head.headers[name] == got.headers[name]
+    assert_problem(service.client.get("/v1/stores/notes/keys/nope"), 404, "key-not-found")
+    assert service.client.head("/v1/stores/notes/keys/nope").status_code == 404
+
+
 def test_get_string_and_bytes_values_use_their_content_types(service: Service) -> None:
     note = service.client.get("/v1/stores/notes/keys/n1")
     assert note.headers["content-type"] == "text/plain; charset=utf-8"
