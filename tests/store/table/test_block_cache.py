@@ -40,7 +40,10 @@ def test_a_shared_cache_holds_what_every_sharing_store_read(tmp_path: Path, shar
             read.memory(0).block_cache_capacity_bytes == idle.memory(0).block_cache_capacity_bytes == CAPACITY
         )
         if shared:
-            assert idle_usage == read_usage  # one cache: the reads of one are in the other's too
+            # One cache: the reads of one are in the other's too (the two figures are taken a moment
+            # apart, and the engines' background threads may touch the cache in between).
+            assert idle_usage > 1024 * 1024
+            assert abs(idle_usage - read_usage) < 64 * 1024
         else:
             assert idle_usage == before < 1024 * 1024  # its own cache: nobody read it
     finally:
