@@ -125,7 +125,9 @@ def _print(result: dict[str, Any], facts: int) -> None:
     merge = result["two sort-merge joins"] / result["two chained lookup_joins"]
     print(f"  lookup_join / broadcast join rows/s: {ratio:.2f} (floor 0.8)")
     print(f"  two lookups vs two broadcast joins: {two:.2f}x (floor 1.0)")
-    print(f"  two lookups vs two sort-merge joins (broadcast off): {merge:.2f}x", flush=True)
+    print(f"  two lookups vs two sort-merge joins (broadcast off): {merge:.2f}x")
+    floor = result["broadcast join"] / result["mapInArrow pass-through"]
+    print(f"  mapInArrow pass-through / broadcast join rows/s: {floor:.2f} (no lookup at all)", flush=True)
 
 
 CONTENDERS = (
@@ -134,6 +136,7 @@ CONTENDERS = (
     "two broadcast joins",
     "two chained lookup_joins",
     "two sort-merge joins",
+    "mapInArrow pass-through",
 )
 
 
