@@ -88,7 +88,10 @@ def _open_lookups(stack: contextlib.ExitStack, specs: Sequence[LookupSpec]) -> l
         if spec.options not in clients:
             clients[spec.options] = stack.enter_context(StatestoreClient(spec.options))
         client = clients[spec.options]
-        lookups.append(IndexLookup(spec, client) if spec.index is not None else Lookup(spec, client))
+        # A key lookup is closed with the task: its request threads end with it.
+        lookups.append(
+            IndexLookup(spec, client) if spec.index is not None else stack.enter_context(Lookup(spec, client))
+        )
     return lookups
 
 
