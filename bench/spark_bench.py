@@ -102,6 +102,23 @@ def _service(config: Path, port: int) -> Iterator[str]:
             process.kill()
 
 
+@contextlib.contextmanager
+def served_dimensions(bootstrap: str, folder: Path, keys: int) -> Iterator[str]:
+    """The products and customers topics (``keys`` records each) served by ``statestore serve``."""
+    _produce(bootstrap, "bench-products", keys, b"p", _product)
+    _produce(bootstrap, "bench-customers", keys, b"c", _customer)
+    config = folder / "statestore.yaml"
+    config.write_text(
+        f"kafka:\n  bootstrap_servers: {bootstrap!r}\n"
+        f"state_dir: {str(folder / 'state')!r}\n"
+        "stores:\n"
+        "  - {name: products, topic: bench-products, value_format: json}\n"
+        "  - {name: customers, topic: bench-customers, value_format: json}\n"
+    )
+    with _service(config, free_port()) as url:
+        yield url
+
+
 def _run(
     python: str, url: str, connect: str | None, folder: Path, args: argparse.Namespace
 ) -> dict[str, Any]:
@@ -160,17 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     with tempfile.TemporaryDirectory(prefix="spark-bench-") as tmp, LocalBroker() as broker:
         started = time.perf_counter()
-        _produce(broker.bootstrap_servers, "bench-products", args.keys, b"p", _product)
-        _produce(broker.bootstrap_servers, "bench-customers", args.keys, b"c", _customer)
-        config = Path(tmp) / "statestore.yaml"
-        config.write_text(
-            f"kafka:\n  bootstrap_servers: {broker.bootstrap_servers!r}\n"
-            f"state_dir: {str(Path(tmp) / 'state')!r}\n"
-            "stores:\n"
-            "  - {name: products, topic: bench-products, value_format: json}\n"
-            "  - {name: customers, topic: bench-customers, value_format: json}\n"
-        )
-        with _service(config, free_port()) as url:
+        with served_dimensions(broker.bootstrap_servers, Path(tmp), args.keys) as url:
             print(f"stores ready after {time.perf_counter() - started:.1f} s", flush=True)
             connect = start_connect_server("local[2]", "2g") if "connect" in sessions else None
             for python in pythons:

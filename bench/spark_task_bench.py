@@ -24,13 +24,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from bench.spark_bench import _customer, _produce, _product, _service
+from bench.spark_bench import _customer, _product, served_dimensions
 from clients import StatestoreClient
 from clients.lookup import LookupSpec
 from clients.options import ClientOptions
 from clients.spark.plan import projection
 from clients.spark.tasks import JoinStep, join_task
-from service.local.broker import LocalBroker, free_port
+from service.local.broker import LocalBroker
 
 SPARK_BATCH_ROWS = 10_000
 PRODUCT = pa.struct([("name", pa.string()), ("price", pa.float64()), ("category", pa.string())])
@@ -75,45 +75,38 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keys", type=int, default=100_000, help="keys per dimension store")
     parser.add_argument("--top", type=int, default=25, help="functions to list")
     args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="spark-task-bench-") as tmp, LocalBroker() as broker:
-        _produce(broker.bootstrap_servers, "bench-products", args.keys, b"p", _product)
-        _produce(broker.bootstrap_servers, "bench-customers", args.keys, b"c", _customer)
-        config = Path(tmp) / "statestore.yaml"
-        config.write_text(
-            f"kafka:\n  bootstrap_servers: {broker.bootstrap_servers!r}\n"
-            f"state_dir: {str(Path(tmp) / 'state')!r}\n"
-            "stores:\n"
-            "  - {name: products, topic: bench-products, value_format: json}\n"
-            "  - {name: customers, topic: bench-customers, value_format: json}\n"
+    with (
+        tempfile.TemporaryDirectory(prefix="spark-task-bench-") as tmp,
+        LocalBroker() as broker,
+        served_dimensions(broker.bootstrap_servers, Path(tmp), args.keys) as url,
+    ):
+        options = ClientOptions(url, timeout=30, deadline=300)
+        with StatestoreClient(options) as client:
+            positions = {s: str(client.store(s).position) for s in ("products", "customers")}
+        # The fields a lookup_join asks for, decided on the driver from a sample of values.
+        product_fields = projection([json.loads(_product(i)) for i in range(20)], tuple(PRODUCT.names))
+        customer_fields = projection([json.loads(_customer(i)) for i in range(20)], tuple(CUSTOMER.names))
+        products = LookupSpec(
+            options, "products", positions["products"], "json", PRODUCT, fields=product_fields
         )
-        with _service(config, free_port()) as url:
-            options = ClientOptions(url, timeout=30, deadline=300)
-            with StatestoreClient(options) as client:
-                positions = {s: str(client.store(s).position) for s in ("products", "customers")}
-            # The fields a lookup_join asks for, decided on the driver from a sample of values.
-            product_fields = projection([json.loads(_product(i)) for i in range(20)], tuple(PRODUCT.names))
-            customer_fields = projection([json.loads(_customer(i)) for i in range(20)], tuple(CUSTOMER.names))
-            products = LookupSpec(
-                options, "products", positions["products"], "json", PRODUCT, fields=product_fields
-            )
-            customers = LookupSpec(
-                options, "customers", positions["customers"], "json", CUSTOMER, fields=customer_fields
-            )
-            one = [JoinStep(products, 4, "left", None)]
-            two = [*one, JoinStep(customers, 5, "left", None)]
-            kept = ["purchase_id", "product_id", "customer_id", "quantity"]
-            names_one = [*kept, *(f"product_{n}" for n in PRODUCT.names)]
-            names_two = [*names_one, *(f"customer_{n}" for n in CUSTOMER.names)]
-            batches = facts(args.rows, args.keys)
-            run_task(batches, one, names_one)  # warm-up: the service's caches, imports
-            print(f"{args.rows:,} rows, {args.keys:,} keys per store", flush=True)
-            print(f"  one lookup:          {run_task(batches, one, names_one):6.2f} s", flush=True)
-            print(f"  two chained lookups: {run_task(batches, two, names_two):6.2f} s", flush=True)
-            profile = cProfile.Profile()
-            profile.enable()
-            run_task(batches, two, names_two)
-            profile.disable()
-            pstats.Stats(profile).sort_stats("tottime").print_stats(args.top)
+        customers = LookupSpec(
+            options, "customers", positions["customers"], "json", CUSTOMER, fields=customer_fields
+        )
+        one = [JoinStep(products, 4, "left", None)]
+        two = [*one, JoinStep(customers, 5, "left", None)]
+        kept = ["purchase_id", "product_id", "customer_id", "quantity"]
+        names_one = [*kept, *(f"product_{n}" for n in PRODUCT.names)]
+        names_two = [*names_one, *(f"customer_{n}" for n in CUSTOMER.names)]
+        batches = facts(args.rows, args.keys)
+        run_task(batches, one, names_one)  # warm-up: the service's caches, imports
+        print(f"{args.rows:,} rows, {args.keys:,} keys per store", flush=True)
+        print(f"  one lookup:          {run_task(batches, one, names_one):6.2f} s", flush=True)
+        print(f"  two chained lookups: {run_task(batches, two, names_two):6.2f} s", flush=True)
+        profile = cProfile.Profile()
+        profile.enable()
+        run_task(batches, two, names_two)
+        profile.disable()
+        pstats.Stats(profile).sort_stats("tottime").print_stats(args.top)
     return 0
 
 
