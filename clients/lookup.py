@@ -9,6 +9,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -23,6 +25,10 @@ log = logging.getLogger("clients.lookup")
 
 DEFAULT_CACHE_BYTES = 256 * 1024 * 1024
 """Bytes of keys and decoded values one task keeps, so keys repeated across batches are asked once."""
+
+REQUESTS_IN_FLIGHT = 4
+"""Batch-get requests one lookup keeps in flight: the service answers one while the task sends the
+next and decodes the last (one at a time, the task and the service mostly waited on each other)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -118,6 +124,7 @@ class Lookup:
         self.client = client or StatestoreClient(spec.options)
         self.known = KnownValues(spec.output_type, spec.cache_bytes)
         self.keys_fetched = 0
+        self._threads: ThreadPoolExecutor | None = None
 
     @property
     def key_format(self) -> str:
@@ -128,6 +135,8 @@ class Lookup:
         return self.spec.key_format
 
     def close(self) -> None:
+        if self._threads is not None:
+            self._threads.shutdown(wait=True, cancel_futures=True)
         if self._own_client:
             self.client.close()
 
@@ -137,15 +146,31 @@ class Lookup:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def _learn(self, keys: pa.Array) -> None:
-        """Fetch and decode distinct keys not known yet."""
+    def _fetched(self, keys: pa.Array, deadline: float) -> tuple[pa.Array, pa.Array, pa.Array]:
+        """One batch of keys fetched and decoded: values, found, misfit."""
         spec = self.spec
         stored = self.client.get_arrow(
-            spec.store, keys, min_position=spec.min_position, as_of=spec.as_of, fields=spec.fields
-        )
+            spec.store, keys, min_position=spec.min_position, as_of=spec.as_of, fields=spec.fields,
+            deadline=max(deadline - time.monotonic(), 1e-3),
+        )  # fmt: skip
+        values, misfit = decode(stored, spec.value_format, spec.value_type)
+        return values, pc.is_valid(stored), misfit
+
+    def _learn(self, keys: pa.Array) -> None:
+        """Fetch and decode distinct keys not known yet, ``REQUESTS_IN_FLIGHT`` batches at a time,
+        within one deadline for them all."""
+        deadline = time.monotonic() + self.spec.options.deadline
+        size = self.spec.options.batch_size
+        batches = [keys.slice(start, size) for start in range(0, len(keys), size)]
+        if len(batches) == 1:
+            answers = [self._fetched(batches[0], deadline)]
+        else:
+            if self._threads is None:
+                self._threads = ThreadPoolExecutor(REQUESTS_IN_FLIGHT, thread_name_prefix="statestore-lookup")
+            answers = list(self._threads.map(lambda batch: self._fetched(batch, deadline), batches))
         self.keys_fetched += len(keys)
-        values, misfit = decode(stored, self.spec.value_format, self.spec.value_type)
-        self.known.add(keys, values, pc.is_valid(stored), misfit)
+        values, found, misfit = (pa.concat_arrays([answer[i] for answer in answers]) for i in range(3))
+        self.known.add(keys, values, found, misfit)
 
     def lookup_at(self, keys: pa.Array, times: pa.Array) -> LookupResult:
         """Values for a key column, each row's as of its time (epoch ms, ``int64``), row for row.
@@ -188,8 +213,8 @@ def _pairs(keys: pa.Array, times: pa.Array) -> tuple[pa.Array, pa.Array, pa.Arra
     index (null for a row without key or time)."""
     index_of: dict[tuple[bytes, int], int] = {}
     rows: list[int | None] = []
-    for key, time in zip(keys.to_pylist(), times.to_pylist(), strict=True):
-        rows.append(None if key is None or time is None else index_of.setdefault((key, time), len(index_of)))
+    for key, at in zip(keys.to_pylist(), times.to_pylist(), strict=True):
+        rows.append(None if key is None or at is None else index_of.setdefault((key, at), len(index_of)))
     return (
         pa.array([k for k, _ in index_of], pa.binary()),
         pa.array([t for _, t in index_of], pa.int64()),

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable
 from typing import Literal
 
 from pyspark.errors import AnalysisException
@@ -184,8 +183,7 @@ def lookup_join(
             f"lookup columns {clashes} already exist in the DataFrame; pass prefix= (e.g. prefix='{store}_')"
         )
     key_name = f"__statestore_key_{plan.info.lookup_id[:12]}"
-    chain, keyed = _keyed(df, key_name, _key_column_of(on, index is not None))
-    key_index = len(keyed.columns) - 1
+    chain, keyed, key_index = _keyed(df, key_name, on, index is not None)
     keyed, time_index = _with_time(keyed, as_of_time, plan.info.lookup_id)
     counter = plan.info.mismatch_counter
     step = JoinStep(plan.spec, key_index, how, counter, binary_keys, flag_name is not None, time_index)
@@ -223,20 +221,28 @@ def _added_fields(
     return added
 
 
-def _keyed(df: DataFrame, key_name: str, key_of: Callable[[DataFrame], Column]) -> tuple[_Chain, DataFrame]:
+def _keyed(df: DataFrame, key_name: str, on: str | Column, text: bool) -> tuple[_Chain, DataFrame, int]:
     """The chain this lookup joins (``df``'s, when ``df`` is a lookup's result and the key can be
-    computed before it) and its DataFrame with the lookup's key column added."""
+    computed before it), its DataFrame with the lookup's key column, and that column's index."""
     chain: _Chain | None = df.__dict__.get(_CHAIN_ATTRIBUTE)
     if chain is not None:
         try:
-            return chain, chain.keyed.withColumn(key_name, key_of(chain.keyed))
+            return (chain, *_with_key(chain.keyed, key_name, on, text))
         except AnalysisException:  # the key needs a column an earlier lookup adds: a pass of its own
             pass
-    return _Chain(df, df, (), (), (), tuple(df.schema.fields)), df.withColumn(key_name, key_of(df))
+    return (_Chain(df, df, (), (), (), tuple(df.schema.fields)), *_with_key(df, key_name, on, text))
 
 
-def _key_column_of(on: str | Column, by_index: bool) -> Callable[[DataFrame], Column]:
-    return lambda frame: _key_column(frame, on, by_index)
+def _with_key(frame: DataFrame, key_name: str, on: str | Column, text: bool) -> tuple[DataFrame, int]:
+    """``frame`` with the key column and its index. A column ``on`` names that Spark hands to Arrow
+    as the key already is (string, or binary for a key lookup) is used where it is: not copied into
+    a column of its own, the rows cross into Python without it twice."""
+    if isinstance(on, str) and "." not in on and "`" not in on and frame.columns.count(on) == 1:
+        data_type = frame.schema[on].dataType
+        if isinstance(data_type, StringType) or (isinstance(data_type, BinaryType) and not text):
+            return frame, frame.columns.index(on)
+    keyed = frame.withColumn(key_name, _key_column(frame, on, text))
+    return keyed, len(keyed.columns) - 1
 
 
 def _uncounted_join() -> str:

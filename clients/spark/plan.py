@@ -11,6 +11,7 @@ import json
 import logging
 import threading
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,12 @@ log = logging.getLogger("clients.spark")
 
 SAMPLE_SIZE = 20
 """Values read on the driver to check that ``value_schema`` fits the store at all."""
+
+PROJECTION_MIN_SAVING = 1024
+"""Bytes a value must shed on average (in the driver's sample) for a typed lookup to ask the service
+for only the fields its schema names (``fields=``). Projecting costs the service a JSON parse and
+encode of every value (a batch get of 100-byte values answered several times slower), more than
+carrying a few hundred bytes more, which the tasks skip as they parse."""
 
 URL_CONF = "spark.statestore.url"
 TOKEN_CONF = "spark.statestore.token"
@@ -182,8 +189,22 @@ class Plan:
     info: LookupInfo
 
 
-def _check_sample(client: StatestoreClient, spec: LookupSpec, schema: StructType) -> None:
-    """Fail when the store's values clearly do not fit the schema (none of a sample does).
+def projection(documents: Sequence[Any], names: tuple[str, ...]) -> tuple[str, ...] | None:
+    """The fields a typed lookup asks for: ``names`` when that sheds at least
+    ``PROJECTION_MIN_SAVING`` bytes a value from the sampled ``documents`` (or there is no sample),
+    else ``None`` (whole values)."""
+    if not documents:
+        return names
+    shed = 0
+    for document in documents:
+        if isinstance(document, dict):
+            kept = {name: document[name] for name in names if name in document}
+            shed += len(json.dumps(document)) - len(json.dumps(kept))
+    return names if shed >= PROJECTION_MIN_SAVING * len(documents) else None
+
+
+def _check_sample(client: StatestoreClient, spec: LookupSpec, schema: StructType) -> list[Any]:
+    """Fail when the store's values clearly do not fit the schema (none of a sample does); the sample.
 
     Reading the sample ``as_of`` the pinned position also proves that position can be read exactly.
     """
@@ -195,7 +216,7 @@ def _check_sample(client: StatestoreClient, spec: LookupSpec, schema: StructType
         if len(sample) >= SAMPLE_SIZE:
             break
     if not sample:
-        return
+        return []
     _, misfits = decode_json(pa.array([v for _, v in sample], pa.binary()), spec.value_type)
     documents = [json.loads(v) for _, v in sample]
     names = set(schema.fieldNames())
@@ -207,6 +228,7 @@ def _check_sample(client: StatestoreClient, spec: LookupSpec, schema: StructType
             f"{len(sample)} sampled values matches it (e.g. key {key!r}: {example[:200]!r}); "
             "fix the field names and types"
         )
+    return documents
 
 
 def plan_lookup(
@@ -262,7 +284,9 @@ def plan_lookup(
         )
         _check_reads(client, spec)
         if schema is not None:
-            _check_sample(client, spec, schema)
+            documents = _check_sample(client, spec, schema)
+            if spec.fields is not None:
+                spec = dataclasses.replace(spec, fields=projection(documents, spec.fields))
     value_type: DataType = schema or (BinaryType() if info.value_format == "bytes" else StringType())
     lookup_id = uuid.uuid4().hex
     counter = new_counter(session)

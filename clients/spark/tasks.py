@@ -23,8 +23,11 @@ from clients.options import ClientOptions
 
 log = logging.getLogger("clients.spark")
 
-GROUP_ROWS = 65_536
-"""Rows looked up together: Spark's Arrow batches (10,000 rows by default) are regrouped to this many."""
+GROUP_ROWS = 262_144
+"""Rows looked up together: Spark's Arrow batches (10,000 rows by default) are regrouped to this many.
+
+Every group matches its keys against all the keys the task knows (a hash table built per call), so
+few large groups cost far less than many small ones once a task knows most of a dimension."""
 
 
 class Counter(Protocol):
@@ -86,7 +89,10 @@ def _open_lookups(stack: contextlib.ExitStack, specs: Sequence[LookupSpec]) -> l
         if spec.options not in clients:
             clients[spec.options] = stack.enter_context(StatestoreClient(spec.options))
         client = clients[spec.options]
-        lookups.append(IndexLookup(spec, client) if spec.index is not None else Lookup(spec, client))
+        # A key lookup is closed with the task: its request threads end with it.
+        lookups.append(
+            IndexLookup(spec, client) if spec.index is not None else stack.enter_context(Lookup(spec, client))
+        )
     return lookups
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import httpx
 import pyarrow as pa
 
@@ -106,3 +108,32 @@ def test_lookup_dedupes_caches_and_never_matches_null_keys(serve_stores: ServeSt
         empty = lookup.lookup(pa.array([None, None], pa.string()))
         assert empty.values.to_pylist() == [None, None]
         assert transport.requests == 3
+
+
+class PairedTransport(httpx.HTTPTransport):
+    """A real HTTP transport whose batch gets go through in pairs: each waits for another one to be
+    in flight at the same time (a lookup sending one request at a time breaks the barrier)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pairs = threading.Barrier(2, timeout=30)
+        self.requests = 0
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith(":batchGet"):
+            self.requests += 1
+            self.pairs.wait()
+        return super().handle_request(request)
+
+
+def test_lookup_keeps_several_batch_gets_in_flight(serve_stores: ServeStores) -> None:
+    store = InMemoryStore("products")
+    store.apply([(0, i, f"p{i}".encode(), b'{"name": "n%d", "price": %d}' % (i, i)) for i in range(8)])
+    url = serve_stores({"products": (store, "json")})
+    transport = PairedTransport()
+    spec = LookupSpec(ClientOptions(url, batch_size=2), "products", "0:8", "json", PRODUCT)
+    with StatestoreClient(spec.options, transport=transport) as client, Lookup(spec, client) as lookup:
+        result = lookup.lookup(pa.array([f"p{i}" for i in reversed(range(8))]))
+    assert [v["name"] for v in result.values.to_pylist()] == [f"n{i}" for i in reversed(range(8))]
+    assert transport.requests == 4
+    assert not transport.pairs.broken

@@ -102,6 +102,8 @@ def test_no_exchange_is_added_by_two_chained_lookups(spark: SparkSession, servic
         plan = chained._jdf.queryExecution().executedPlan().toString()
         assert plan.count("MapInArrow") == passes
         assert plan.count("Exchange") == 0
+        # String key columns go to the tasks as they are; only an expression gets a key column.
+        assert ("__statestore_key_" in plan) == (chained is dependent)
     fused_rows = {r.product_id: (r.p_name, r.c_name) for r in fused.collect()}
     assert fused_rows["p001"] == ("product 1", "customer 1")
     assert fused_rows["p099"] == ("product 99", "customer 1")

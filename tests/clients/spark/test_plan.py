@@ -1,0 +1,43 @@
+"""Planning a typed lookup on the driver: which fields the executors ask the service for."""
+
+from __future__ import annotations
+
+import json
+
+from pyspark.sql import SparkSession
+
+from clients.spark.options import LookupOptions
+from clients.spark.plan import PROJECTION_MIN_SAVING, plan_lookup, projection
+from store import InMemoryStore
+from tests.clients.conftest import ServeStores
+
+NAMES = ("name", "price")
+
+
+def test_projection_only_when_it_sheds_enough_bytes_a_value() -> None:
+    small = [{"name": f"n{i}", "price": i, "tags": ["a", "b"]} for i in range(20)]
+    assert projection(small, NAMES) is None
+    padded = [{**d, "notes": "x" * PROJECTION_MIN_SAVING} for d in small]
+    assert projection(padded, NAMES) == NAMES
+    # On average: half the values padded twice as much sheds as much as all padded once.
+    half = [{**d, "notes": "x" * 2 * PROJECTION_MIN_SAVING} if i % 2 else d for i, d in enumerate(small)]
+    assert projection(half, NAMES) == NAMES
+    assert projection([], NAMES) == NAMES  # nothing sampled: ask for what the schema needs
+    assert projection(["not an object", 7], NAMES) is None
+
+
+def test_a_planned_lookup_asks_for_its_fields_only_when_values_are_large(
+    spark: SparkSession, serve_stores: ServeStores
+) -> None:
+    small, large = InMemoryStore("small"), InMemoryStore("large")
+    for store, padding in ((small, ""), (large, "x" * 2 * PROJECTION_MIN_SAVING)):
+        documents = [{"name": f"n{i}", "price": i, "notes": padding} for i in range(30)]
+        store.apply([(0, i, f"p{i}".encode(), json.dumps(d).encode()) for i, d in enumerate(documents)])
+    url = serve_stores({"small": (small, "json"), "large": (large, "json")})
+    fields = {
+        name: plan_lookup(
+            LookupOptions(store=name, url=url, value_schema="name string, price double"), spark
+        ).spec.fields
+        for name in ("small", "large")
+    }
+    assert fields == {"small": None, "large": NAMES}
