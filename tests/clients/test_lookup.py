@@ -17,17 +17,21 @@ PRODUCT = pa.struct([("name", pa.string()), ("price", pa.float64()), ("tags", pa
 
 
 class CountingTransport(httpx.HTTPTransport):
-    """A real HTTP transport that counts batch-get requests and the keys they carry."""
+    """A real HTTP transport that counts batch-get requests and the keys they carry (a lookup
+    sends several at once, from several threads)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.requests = 0
         self.keys = 0
+        self._counting = threading.Lock()
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         if request.url.path.endswith(":batchGet"):
-            self.requests += 1
-            self.keys += pa.ipc.open_stream(request.read()).read_all().num_rows
+            rows = pa.ipc.open_stream(request.read()).read_all().num_rows
+            with self._counting:
+                self.requests += 1
+                self.keys += rows
         return super().handle_request(request)
 
 
