@@ -25,6 +25,7 @@ import orjson
 
 from service.codec import KeyEncoding, encode_key
 from store.formats import undecodable_reason
+from store.json_values import is_marked
 from wire.problems import (
     UNKNOWN_SCHEMA,
     VALUE_NOT_JSON,
@@ -77,7 +78,7 @@ class BadValues:
 
     def is_json(self, store: str, key: bytes, value: bytes) -> bool:
         """Whether ``value`` is one JSON document; reports it when not."""
-        if value[:1] != b"\x00":
+        if not is_marked(value):
             return True
         self._report(store, key)
         return False
@@ -96,7 +97,7 @@ class BadValues:
             if value is None:
                 if absent is not None:
                     absent.append(index)
-            elif value[:1] == b"\x00":
+            elif is_marked(value):
                 self._report(store, keys[index])
                 bad.append(index)
         return bad
