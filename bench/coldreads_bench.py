@@ -4,7 +4,7 @@ Every variant holds the same table (``--records`` keys of ``bench/scale_data.py`
 MD5 keys, ~105-byte JSON values), built the way a bulk restore builds it: chunks of 250,000
 records in random key order, each sorted and written as an SST file, ingested one after the other
 with compactions deferred, then compactions resumed and waited for. Reads are 1,000-key
-``get_many`` calls of ``store.table.engine.SnapshotReader`` (the store's read path below its hot-key
+``get_many`` calls of ``store.table.snapshot_reader.SnapshotReader`` (the store's read path below its hot-key
 cache) on keys never asked before (``FreshKeys``), after a warm-up of ``--warm`` batches that fills
 the block cache as far as it goes. Variants:
 

@@ -45,7 +45,7 @@ from store.lifecycle.reporter import Reporter
 from store.lifecycle.timing import Every
 from store.lifecycle.writer import TableWriter, check_written_copy
 from store.state import RestoreMode
-from store.table.engine import is_space_error
+from store.table.volume import is_space_error
 from store.tuning import ConsumerTuning, RestoreTuning
 
 _WORKER_MODULE = "store.kafka.restore_worker"

@@ -28,9 +28,9 @@ from store.lifecycle.listeners import ListenedCondition
 from store.protocol import CorruptionReport, FoundBy, MemoryUsage, ReadOnlyKeyValueStore
 from store.state import StoreState
 from store.table.corruption import drop_engine_references, log_corruption_found
-from store.table.engine import destroy
 from store.table.replica import Replica
 from store.table.verifier import VerifyStep
+from store.table.volume import destroy
 from wire.position import Position
 
 logger = logging.getLogger(__name__)

@@ -24,7 +24,7 @@ import time
 from store.lifecycle.progress import Progress
 from store.lifecycle.writer import TableFiles
 from store.state import RestoreMode
-from store.table.engine import LEVEL0_COMPACTION_TRIGGER
+from store.table.options import LEVEL0_COMPACTION_TRIGGER
 
 _POLL_SECONDS = 0.1
 _IDLE_LIMIT_SECONDS = 10.0

@@ -5,7 +5,7 @@ Reads go on meanwhile from the copy as it is: a READY store stays READY, its sta
 - A full volume (:class:`StoreFullError`): wait for space, retrying a write that creates no file
   (``TableFiles.check_writable``) with backoff. RocksDB resumes writing by itself once its volume
   has a write buffer free (``engine.write_buffer_bytes``, at most a quarter of the volume:
-  ``store.table.engine.write_buffer_for``; it checks every few seconds), and the copy stays open, so
+  ``store.table.volume.write_buffer_for``; it checks every few seconds), and the copy stays open, so
   nothing applied is lost. Only a refusal RocksDB does not recover from by
   itself (a file size limit, a quota) has the copy reopened, once the volume has had the space for
   a while; then what was applied since the last checkpoint is read again (RESTORING).
@@ -28,7 +28,7 @@ from store.lifecycle.config import StoreConfig
 from store.lifecycle.progress import Progress
 from store.lifecycle.timing import Backoff
 from store.lifecycle.writer import StoreCopies
-from store.table.engine import can_write, free_bytes, write_buffer_for
+from store.table.volume import can_write, free_bytes, write_buffer_for
 from wire.position import Position
 
 # The most a check for free space writes (a memtable flush needs about a write buffer).

@@ -5,17 +5,21 @@ cache), what it takes from the rest of the store (:class:`TableConfig`, :class:`
 of its indexes and history (:class:`IndexSpec`, :class:`HistorySpec`), the background check of a
 copy (:class:`Verifier`), and what the benchmarks measure of it directly: the RocksDB
 :class:`Engine` with its snapshot reads and options, and the hot-key cache. Below it: ``engine``,
-``indexes``, ``history``, ``asof``, ``hot_keys``, ``corruption``, ``families``. Nothing here
+``snapshot_reader`` (reads of one snapshot), ``options`` (RocksDB's), ``volume`` (space and write
+errors), ``indexes``, ``history``, ``asof``, ``hot_keys``, ``corruption``, ``families``. Nothing here
 imports the Kafka side (``store.kafka``) or the lifecycle.
 """
 
-from store.table.engine import Engine, SnapshotReader, database_options, directory_size
+from store.table.engine import Engine
 from store.table.history import HistorySpec
 from store.table.hot_keys import HotKeyCache, read_misses
 from store.table.indexes import IndexSpec
+from store.table.options import database_options
 from store.table.replica import Replica
 from store.table.seams import Changes, TableConfig
+from store.table.snapshot_reader import SnapshotReader
 from store.table.verifier import Verifier, VerifyStep
+from store.table.volume import directory_size
 
 __all__ = [
     "Changes",

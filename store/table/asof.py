@@ -9,9 +9,9 @@ from typing import Any
 from store.exceptions import IndexNotReadyError, ScanLimitError, UnknownIndexError
 from store.protocol import MAX_SCAN_LIMIT, ScanPage
 from store.table.corruption import entries
-from store.table.engine import SnapshotReader, prefix_upper_bound
 from store.table.history import change_key, choose_version, escape_prefix, scan_versions, unescape
 from store.table.indexes import IndexSpec
+from store.table.snapshot_reader import SnapshotReader, prefix_upper_bound
 from wire.position import Position
 
 # A scan page examines at most this many candidate keys per item asked, so a page over keys that

@@ -13,35 +13,32 @@ The WAL is disabled: the topic is the log. Data and offsets are written in one `
 from __future__ import annotations
 
 import logging
-import os
-import shutil
 import struct
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import rocksdict
 
 from store.exceptions import (
-    ScanLimitError,
-    StoreClosedError,
     StoreCorruptError,
-    StoreCorruptWriteError,
     StoreError,
     StoreFullError,
-    StoreIOError,
     StoreLockedError,
     StoreReadError,
     StoreWriteError,
-    StoreWriterClosedError,
-    UnknownIndexError,
 )
-from store.protocol import MAX_SCAN_LIMIT, MemoryUsage, ScanPage
+from store.protocol import MemoryUsage
 from store.table import families
-from store.table.corruption import check_status, family_get, is_absent, named_file, prefixed, read_error
-from store.table.indexes import IndexSpec
-from store.table_format import compression, table_options
+from store.table.corruption import check_status, family_get, prefixed, read_error
+from store.table.options import (
+    LEVEL0_COMPACTION_TRIGGER,
+    LEVEL0_SLOWDOWN_WRITES_TRIGGER,
+    LEVEL0_STOP_WRITES_TRIGGER,
+    database_options,
+)
+from store.table.volume import directory_size, is_space_error, write_buffer_for, write_error
 from store.tuning import RocksDBOptions
 from wire.position import Position
 
@@ -60,137 +57,6 @@ _PARTITION = struct.Struct(">i")
 
 def _offset_key(partition: int) -> bytes:
     return _OFFSET_PREFIX + _PARTITION.pack(partition)
-
-
-def prefix_upper_bound(prefix: bytes) -> bytes | None:
-    """The smallest key greater than every key starting with ``prefix`` (``None``: no bound)."""
-    stripped = prefix.rstrip(b"\xff")
-    if not stripped:
-        return None
-    return stripped[:-1] + bytes([stripped[-1] + 1])
-
-
-# What RocksDB reports when the volume, a quota or a file size limit refuses a write: the store's
-# files are fine, so opening must wait for space rather than rebuild.
-_SPACE_ERRORS = ("no space left on device", "file too large", "disk quota exceeded")
-
-
-def is_space_error(error: Exception | str) -> bool:
-    """Whether RocksDB's (or the OS's) message says the volume, a quota or a file size limit
-    refused a write."""
-    text = str(error).lower()
-    return any(marker in text for marker in _SPACE_ERRORS)
-
-
-def write_error(path: Path, exc: Exception, closed: bool = False) -> StoreWriteError:
-    """The error to raise for RocksDB's refusal ``exc`` to write the database at ``path``, by kind,
-    saying what to do. ``closed``: the engine was closed already.
-
-    RocksDB names the kind at the start of its message (``IO error: No space left on device``,
-    ``Corruption: block checksum mismatch``); rocksdict raises ``DbClosedError`` once closed.
-    """
-    text = str(exc)
-    kind = text.lower()
-    if closed or isinstance(exc, rocksdict.DbClosedError):
-        return StoreWriterClosedError(
-            f"the store at {path} was closed while being written ({text or type(exc).__name__}); nothing"
-            " to do: the store is stopping, or reopening its copy"
-        )
-    if is_space_error(exc):
-        return StoreFullError(
-            f"cannot write the store at {path} ({text}); free space on its volume (or grow it):"
-            " the store resumes by itself once it can write again"
-        )
-    if kind.startswith("corruption"):
-        # A flush or compaction read a corrupt file, and RocksDB refuses writes from then on: the
-        # copy is corrupt (not the volume full), and the store rebuilds it from the topic.
-        return StoreCorruptWriteError(
-            f"RocksDB refuses writes to the store at {path}: its background work found a corrupt file"
-            f" ({text}); the store rebuilds its copy from the topic. If this recurs, check the volume"
-            " (the kernel log names failing devices)",
-            file=named_file(text),
-            engine_message=text,
-        )
-    if kind.startswith("io error"):
-        return StoreIOError(
-            f"cannot write the store at {path}: an I/O error ({text}); check its volume (the kernel log"
-            " names failing devices): the store retries by itself"
-        )
-    return StoreWriteError(
-        f"cannot write the store at {path} ({text}); the store retries by itself. If this recurs,"
-        " report it with this message"
-    )
-
-
-# RocksDB compacts level 0 once it holds this many files (its default, set here because
-# Engine.compact_leftover_level0 relies on it).
-LEVEL0_COMPACTION_TRIGGER = 4
-# From this many level-0 files RocksDB slows writes down, and stops them (its defaults; see
-# Engine.defer_compactions).
-LEVEL0_SLOWDOWN_WRITES_TRIGGER = 20
-LEVEL0_STOP_WRITES_TRIGGER = 36
-
-
-# Threads of one level-0 compaction: the merge of a bulk restore's files runs before READY
-# (``store.lifecycle.settle``), when nothing else of the store runs, so it may take a second core.
-SUBCOMPACTIONS = 2
-
-_INFO_LOG_FILES = 2
-_INFO_LOG_FILE_BYTES = 512 * 1024
-
-
-# The smallest write buffer a small volume gets (see ``write_buffer_for``).
-_MIN_WRITE_BUFFER_BYTES = 1024 * 1024
-
-
-def write_buffer_for(path: Path, configured: int) -> int:
-    """The write buffer (memtable) size of the database at ``path``: ``configured``, but at most a
-    quarter of its volume. After a full volume refused a flush, RocksDB resumes writing by itself
-    only once a write buffer is free; on a volume not much larger than one it never would."""
-    directory = path
-    while not directory.exists() and directory != directory.parent:
-        directory = directory.parent
-    try:
-        stats = os.statvfs(directory)
-    except OSError:
-        return configured
-    return min(configured, max(_MIN_WRITE_BUFFER_BYTES, stats.f_blocks * stats.f_frsize // 4))
-
-
-_shared_caches: dict[int, rocksdict.Cache] = {}
-_shared_caches_lock = threading.Lock()
-
-
-def block_cache(tuning: RocksDBOptions) -> rocksdict.Cache:
-    """The block cache of a database tuned by ``tuning``: its own, or the process's shared cache of
-    that capacity (``RocksDBOptions.share_block_cache``), created by the first database to ask."""
-    if not tuning.share_block_cache:
-        return rocksdict.Cache(tuning.block_cache_bytes)
-    with _shared_caches_lock:
-        cache = _shared_caches.get(tuning.block_cache_bytes)
-        if cache is None:
-            cache = _shared_caches[tuning.block_cache_bytes] = rocksdict.Cache(tuning.block_cache_bytes)
-        return cache
-
-
-def database_options(tuning: RocksDBOptions, write_buffer_bytes: int) -> rocksdict.Options:
-    options = rocksdict.Options(raw_mode=True)
-    options.create_if_missing(True)
-    options.create_missing_column_families(True)
-    options.set_atomic_flush(True)
-    options.set_write_buffer_size(write_buffer_bytes)
-    options.set_max_background_jobs(2)
-    options.set_max_subcompactions(SUBCOMPACTIONS)
-    options.set_level_zero_file_num_compaction_trigger(LEVEL0_COMPACTION_TRIGGER)
-    options.set_level_zero_slowdown_writes_trigger(LEVEL0_SLOWDOWN_WRITES_TRIGGER)
-    options.set_level_zero_stop_writes_trigger(LEVEL0_STOP_WRITES_TRIGGER)
-    options.set_block_based_table_factory(table_options(block_cache(tuning)))
-    options.set_compression_type(compression())
-    # RocksDB's own info log: every open renames the last one to LOG.old.*; a store reopened after
-    # write errors on a full volume must not fill what is left of it with them.
-    options.set_keep_log_file_num(_INFO_LOG_FILES)
-    options.set_max_log_file_size(_INFO_LOG_FILE_BYTES)
-    return options
 
 
 class Engine:
@@ -592,154 +458,3 @@ class Engine:
         self._families.clear()
         self._handles.clear()
         self._meta = self._meta_handle = self._db = None
-
-
-def directory_size(path: Path) -> int:
-    total = 0
-    for root, _dirs, files in os.walk(path):
-        for name in files:
-            try:
-                total += (Path(root) / name).stat().st_size
-            except FileNotFoundError:  # compaction removed it while we walked
-                continue
-    return total
-
-
-def free_bytes(directory: Path) -> int:
-    """Bytes free for an unprivileged writer on the volume of ``directory`` (0 if unknown)."""
-    try:
-        stats = os.statvfs(directory)
-    except OSError:
-        return 0
-    return stats.f_bavail * stats.f_frsize
-
-
-def can_write(directory: Path, size: int) -> bool:
-    """Whether ``size`` bytes can be written (and synced) under ``directory`` now."""
-    probe = directory / ".space-probe"
-    try:
-        with open(probe, "wb") as file:
-            chunk = bytes(min(size, 1 << 20))
-            for _ in range(0, size, len(chunk)):
-                file.write(chunk)
-            file.flush()
-            os.fsync(file.fileno())
-        return True
-    except OSError:
-        return False
-    finally:
-        probe.unlink(missing_ok=True)
-
-
-def destroy(path: Path) -> None:
-    """Remove a database directory entirely."""
-    shutil.rmtree(path, ignore_errors=True)
-
-
-class _ReleasedSnapshot:
-    def __getitem__(self, key: bytes) -> bytes:
-        raise StoreClosedError("this view has ended; take a new one with store.view()")
-
-    def iter(self, read_options: object = None) -> Any:
-        raise StoreClosedError("this view has ended; take a new one with store.view()")
-
-    def seek(self, key: bytes) -> None:
-        raise StoreClosedError("this view has ended; take a new one with store.view()")
-
-
-class SnapshotReader:
-    """Reads from one RocksDB snapshot; implements ``ReadOnlyKeyValueStore``."""
-
-    __slots__ = ("_index_iterator", "_index_snapshot", "_indexes", "_iterator", "_position", "_snapshot")
-
-    def __init__(
-        self,
-        snapshot: rocksdict.Snapshot | _ReleasedSnapshot,
-        position: Position,
-        index_snapshot: rocksdict.Snapshot | _ReleasedSnapshot | None = None,
-        indexes: Mapping[str, IndexSpec] | None = None,
-    ) -> None:
-        self._snapshot = snapshot
-        self._position = position
-        self._index_snapshot = index_snapshot
-        self._indexes = indexes or {}
-        # rocksdict's Snapshot.iter() drops the snapshot and iterates the live database; an
-        # iterator reads the version current when it is created, so scans use iterators made now,
-        # while the store lock holds writes back.
-        self._iterator: Any = snapshot.iter()
-        self._index_iterator: Any = index_snapshot.iter() if index_snapshot is not None else None
-
-    @property
-    def iterator(self) -> Any:
-        """The table iterator pinned when this view was taken (re-seek it; never share threads)."""
-        return self._iterator
-
-    def release(self) -> None:
-        """Drop the snapshot so the database can close; later reads raise ``StoreClosedError``."""
-        self._snapshot = _ReleasedSnapshot()
-        self._index_snapshot = _ReleasedSnapshot()
-        self._iterator = self._index_iterator = _ReleasedSnapshot()
-
-    def get(self, key: bytes) -> bytes | None:
-        return self.get_many((key,))[0]
-
-    def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
-        """Values in request order, ``None`` only for absent keys; ``StoreReadError`` if a read failed."""
-        snapshot = self._snapshot
-        values: list[bytes | None] = []
-        append = values.append
-        for key in keys:
-            try:
-                append(snapshot[key])
-            except StoreClosedError:
-                raise
-            except Exception as exc:  # rocksdict raises a bare Exception for absence and failure alike
-                if not is_absent(exc):
-                    raise read_error(exc) from exc
-                append(None)
-        return values
-
-    def prefix_scan(self, prefix: bytes, *, after: bytes | None = None, limit: int = 1000) -> ScanPage:
-        return ScanPage(*_scan(self._iterator, prefix, after, limit, lambda key: key))
-
-    def index_scan(
-        self, index: str, value: bytes, *, after: bytes | None = None, limit: int = 1000
-    ) -> ScanPage:
-        spec = self._indexes.get(index)
-        if spec is None or self._index_iterator is None:
-            raise UnknownIndexError(index, sorted(self._indexes))
-        value_prefix = spec.value_prefix(value)
-        start_after = None if after is None else value_prefix + after
-        entries, next_after = _scan(
-            self._index_iterator, value_prefix, start_after, limit, lambda key: key[len(value_prefix) :]
-        )
-        row_keys = [row_key for row_key, _ in entries]
-        rows = self.get_many(row_keys)
-        # Index and rows come from snapshots taken together, so every entry has its row.
-        items = [(k, v) for k, v in zip(row_keys, rows, strict=True) if v is not None]
-        return ScanPage(items, next_after)
-
-    def position(self) -> Position:
-        return self._position
-
-
-def _scan(
-    iterator: Any, prefix: bytes, after: bytes | None, limit: int, key_of: Callable[[bytes], bytes]
-) -> tuple[list[tuple[bytes, bytes]], bytes | None]:
-    """One bounded, byte-ordered page of keys starting with ``prefix``, strictly after ``after``."""
-    if limit < 1:
-        raise ScanLimitError(f"scan limit must be at least 1, got {limit}")
-    limit = min(limit, MAX_SCAN_LIMIT)
-    iterator.seek(prefix if after is None or after < prefix else after + b"\x00")
-    items: list[tuple[bytes, bytes]] = []
-    while iterator.valid():
-        key = iterator.key()
-        if not key.startswith(prefix):
-            break
-        if len(items) == limit:
-            return items, items[-1][0]
-        items.append((key_of(key), iterator.value()))
-        iterator.next()
-    # An iterator also stops on a failed read: without this check a corrupt block ends the page early.
-    check_status(iterator)
-    return items, None

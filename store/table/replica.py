@@ -27,13 +27,15 @@ from store.protocol import MAX_SCAN_LIMIT, CorruptionReport, MemoryUsage, ScanPa
 from store.table import families, history, timed
 from store.table.asof import AsOfReader
 from store.table.corruption import drop_engine_references
-from store.table.engine import Engine, SnapshotReader, destroy, prefix_upper_bound
+from store.table.engine import Engine
 from store.table.history import HistoryRecorder, floor_from
 from store.table.hot_keys import HotKeyCache, read_misses
 from store.table.indexes import OUTDATED, STATE_PREFIX, IndexSpec, index_changes, parse_states, state_entry
 from store.table.seams import Changes, TableConfig
+from store.table.snapshot_reader import SnapshotReader, prefix_upper_bound
 from store.table.timed import TimeBounds, newest_per_partition
 from store.table.timed_reader import TimedReader
+from store.table.volume import destroy
 from wire.position import Position
 
 logger = logging.getLogger(__name__)

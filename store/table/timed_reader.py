@@ -9,9 +9,9 @@ from store.exceptions import TimeExpiredError
 from store.table import timed
 from store.table.asof import AsOfReader, historic_keys
 from store.table.corruption import check_status
-from store.table.engine import SnapshotReader
 from store.table.history import PUT, escape
 from store.table.indexes import IndexSpec
+from store.table.snapshot_reader import SnapshotReader
 from wire.position import Position
 
 

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from store.table.engine import Engine, write_error
+from store.table.engine import Engine
+from store.table.volume import write_error
 
 
 def refuse_writes(monkeypatch: pytest.MonkeyPatch, refusal: Exception, times: int | None) -> list[Engine]:

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from store import Position
-from store.table.engine import Engine, SnapshotReader
+from store.table.engine import Engine
+from store.table.snapshot_reader import SnapshotReader
 from store.tuning import RocksDBOptions
 
 # A capacity no other test asks for, so the shared cache holds this test's blocks only.

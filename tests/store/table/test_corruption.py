@@ -29,7 +29,8 @@ from store import (
     StoreReadError,
 )
 from store.table.corruption import is_absent, named_file, read_error
-from store.table.engine import Engine, SnapshotReader
+from store.table.engine import Engine
+from store.table.snapshot_reader import SnapshotReader
 from store.tuning import RocksDBOptions
 from tests.support.damage import compact, flip_first_block
 from tests.support.kafka import latest_per_key

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from store.table.engine import prefix_upper_bound
+from store.table.snapshot_reader import prefix_upper_bound
 
 # Bytes near the edges make prefixes ending in 0xff (and keys around them) likely.
 edge_bytes = st.binary(max_size=4).map(lambda b: bytes(x if x % 3 else 0xFF for x in b))

@@ -19,7 +19,8 @@ from store import (
     StoreWriteError,
     StoreWriterClosedError,
 )
-from store.table.engine import Engine, write_error
+from store.table.engine import Engine
+from store.table.volume import write_error
 
 DB = Path("/var/lib/statestore/products/db")
 
