@@ -19,9 +19,9 @@ from collections.abc import Callable, Sequence
 from starlette.requests import Request
 from starlette.types import Scope
 
+from service.auth_settings import AuthSettings, CertificateSettings, TokenSettings, load_tokens_file
 from service.exceptions import ConfigError
 from service.reloading import Reloading
-from service.settings import AuthSettings, CertificateSettings, TokenSettings, load_tokens_file
 from service.tls import PEER_SCOPE_KEY, PeerCertificate
 from wire.problems import FORBIDDEN, UNAUTHORIZED
 

@@ -9,7 +9,7 @@ from starlette.requests import ClientDisconnect, Request
 
 from service import openapi_docs as docs
 from service.guard import remaining_seconds, request_timeout
-from service.settings import LimitSettings
+from service.limit_settings import LimitSettings
 from wire.problems import (
     BATCH_TOO_LARGE,
     BODY_TOO_LARGE,

@@ -44,8 +44,9 @@ from typing import Any
 
 from service.auth import CONNECTION_SCOPE_KEY
 from service.heads import BoundedHeads, raw_problem
+from service.limit_settings import LimitSettings
 from service.reloading import Reloading
-from service.settings import LimitSettings, Settings
+from service.settings import Settings
 from service.throttled_log import ThrottledWarnings
 from service.tls import PEER_SCOPE_KEY, PeerCertificate, peer_certificate, reloading_context
 from wire.problems import CLIENT_TOO_MANY_CONNECTIONS, ProblemError

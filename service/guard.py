@@ -19,8 +19,9 @@ from collections.abc import Callable
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.auth import Auth
+from service.auth_settings import AuthSettings
+from service.limit_settings import LimitSettings
 from service.problems import problem_body
-from service.settings import AuthSettings, LimitSettings
 from service.throttled_log import ThrottledWarnings
 from wire.problems import (
     CLIENT_TOO_MANY_REQUESTS,

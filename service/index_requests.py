@@ -14,9 +14,9 @@ from starlette.requests import Request
 from service.arrow_body import read_column
 from service.bodies import JSON, batch_media_type, check_batch, check_key_length, malformed, read_body
 from service.codec import KeyEncoding, bad_key_encoding, decode_key_text, key_encoding
+from service.limit_settings import LimitSettings
 from service.queries import Query
 from service.read_requests import ReadRequests, StoreRead, checked_page_limit, page_limit
-from service.settings import LimitSettings
 
 DEFAULT_PAGE = 100
 DEFAULT_LIMIT_PER_VALUE = 1000

@@ -16,7 +16,8 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from service.settings import Settings, StoreSettings
+from service.settings import Settings
+from service.store_settings import StoreSettings
 
 STORE_PATH = "/v1/stores/{store}"
 # A UTF-8 character takes up to 4 bytes: this many characters always fit the byte limit.

@@ -16,8 +16,9 @@ from urllib.parse import parse_qsl
 from starlette.types import Scope
 
 from service.guard import DEADLINE_KEY
-from service.settings import LimitSettings, ShardingSettings
+from service.limit_settings import LimitSettings
 from service.sharding import shard_part
+from service.store_settings import ShardingSettings
 from service.times import TimeSyntaxError, parse_time
 from store import InvalidPositionError, Position
 from wire.problems import INVALID_PARAMETER, INVALID_POSITION, ProblemError

@@ -32,12 +32,13 @@ from service.bodies import (
     too_large,
 )
 from service.codec import KeyEncoding, decode_key_text, decode_path_key, key_encoding
+from service.limit_settings import LimitSettings
 from service.natural_keys import is_number_column, stored_key_column
 from service.projection import Projection
 from service.queries import Query, ReadOptions, invalid_parameter, read_options
 from service.reads import find_store
 from service.registry import ServedStore, StoreRegistry
-from service.settings import LimitSettings, Settings
+from service.settings import Settings
 from service.sharding import KeyCheck
 from service.time_requests import TIME_COLUMN, arrow_times, json_times, per_key_times
 from wire.problems import PAGE_TOO_LARGE

@@ -10,11 +10,11 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from service.codec import VALUE_MEDIA_TYPES
-from service.settings import (
+from service.settings import Settings
+from service.store_settings import (
     DECODED_FORMATS,
     REGISTRY_FORMATS,
     HistorySettings,
-    Settings,
     key_schemas_dir,
     schemas_dir,
 )

@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 
 from clients.partitioners import PARTITIONERS
 from service.registry import ServedStore, StoreRegistry
-from service.settings import ShardingSettings
+from service.store_settings import ShardingSettings
 from store import Position, ShardingStatus, StoreStatus
 from wire.problems import STORE_NOT_READY, WRONG_SHARD, ProblemError
 

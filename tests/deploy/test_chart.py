@@ -21,8 +21,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from service.auth_settings import load_tokens_file
 from service.exceptions import ConfigError
-from service.settings import load_settings, load_tokens_file, store_configs
+from service.settings import load_settings, store_configs
 from tests.deploy.manifests import (
     CHART,
     KUBERNETES_VERSION,

@@ -21,9 +21,9 @@ def keys(model: type[BaseModel], path: str = "") -> set[str]:
         text = str(field.annotation)
         listed = text.startswith("list[")
         found.add(f"{key}[]" if listed else key)
-        for sub in re.findall(r"service\.settings\.(\w+)", text):
+        for module, sub in re.findall(r"(service\.\w*settings)\.(\w+)", text):
             found |= keys(
-                getattr(__import__("service.settings", fromlist=[sub]), sub),
+                getattr(__import__(module, fromlist=[sub]), sub),
                 f"{key}{'[]' if listed else ''}.",
             )
     return found

@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from service.auth import Auth
+from service.auth_settings import AuthSettings
 from service.guard import RequestGuard
-from service.settings import AuthSettings, LimitSettings
+from service.limit_settings import LimitSettings
 
 GREEDY, POLITE, SECRET = b"greedy-job-token", b"dashboard-token", b"s3cret-token"
 TOKENS = AuthSettings(

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-import service.settings as settings_module
+import service.engine_settings as engine_settings_module
 from service.app import create_app
 from service.exceptions import ConfigError
 from service.memory_limit import memory_limit
@@ -267,7 +267,7 @@ def test_an_auto_block_cache_without_a_memory_limit_to_read_says_what_to_do(
     def unreadable() -> None:
         raise OSError("cannot read a memory limit from /sys/fs/cgroup or /proc/meminfo")
 
-    monkeypatch.setattr(settings_module, "memory_limit", unreadable)
+    monkeypatch.setattr(engine_settings_module, "memory_limit", unreadable)
     config_file.write_text(YAML.replace("block_cache_bytes: 128MiB", "block_cache_bytes: auto"))
     with pytest.raises(ConfigError, match=r"block_cache_bytes is auto, but cannot read .*give it a size"):
         store_configs(load_settings(config_file))
@@ -288,10 +288,10 @@ def test_by_default_without_a_memory_limit_each_store_keeps_its_own_cache_and_it
     def unreadable() -> None:
         raise OSError("cannot read a memory limit from /sys/fs/cgroup or /proc/meminfo")
 
-    monkeypatch.setattr(settings_module, "memory_limit", unreadable)
-    settings_module._warn_no_memory_limit.cache_clear()  # logged once per reason: let it log again
+    monkeypatch.setattr(engine_settings_module, "memory_limit", unreadable)
+    engine_settings_module._warn_no_memory_limit.cache_clear()  # logged once per reason: let it log again
     config_file.write_text(YAML.replace("  block_cache_bytes: 128MiB\n", ""))
-    with caplog.at_level(logging.WARNING, logger="service.settings"):
+    with caplog.at_level(logging.WARNING, logger="service.engine_settings"):
         customers = store_configs(load_settings(config_file))[1].tuning.rocksdb
     assert not customers.share_block_cache
     assert customers.block_cache_bytes == RocksDBOptions().block_cache_bytes

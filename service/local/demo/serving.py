@@ -11,11 +11,13 @@ from typing import Any
 
 import httpx
 
+from service.auth_settings import AuthSettings
 from service.local.broker import free_port
 from service.local.demo.console import Console, seconds
 from service.local.demo.dataset import CUSTOMERS_TOPIC, PRODUCTS_TOPIC
 from service.local.demo.errors import DemoError
-from service.settings import AuthSettings, HttpSettings, Settings, StoreSettings
+from service.settings import HttpSettings, Settings
+from service.store_settings import StoreSettings
 
 HOST = "127.0.0.1"
 STORES = (PRODUCTS_TOPIC, CUSTOMERS_TOPIC)
