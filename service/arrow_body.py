@@ -123,7 +123,7 @@ def _buffer_size(body: pa.Buffer, offset: int, length: int) -> int:
 
 def read_column(
     body: bytes, column: str, accepts: Callable[[pa.DataType], bool], max_rows: int, max_bytes: int
-) -> pa.ChunkedArray:
+) -> pa.Array:
     """The only column of the Arrow IPC stream ``body``, which must be named ``column``.
 
     Refused before anything is decompressed: ``400 malformed-request`` for another schema (other
@@ -140,7 +140,7 @@ def read_columns(
     required: int,
     max_rows: int,
     max_bytes: int,
-) -> list[pa.ChunkedArray]:
+) -> list[pa.Array]:
     """The columns of the Arrow IPC stream ``body``: the first ``required`` of ``columns`` (name,
     accepted types), then optionally the next ones, in that order and no others; refused as
     ``read_column`` refuses."""
@@ -175,9 +175,9 @@ class ArrowStream:
             )
         return decompressed
 
-    def columns(self) -> list[pa.ChunkedArray]:
-        """The stream's columns, decoded (decompressing its buffers) and validated: only once
-        ``decompressed_size`` has passed."""
+    def columns(self) -> list[pa.Array]:
+        """The stream's columns, decoded (decompressing its buffers) and validated, each as one
+        array (those of several record batches joined): only once ``decompressed_size`` passed."""
         schema = self.schema
         try:
             batches = [pa.ipc.read_record_batch(message, schema) for message in self.messages]
@@ -187,10 +187,14 @@ class ArrowStream:
                 batch.validate(full=True)
         except (pa.ArrowException, OSError, ValueError) as exc:
             raise malformed(f"the body is not a valid Arrow IPC stream: {exc}") from exc
-        return [
+        if len(batches) == 1:  # the usual body: its arrays as they are
+            columns: list[pa.Array] = batches[0].columns
+            return columns
+        chunked = (
             pa.chunked_array([batch.column(i) for batch in batches], type=schema.field(i).type)
             for i in range(len(schema.names))
-        ]
+        )
+        return [column.combine_chunks() for column in chunked]
 
 
 def open_stream(

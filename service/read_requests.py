@@ -270,10 +270,9 @@ def _checked_keys(stream: ArrowStream, limits: LimitSettings) -> tuple[pa.Array,
 
 def _decoded_keys(stream: ArrowStream, limits: LimitSettings) -> tuple[pa.Array, list[int] | None]:
     columns = stream.columns()
-    column = columns[0]
-    if column.null_count:
+    keys = columns[0]
+    if keys.null_count:
         raise malformed("the 'key' column holds nulls; every row needs a key")
-    keys = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
     times = arrow_times(columns[1]) if len(columns) == 2 else None
     longest = 8 if is_number_column(keys.type) else _longest(keys)
     check_batch(len(keys), longest, limits.max_batch_keys, limits.max_key_bytes)
