@@ -348,6 +348,22 @@ async def _one_request(app: Callable[..., Any], scope: dict[str, Any], body: byt
     return status[0]
 
 
+async def _calls(app: Callable[..., Any], bodies: list[tuple[str, bytes]], count: int = 50) -> float:
+    """Python calls per request on the event loop's thread (not those of a worker thread)."""
+    calls = [0]
+
+    def profile(frame: object, event: str, arg: object) -> None:
+        if event == "call":
+            calls[0] += 1
+
+    sys.setprofile(profile)
+    try:
+        await _asgi_requests(app, bodies, count)
+    finally:
+        sys.setprofile(None)
+    return calls[0] / count
+
+
 def _per_key(work: Callable[[], object], reps: int = 200) -> float:
     """The best of five runs of ``work``, in CPU ns per key of a batch."""
     work()
@@ -400,11 +416,14 @@ def profile(args: argparse.Namespace) -> int:
                     await asyncio.sleep(0.2)
                 for name, bodies in (("JSON", json_bodies), ("Arrow", arrow_bodies)):
                     await _asgi_requests(app, bodies, 200)  # warm: every key hot
-                    started = time.perf_counter()
+                    started, cpu = time.perf_counter(), time.process_time()
                     await _asgi_requests(app, bodies, args.profile)
                     wall = time.perf_counter() - started
+                    cpu = time.process_time() - cpu  # the process's: worker threads' work too
                     print(
-                        f"{name}: {wall / args.profile / BATCH * 1e9:.0f} ns per key in process, unprofiled"
+                        f"{name}: {wall / args.profile / BATCH * 1e9:.0f} ns per key in process, unprofiled;"
+                        f" {cpu / args.profile * 1e6:.0f} us CPU per request;"
+                        f" {await _calls(app, bodies):.0f} Python calls per request on the event loop"
                     )
                     profiler = cProfile.Profile()
                     profiler.enable()

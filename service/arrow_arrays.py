@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 from store.json_values import as_produced
 
 # Offsets of ``binary`` and ``string`` are int32: an answer column holds at most this many bytes.
-_MAX_BYTES = 2**31 - 1
+MAX_BYTES = 2**31 - 1
 
 if sys.byteorder != "little":  # Arrow's buffers are little-endian; numpy's are native
     raise ImportError(
@@ -57,14 +57,21 @@ def _from_items(data_type: pa.DataType, items: Sequence[bytes | None]) -> pa.Arr
 
 def _joined(items: Sequence[bytes | None]) -> tuple[np.ndarray[Any, Any], bytes, int]:
     """The offsets of ``items`` (int64, a leading 0), their bytes joined, and how many are ``None``."""
+    ends, present, null_count = ends_of(items)
+    return ends, b"".join(present), null_count
+
+
+def ends_of(items: Sequence[bytes | None]) -> tuple[np.ndarray[Any, Any], Sequence[bytes], int]:
+    """The offsets of ``items`` in their joined bytes (int64, a leading 0: an Arrow column's
+    offsets), the items that are not ``None``, and how many are ``None``."""
     ends = np.zeros(len(items) + 1, dtype=np.int64)
     try:  # every item present (the usual answer): len() of each in C, no test for None
         np.cumsum(np.fromiter(map(len, items), np.int64, len(items)), out=ends[1:])  # type: ignore[arg-type]
-        return ends, b"".join(items), 0  # type: ignore[arg-type]
+        return ends, items, 0  # type: ignore[return-value]
     except TypeError:  # len(None)
         np.cumsum([0 if item is None else len(item) for item in items], out=ends[1:])
         present = [item for item in items if item is not None]
-        return ends, b"".join(present), len(items) - len(present)
+        return ends, present, len(items) - len(present)
 
 
 def _array(
@@ -74,16 +81,17 @@ def _array(
     data: bytes,
     null_count: int,
 ) -> pa.Array:
-    if ends[-1] > _MAX_BYTES:
+    if ends[-1] > MAX_BYTES:
         # Beyond int32 offsets: pyarrow splits it (rare, and limited by max_answer_rows anyway).
         return pa.array(items, type=data_type)
-    validity = _validity(items) if null_count else None
+    validity = validity_bitmap(items) if null_count else None
     buffers = [validity, pa.py_buffer(ends.astype(np.int32)), pa.py_buffer(data)]
     return pa.Array.from_buffers(data_type, len(items), buffers, null_count=null_count)
 
 
-def _validity(items: Sequence[bytes | None]) -> pa.Buffer:
-    """The validity bitmap of ``items``: one byte per item, packed to bits by a cast to boolean."""
+def validity_bitmap(items: Sequence[bytes | None]) -> pa.Buffer:
+    """The validity bitmap of ``items`` (a bit per item, set when it is not ``None``): one byte per
+    item, packed to bits by a cast to boolean."""
     flags = bytes([item is not None for item in items])
     as_bytes = pa.Array.from_buffers(pa.uint8(), len(items), [None, pa.py_buffer(flags)])
     packed: pa.Buffer = pc.cast(as_bytes, pa.bool_()).buffers()[1]

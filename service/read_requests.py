@@ -14,13 +14,13 @@ from typing import Any
 from urllib.parse import quote
 
 import anyio
+import numpy as np
 import orjson
 import pyarrow as pa
-import pyarrow.compute as pc
 from starlette.requests import Request
 
 from service.answers import AnswerBudget
-from service.arrow_body import read_columns
+from service.arrow_body import ArrowStream, open_stream
 from service.auth import Auth
 from service.bodies import (
     JSON,
@@ -165,8 +165,7 @@ class ReadRequests:
             column = None
         else:
             encoding = key_encoding(query.get("key_encoding"), key_format)
-            # Decoding a large Arrow body takes a while: off the event loop.
-            asked, times = await anyio.to_thread.run_sync(_arrow_keys, body, limits)
+            asked, times = await _arrow_keys(body, limits)
             stored = stored_key_column(asked, key_format)
             self.check_keys(served, stored)
             keys = stored.to_pylist()
@@ -242,24 +241,53 @@ def _is_key_type(data_type: pa.DataType) -> bool:
     )
 
 
-def _arrow_keys(body: bytes, limits: LimitSettings) -> tuple[pa.Array, list[int] | None]:
+async def _arrow_keys(body: bytes, limits: LimitSettings) -> tuple[pa.Array, list[int] | None]:
     """The ``key`` column of an Arrow batch body as sent, checked before decompressing
     (``service.natural_keys.stored_key_column`` reads them by the store's key format), and the
-    per-key times of its ``as_of_time`` column if it has one."""
-    columns = read_columns(
-        body, [("key", _is_key_type), TIME_COLUMN], 1, limits.max_batch_keys, limits.max_body_bytes
-    )
-    column = columns[0]
-    if column.null_count:
+    per-key times of its ``as_of_time`` column if it has one.
+
+    The usual body (a few kilobytes, one record batch) is checked and decoded on the event loop,
+    where it takes tens of microseconds: a hop to a worker thread and back costs more than that.
+    One of many record batches, or of many bytes once decompressed, is decoded on a worker thread.
+    """
+    stream = open_stream(body, [("key", _is_key_type), TIME_COLUMN], 1)  # no copy, no decompression
+    if len(stream.messages) > INLINE_BATCHES:
+        return await anyio.to_thread.run_sync(_checked_keys, stream, limits)
+    if stream.decompressed_size(limits.max_batch_keys, limits.max_body_bytes) > INLINE_BYTES:
+        return await anyio.to_thread.run_sync(_decoded_keys, stream, limits)
+    return _decoded_keys(stream, limits)
+
+
+INLINE_BATCHES = 8
+"""Record batches an Arrow batch body decoded on the event loop may hold (each costs a parse)."""
+INLINE_BYTES = 1 << 20
+"""Bytes an Arrow batch body decoded on the event loop may take once decompressed."""
+
+
+def _checked_keys(stream: ArrowStream, limits: LimitSettings) -> tuple[pa.Array, list[int] | None]:
+    stream.decompressed_size(limits.max_batch_keys, limits.max_body_bytes)
+    return _decoded_keys(stream, limits)
+
+
+def _decoded_keys(stream: ArrowStream, limits: LimitSettings) -> tuple[pa.Array, list[int] | None]:
+    columns = stream.columns()
+    keys = columns[0]
+    if keys.null_count:
         raise malformed("the 'key' column holds nulls; every row needs a key")
-    keys = column.combine_chunks()
     times = arrow_times(columns[1]) if len(columns) == 2 else None
-    if is_number_column(keys.type):
-        check_batch(len(keys), 8, limits.max_batch_keys, limits.max_key_bytes)
-        return keys, times
-    longest = pc.max(pc.binary_length(keys)).as_py() or 0
+    longest = 8 if is_number_column(keys.type) else _longest(keys)
     check_batch(len(keys), longest, limits.max_batch_keys, limits.max_key_bytes)
     return keys, times
+
+
+def _longest(keys: pa.Array) -> int:
+    """The bytes of the longest value of a binary or string array without nulls, from its offsets."""
+    if len(keys) == 0:
+        return 0
+    wide = pa.types.is_large_binary(keys.type) or pa.types.is_large_string(keys.type)
+    width = np.dtype(np.int64 if wide else np.int32)
+    ends = np.frombuffer(keys.buffers()[1], width, len(keys) + 1, keys.offset * width.itemsize)
+    return int(np.diff(ends).max())
 
 
 def _stored_values(query: Query) -> bool:

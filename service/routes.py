@@ -6,14 +6,13 @@ import dataclasses
 from typing import Any
 
 import orjson
-import pyarrow as pa
 from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import Response
 
 from service import openapi_docs as docs
 from service.answers import read_keys, read_keys_at, read_page
-from service.arrow_arrays import value_array
+from service.arrow_answers import batch_answer, ipc_stream
 from service.auth import Auth
 from service.bodies import JSON
 from service.codec import encode_key
@@ -194,13 +193,10 @@ def add_store_routes(
             None if asked.stored_values else struct_table(served, asked.key_column, values, asked.projection)
         )
         if table is None:
-            table = pa.table({"key": asked.key_column, "value": value_array(values, served.value_format)})
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, table.schema) as writer:
-            writer.write_table(table)
-        return Response(
-            sink.getvalue().to_pybytes(), media_type=docs.ARROW_MEDIA_TYPE, headers={POSITION: str(position)}
-        )
+            stream = batch_answer(asked.key_column, values, served.value_format)
+        else:
+            stream = ipc_stream(table)
+        return Response(stream, media_type=docs.ARROW_MEDIA_TYPE, headers={POSITION: str(position)})
 
     @app.get(
         "/v1/stores/{store}/scan",

@@ -22,7 +22,7 @@ TIME_COLUMN: tuple[str, Callable[[pa.DataType], bool]] = ("as_of_time", _is_time
 """The optional second column of an Arrow batch: timestamp (any unit, read as ms) or int64 epoch ms."""
 
 
-def arrow_times(column: pa.ChunkedArray) -> list[int]:
+def arrow_times(column: pa.Array) -> list[int]:
     """Epoch milliseconds of an ``as_of_time`` column (sub-millisecond parts cut)."""
     if column.null_count:
         raise malformed("the 'as_of_time' column holds nulls; every key needs its time")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import struct
 from collections.abc import Callable
 
 import pyarrow as pa
@@ -234,3 +235,14 @@ def test_body_too_large_declared_and_streamed(make_service: Callable[..., Servic
     streamed = service.client.post(URL, content=chunks(), headers={"content-type": "application/json"})  # type: ignore[arg-type]
     assert_problem(streamed, 413, "body-too-large")
     assert service.client.get("/healthz").status_code == 200
+
+
+def test_arrow_body_whose_offsets_go_backwards_is_refused(service: Service) -> None:
+    # The IPC reader checks buffer sizes, not offsets: a key ending before it starts is no key.
+    body = bytearray(arrow_body(pa.array([b"p1", b"p2", b"p3"], pa.binary())))
+    offsets = body.find(struct.pack("<4i", 0, 2, 4, 6))
+    assert offsets > 0
+    body[offsets : offsets + 16] = struct.pack("<4i", 0, 4, 2, 6)
+    response = service.client.post(URL, content=bytes(body), headers={"content-type": ARROW})
+    problem = assert_problem(response, 400, "malformed-request")
+    assert "not a valid Arrow IPC stream" in problem["detail"]
