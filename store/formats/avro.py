@@ -104,6 +104,17 @@ class AvroValues:
         except TypeError as exc:
             return self._bad.mark("value-undecodable", f"the decoded record has no JSON form: {exc}")
 
+    def worker_codec(self) -> AvroValues:
+        self._fields, self._latest_id = None, None
+        return AvroValues(self._schemas, self._store)
+
+    def count_undecodable(self, count: int, example: str | None) -> None:
+        self._bad.add(count, example)
+
     @property
     def undecodable_count(self) -> int:
         return self._bad.count
+
+    @property
+    def last_undecodable(self) -> str | None:
+        return self._bad.last_reason

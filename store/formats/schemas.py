@@ -40,6 +40,17 @@ class SchemaSource:
         self._lock = threading.Lock()
         self._texts: dict[int, dict[str, Any]] = {}
 
+    def __getstate__(self) -> dict[str, Any]:
+        # A restore worker's copy: its own client and lock, the schemas known so far.
+        state = dict(self.__dict__)
+        state["_client"] = None
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     def _registry(self) -> SchemaRegistryClient:
         if self._client is None:
             conf: dict[str, Any] = dict(self._conf)
