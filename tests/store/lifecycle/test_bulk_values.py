@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import struct
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
@@ -162,3 +163,41 @@ def test_a_shape_changed_during_a_bulk_restore_rebuilds_the_store_in_the_new_sha
     values = stored(after, [b"a0000", b"a0599", b"m2999", b"b0000"])
     assert [orjson.loads(v or b"null")["city"] for v in values] == [None, None, None, "Oslo"]
     assert all(b'"city"' in (v or b"") for v in values)  # every record in V2's shape
+
+
+def test_a_registry_down_during_a_bulk_restore_makes_it_wait_then_go_on(
+    make_topic: Callable[..., str],
+    make_store: Callable[..., Store],
+    producer: Producer,
+    registry: FakeSchemaRegistry,
+    tmp_path: Path,
+) -> None:
+    topic = make_topic(partitions=2)
+    subject = f"{topic}-value"
+    client = SchemaRegistryClient({"url": registry.url})
+    context = SerializationContext(topic, MessageField.VALUE)
+    v1, v2 = AvroSerializer(client, json.dumps(V1)), AvroSerializer(client, json.dumps(V2))
+    records = [(b"a%04d" % n, v1(customer(n), context)) for n in range(3_000)]
+    records += [(b"b%04d" % n, v2(customer(n, city="Oslo"), context)) for n in range(600)]
+    end = produce_tracked(producer, topic, records)
+    # The store knows the first version and the latest from an earlier run; the second version's
+    # schema it has never fetched, and the registry is down when the restore workers need it.
+    schemas = tmp_path / "schemas"
+    known = SchemaSource({"url": registry.url}, subject, schemas)
+    v1_id = registry.register(subject, json.dumps(V1))
+    known.schema(v1_id)
+    assert known.latest() is not None
+    registry.down()
+    store = make_store(topic, tuning=BULK, value_codec=avro_codec(registry, topic, schemas))
+    deadline = time.monotonic() + 60
+    while "schema registry" not in (store.status().last_error or ""):
+        assert time.monotonic() < deadline, store.status()
+        time.sleep(0.1)
+    assert "restore worker" in (store.status().last_error or "")  # said by the bulk restore
+    assert not store.wait_until_ready(1)  # nothing skipped: not READY while a schema is missing
+    registry.up()
+    assert store.wait_until_ready(120), store.status()
+    assert store.wait_for_position(end, 60)
+    values = stored(store, [b"a0000", b"b0599"])
+    assert [orjson.loads(v or b"null")["city"] for v in values] == [None, "Oslo"]
+    assert store.status().undecodable_values == 0
