@@ -17,8 +17,8 @@ A plain child process rather than ``multiprocessing``: it never re-imports the e
 application's ``__main__``. It imports only ``store.kafka`` and the store's shared leaves (the SST
 table format of ``store.table_format``), never the table nor the lifecycle; a store whose values are
 decoded at ingest puts a copy of its codec in each job (``store.formats``, loaded with the jobs),
-and the worker decodes the values it keeps (the last of each key in a chunk) before writing them. Workers stop when their
-parent goes away, which stops when the store's process does.
+and the worker decodes the values it keeps (the last of each key in a chunk) before writing them.
+Workers stop when their parent goes away, which stops when the store's process does.
 """
 
 from __future__ import annotations
