@@ -20,24 +20,14 @@ from service.app import create_app
 from service.local.broker import LocalBroker
 from tests.clients.conftest import wait_until_ready
 from tests.service.test_avro_store import V2, customer, settings_for
+from tests.service.test_struct_answers import arrow_get, arrow_post
 from tests.support.kafka import produce
 from tests.support.schema_registry import schema_registry
 from tests.support.server import serve_app
 
 
 def arrow_index(http: httpx.Client, asked: list[str], **params: str) -> pa.Table:
-    sink = pa.BufferOutputStream()
-    batch = pa.record_batch([pa.array(asked, pa.string())], names=["value"])
-    with pa.ipc.new_stream(sink, batch.schema) as writer:
-        writer.write_batch(batch)
-    answer = http.post(
-        "/v1/stores/customers/indexes/by_city:batchGet",
-        params=params,
-        content=sink.getvalue().to_pybytes(),
-        headers={"content-type": "application/vnd.apache.arrow.stream"},
-    )
-    assert answer.status_code == 200, answer.text
-    return pa.ipc.open_stream(answer.content).read_all()
+    return arrow_post(http, "/v1/stores/customers/indexes/by_city:batchGet", "value", asked, **params)
 
 
 def test_an_avro_stores_index_answer_holds_rows_typed_as_the_batch_get_does(
@@ -61,12 +51,7 @@ def test_an_avro_stores_index_answer_holds_rows_typed_as_the_batch_get_does(
             table = arrow_index(http, ["Rome", "Paris", "Oslo"])
             assert table.column_names == ["value", "key", "row", "error", "next_after"]
             row_type = table.schema.field("row").type
-            batch = http.post(
-                "/v1/stores/customers/keys:batchGet",
-                content=_keys_stream(["c1"]),
-                headers={"content-type": "application/vnd.apache.arrow.stream"},
-            )
-            assert row_type == pa.ipc.open_stream(batch.content).read_all().schema.field("value").type
+            assert row_type == arrow_get(http, "customers", ["c1"]).schema.field("value").type
             assert table.column("value").to_pylist() == ["Rome", "Rome", "Paris", "Oslo"]
             assert table.column("key").to_pylist() == [b"c1", b"c3", None, b"c2"]
             rows = table.column("row").to_pylist()
@@ -99,11 +84,3 @@ def test_an_avro_stores_index_answer_holds_rows_typed_as_the_batch_get_does(
             # The Python client asks the stored documents and answers whole values.
             found = StatestoreClient(url).index_get_many("customers", "by_city", ["Rome"])
             assert [(key, value["city"]) for key, value in found["Rome"]] == [("c1", "Rome"), ("c3", "Rome")]
-
-
-def _keys_stream(keys: list[str]) -> bytes:
-    sink = pa.BufferOutputStream()
-    batch = pa.record_batch([pa.array(keys, pa.string())], names=["key"])
-    with pa.ipc.new_stream(sink, batch.schema) as writer:
-        writer.write_batch(batch)
-    return bytes(sink.getvalue().to_pybytes())
