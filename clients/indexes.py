@@ -85,6 +85,8 @@ def index_batch_call(
         writer.write_batch(batch)
     params = read_params(min_position, as_of=as_of)
     params["limit_per_value"] = str(limit_per_value)
+    # Rows as stored (JSON documents): the client decodes them itself, as it does pages paged on.
+    params["values"] = "stored"
     return Call(
         "POST",
         f"{index_path(store, index)}:batchGet",

@@ -16,7 +16,7 @@ from service.bodies import JSON, batch_media_type, check_batch, check_key_length
 from service.codec import KeyEncoding, bad_key_encoding, decode_key_text, key_encoding
 from service.limit_settings import LimitSettings
 from service.queries import Query
-from service.read_requests import ReadRequests, StoreRead, checked_page_limit, page_limit
+from service.read_requests import ReadRequests, StoreRead, checked_page_limit, page_limit, stored_values
 
 DEFAULT_PAGE = 100
 DEFAULT_LIMIT_PER_VALUE = 1000
@@ -44,6 +44,7 @@ class IndexBatchRead(StoreRead):
     values: list[bytes]  # the same, as bytes
     limit_per_value: int
     max_answer_rows: int
+    stored_values: bool = False  # ``values=stored``: an Arrow answer's rows as stored, never a struct
 
 
 def index_read(requests: ReadRequests, request: Request) -> IndexRead:
@@ -97,6 +98,7 @@ async def index_batch_read(requests: ReadRequests, request: Request) -> IndexBat
         values=list(dict.fromkeys(values)),
         limit_per_value=limit,
         max_answer_rows=limits.max_answer_rows,
+        stored_values=stored_values(query),
     )
 
 

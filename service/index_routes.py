@@ -16,8 +16,11 @@ from service.arrow_arrays import binary_array, string_array
 from service.bodies import JSON, too_large
 from service.codec import KeyEncoding, encode_key
 from service.index_requests import IndexBatchRead, index_batch_read, index_read
+from service.projection import Projection
 from service.read_requests import ReadRequests
 from service.reads import Reader
+from service.registry import ServedStore
+from service.struct_answers import struct_values
 from service.values import BadValues, JsonAnswer
 from store import Position, ReadOnlyKeyValueStore, ScanPage
 from wire.problems import ANSWER_TOO_LARGE
@@ -94,7 +97,8 @@ def add_index_routes(app: FastAPI, requests: ReadRequests, reader: Reader, bad_v
             if asked.media_type == JSON:
                 json_answer = JsonAnswer(served.name, served.value_format, asked.encoding, bad_values)
                 return _json_answer(asked.texts, pages, json_answer, view.position())
-            return _arrow_answer(asked.texts, pages)
+            typed = None if asked.stored_values else struct_rows(served, pages, asked.projection)
+            return _arrow_answer(asked.texts, pages, typed)
 
         # Many values take a while to look up and to encode: off the event loop, so others go on.
         content, position = await reader.read(served, asked.options, answer, in_thread=True)
@@ -139,8 +143,23 @@ def _cursor(page: ScanPage, encoding: KeyEncoding) -> str | None:
     return None if page.next_after is None else encode_key(page.next_after, encoding)
 
 
-def _arrow_answer(texts: list[str], pages: list[ScanPage]) -> bytes:
-    """One row per matching row of each value asked (one null row when none match), in request order."""
+def struct_rows(
+    served: ServedStore, pages: list[ScanPage], projection: Projection | None
+) -> tuple[pa.Array, pa.Array] | None:
+    """The rows of every page, in answer order (a null row for a value without matches), as a
+    struct typed from the latest schema and its ``error`` column; ``None`` for a store whose values
+    have no struct (``service.struct_answers``)."""
+    rows: list[bytes | None] = []
+    for page in pages:
+        rows += [row for _, row in page.items] if page.items else [None]
+    return struct_values(served, rows, projection)
+
+
+def _arrow_answer(
+    texts: list[str], pages: list[ScanPage], typed: tuple[pa.Array, pa.Array] | None = None
+) -> bytes:
+    """One row per matching row of each value asked (one null row when none match), in request
+    order; ``typed``: the rows as a struct, with an ``error`` column (else the stored bytes)."""
     answer_values: list[str] = []
     keys: list[bytes | None] = []
     rows: list[bytes | None] = []
@@ -157,15 +176,22 @@ def _arrow_answer(texts: list[str], pages: list[ScanPage]) -> bytes:
         rows += [row for _, row in page.items]
         cursors += [None] * (len(page.items) - 1)
         cursors.append(page.next_after)
-    table = pa.table(
-        [
-            string_array(answer_values),
-            binary_array(keys),
-            binary_array(rows),
-            binary_array(cursors),
-        ],
-        schema=_ARROW_ANSWER,
-    )
+    if typed is None:
+        table = pa.table(
+            [string_array(answer_values), binary_array(keys), binary_array(rows), binary_array(cursors)],
+            schema=_ARROW_ANSWER,
+        )
+    else:
+        struct, errors = typed
+        table = pa.table(
+            {
+                "value": string_array(answer_values),
+                "key": binary_array(keys),
+                "row": struct,
+                "error": errors,
+                "next_after": binary_array(cursors),
+            }
+        )
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)

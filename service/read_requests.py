@@ -176,7 +176,7 @@ class ReadRequests:
         else:
             served, options, max_answer_bytes, projection = common
             common = served, per_key_times(options, times), max_answer_bytes, projection
-        return BatchRead(*common, media_type, encoding, keys, column, _stored_values(query), times)
+        return BatchRead(*common, media_type, encoding, keys, column, stored_values(query), times)
 
     def scan(self, request: Request) -> ScanRead:
         served = self.store(request)
@@ -290,7 +290,7 @@ def _longest(keys: pa.Array) -> int:
     return int(np.diff(ends).max())
 
 
-def _stored_values(query: Query) -> bool:
+def stored_values(query: Query) -> bool:
     """``values=typed`` (the default: a struct for the formats decoded at ingest) or ``stored``."""
     asked = query.get("values")
     if asked not in (None, "typed", "stored"):

@@ -56,11 +56,12 @@ def _problem(value: bytes | None) -> str | None:
     return VALUE_UNDECODABLE.uri  # a document that does not fit the latest schema's types
 
 
-def struct_table(
-    served: ServedStore, key_column: pa.Array, values: Sequence[bytes | None], projection: Projection | None
-) -> pa.Table | None:
-    """The Arrow answer of a batch get as ``key``, ``value`` (a struct) and ``error`` columns;
-    ``None`` for a store whose values have no struct (the caller answers the stored bytes)."""
+def struct_values(
+    served: ServedStore, values: Sequence[bytes | None], projection: Projection | None
+) -> tuple[pa.Array, pa.Array] | None:
+    """The stored ``values`` as a struct column typed from the latest schema (projected to
+    ``fields=``) and the ``error`` column beside it; ``None`` for a store whose values have no
+    struct (the caller answers the stored bytes)."""
     latest = served.value_type() if served.value_type is not None else None
     if latest is None:
         return None
@@ -70,4 +71,16 @@ def struct_table(
     errors: pa.Array = pa.nulls(len(values), pa.string())
     if pc.any(bad).as_py():
         errors = pa.array([_problem(v) if b else None for v, b in zip(values, bad.to_pylist(), strict=True)])
-    return pa.table({"key": key_column, "value": parsed, "error": errors.cast(pa.string())})
+    return parsed, errors.cast(pa.string())
+
+
+def struct_table(
+    served: ServedStore, key_column: pa.Array, values: Sequence[bytes | None], projection: Projection | None
+) -> pa.Table | None:
+    """The Arrow answer of a batch get as ``key``, ``value`` (a struct) and ``error`` columns;
+    ``None`` for a store whose values have no struct (the caller answers the stored bytes)."""
+    typed = struct_values(served, values, projection)
+    if typed is None:
+        return None
+    parsed, errors = typed
+    return pa.table({"key": key_column, "value": parsed, "error": errors})

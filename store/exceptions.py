@@ -3,6 +3,7 @@
 Hierarchy::
 
     StoreError
+    ├── RebuildNeededError        the table cannot be kept current record by record: rebuild it
     ├── StoreLockedError          the store directory is held by another process
     ├── StoreClosedError          the store was stopped; no more reads
     ├── StoreCorruptError         the store directory cannot be opened as a store
@@ -32,6 +33,11 @@ from __future__ import annotations
 
 class StoreError(Exception):
     """Root of every error the store package raises."""
+
+
+class RebuildNeededError(StoreError):
+    """What the store holds can no longer be kept current record by record (e.g. the values'
+    latest schema changed their shape): the store is rebuilt from its topic."""
 
 
 class StoreLockedError(StoreError):

@@ -32,8 +32,8 @@ def undecodable_reason(value: bytes) -> str | None:
     return value[len(UNDECODABLE_PREFIX) :].decode("utf-8", errors="replace")
 
 
-class ValueCodec(Protocol):
-    """Turns a poll's stored values into what the store keeps (``None``: a tombstone, kept)."""
+class Codec(Protocol):
+    """Turns a poll's stored keys or values into what the store keeps (``None``: a tombstone, kept)."""
 
     @property
     def undecodable_count(self) -> int:
@@ -46,8 +46,27 @@ class ValueCodec(Protocol):
         ...
 
 
+class ValueCodec(Codec, Protocol):
+    """A store's value codec, which can also decode in a bulk restore's worker processes."""
+
+    @property
+    def last_undecodable(self) -> str | None:
+        """Why the last value stored as undecodable could not be decoded (``None``: none was)."""
+        ...
+
+    def worker_codec(self) -> ValueCodec:
+        """A copy for a restore worker (picklable): the same schemas, its shape taken afresh from
+        the cached latest version, counting its own undecodable values. This codec takes its
+        shape afresh too, so both decode alike (a worker may have moved the latest version on)."""
+        ...
+
+    def count_undecodable(self, count: int, example: str | None) -> None:
+        """Add ``count`` values a worker stored as undecodable (``example``: one's reason)."""
+        ...
+
+
 def decode_until_done(
-    codec: ValueCodec,
+    codec: Codec,
     values: Sequence[bytes | None],
     stop: threading.Event,
     on_wait: Callable[[str], None],
@@ -70,6 +89,7 @@ def decode_until_done(
 
 __all__ = [
     "UNDECODABLE_PREFIX",
+    "Codec",
     "FormatError",
     "RegistryUnavailableError",
     "ValueCodec",

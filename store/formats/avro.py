@@ -44,6 +44,9 @@ class AvroValues:
         self._store = store
         self._parsed: dict[int, Any] = {}
         self._fields: list[str] | None = None
+        # Schema ids whose records have the latest version's fields, in its order: their decoded
+        # records are in the answered shape already (the common case: no copy per record).
+        self._in_shape: set[int] = set()
         self._latest_id: int | None = None
         self._bad = UndecodableValues(store)
 
@@ -59,6 +62,7 @@ class AvroValues:
         parsed = json.loads(document["schema"])
         if isinstance(parsed, dict) and parsed.get("type") == "record":
             self._fields = [field["name"] for field in parsed["fields"]]
+        self._in_shape = {i for i, writer in self._parsed.items() if self._has_latest_fields(writer)}
         self._latest_id = schema_id
 
     def _writer(self, schema_id: int) -> Any:
@@ -67,6 +71,8 @@ class AvroValues:
             document = self._schemas.schema(schema_id)  # raises while the registry is unavailable
             parsed = fastavro.parse_schema(json.loads(document["schema"]))
             self._parsed[schema_id] = parsed
+            if self._has_latest_fields(parsed):
+                self._in_shape.add(schema_id)
             if self._latest_id is None or schema_id > self._latest_id:
                 # A version newer than the latest known: the shape follows it.
                 before = self._fields
@@ -97,13 +103,30 @@ class AvroValues:
                 f"bytes do not decode under schema id {schema_id}: {type(exc).__name__}: {exc}",
             )
         fields = self._fields
-        if fields is not None and isinstance(record, dict):
+        if fields is not None and isinstance(record, dict) and schema_id not in self._in_shape:
             record = {name: record.get(name) for name in fields}
         try:
             return orjson.dumps(record, default=_json_default)
         except TypeError as exc:
             return self._bad.mark("value-undecodable", f"the decoded record has no JSON form: {exc}")
 
+    def _has_latest_fields(self, writer: Any) -> bool:
+        """Whether records of the ``writer`` schema have the latest version's fields, in order."""
+        if self._fields is None or not isinstance(writer, dict) or writer.get("type") != "record":
+            return False
+        return [field["name"] for field in writer["fields"]] == self._fields
+
+    def worker_codec(self) -> AvroValues:
+        self._fields, self._latest_id, self._in_shape = None, None, set()
+        return AvroValues(self._schemas, self._store)
+
+    def count_undecodable(self, count: int, example: str | None) -> None:
+        self._bad.add(count, example)
+
     @property
     def undecodable_count(self) -> int:
         return self._bad.count
+
+    @property
+    def last_undecodable(self) -> str | None:
+        return self._bad.last_reason

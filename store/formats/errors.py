@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from store.exceptions import RebuildNeededError
+
 
 class FormatError(Exception):
     """Root of the errors of decoding a store's values."""
@@ -15,6 +17,6 @@ class UnknownSchemaError(FormatError):
     """The registry does not know a schema id a record names."""
 
 
-class ShapeChangedError(FormatError):
+class ShapeChangedError(FormatError, RebuildNeededError):
     """The subject's latest version has other fields than the stored values were written in: the
     store is rebuilt from its topic in the new shape (reads go on from the last good copy)."""

@@ -58,6 +58,16 @@ class JsonSchemaValues:
             )
         return payload
 
+    def worker_codec(self) -> JsonSchemaValues:
+        return JsonSchemaValues(self._schemas, self._store)
+
+    def count_undecodable(self, count: int, example: str | None) -> None:
+        self._bad.add(count, example)
+
     @property
     def undecodable_count(self) -> int:
         return self._bad.count
+
+    @property
+    def last_undecodable(self) -> str | None:
+        return self._bad.last_reason

@@ -119,6 +119,17 @@ class ProtobufValues:
             record = {field: record.get(field) for field in shape}
         return orjson.dumps(record)
 
+    def worker_codec(self) -> ProtobufValues:
+        self._latest, self._latest_id, self._shapes = None, None, {}
+        return ProtobufValues(self._schemas, self._store)
+
+    def count_undecodable(self, count: int, example: str | None) -> None:
+        self._bad.add(count, example)
+
     @property
     def undecodable_count(self) -> int:
         return self._bad.count
+
+    @property
+    def last_undecodable(self) -> str | None:
+        return self._bad.last_reason

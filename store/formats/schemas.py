@@ -14,11 +14,14 @@ import os
 import threading
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
-
-from confluent_kafka.schema_registry import SchemaRegistryClient, SchemaRegistryError
+from typing import TYPE_CHECKING, Any
 
 from store.formats.errors import RegistryUnavailableError, UnknownSchemaError
+
+if TYPE_CHECKING:
+    # Imported when the registry is first asked: a restore worker decoding with schemas already
+    # known never pays for the client's import (about half a second).
+    from confluent_kafka.schema_registry import SchemaRegistryClient
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +43,20 @@ class SchemaSource:
         self._lock = threading.Lock()
         self._texts: dict[int, dict[str, Any]] = {}
 
+    def __getstate__(self) -> dict[str, Any]:
+        # A restore worker's copy: its own client and lock, the schemas known so far.
+        state = dict(self.__dict__)
+        state["_client"] = None
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     def _registry(self) -> SchemaRegistryClient:
+        from confluent_kafka.schema_registry import SchemaRegistryClient  # noqa: PLC0415
+
         if self._client is None:
             conf: dict[str, Any] = dict(self._conf)
             conf["max.retries"] = int(conf["max.retries"])
@@ -80,6 +96,8 @@ class SchemaSource:
             cached = None
         if cached is not None and not refresh:
             return cached
+        from confluent_kafka.schema_registry import SchemaRegistryError  # noqa: PLC0415
+
         try:
             registry = self._registry()
             # The client keeps a latest version forever otherwise.
@@ -101,6 +119,8 @@ class SchemaSource:
         return latest
 
     def _fetch(self, schema_id: int) -> dict[str, Any]:
+        from confluent_kafka.schema_registry import SchemaRegistryError  # noqa: PLC0415
+
         try:
             schema = self._registry().get_schema(schema_id, fmt=self._fmt)
         except SchemaRegistryError as exc:

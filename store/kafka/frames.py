@@ -29,6 +29,8 @@ class ChunkWritten:
     misplaced: int = 0
     misplaced_example: str | None = None
     newest_times: dict[int, int] | None = None  # per partition, when the store keeps history
+    undecodable: int = 0  # values the worker's codec stored as undecodable
+    undecodable_example: str | None = None  # one's reason
 
     @property
     def placement(self) -> Placement:
@@ -53,9 +55,11 @@ class WorkerLog:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class WorkerFailed:
-    """A worker failed (or exited without a word); it is gone."""
+    """A worker failed (or exited without a word); it is gone. ``rebuild``: what it read cannot be
+    kept current (``store.exceptions.RebuildNeededError``), so the store is rebuilt."""
 
     text: str
+    rebuild: bool = False
 
 
 WorkerEvent = ChunkWritten | KafkaErrorReport | WorkerLog | WorkerCaughtUp | WorkerFailed

@@ -15,8 +15,10 @@ interleave.
 
 A plain child process rather than ``multiprocessing``: it never re-imports the embedding
 application's ``__main__``. It imports only ``store.kafka`` and the store's shared leaves (the SST
-table format of ``store.table_format``), never the table nor the lifecycle. Workers stop when their
-parent goes away, which stops when the store's process does.
+table format of ``store.table_format``), never the table nor the lifecycle; a store whose values are
+decoded at ingest puts a copy of its codec in each job (``store.formats``, loaded with the jobs),
+and the worker decodes the values it keeps (the last of each key in a chunk) before writing them.
+Workers stop when their parent goes away, which stops when the store's process does.
 """
 
 from __future__ import annotations
@@ -30,12 +32,13 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import rocksdict
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
+from store.exceptions import RebuildNeededError
 from store.json_values import checked_json
 from store.kafka.batch import KafkaErrorReport, RecordBatch
 from store.kafka.calls import cached_high_watermarks, list_offsets, poll
@@ -105,17 +108,37 @@ def _numpy_last_per_key_order(keys: Sequence[bytes], longest: int) -> list[int]:
     return kept
 
 
+class Decoder(Protocol):
+    """A store's value codec, copied into the worker (``store.formats.ValueCodec.worker_codec``)."""
+
+    @property
+    def undecodable_count(self) -> int: ...
+
+    @property
+    def last_undecodable(self) -> str | None: ...
+
+    def decode(self, values: Sequence[bytes | None]) -> list[bytes | None]: ...
+
+
 def write_sst(
-    path: Path, keys: Sequence[bytes], values: Sequence[bytes | None], json_values: bool = False
+    path: Path,
+    keys: Sequence[bytes],
+    values: Sequence[bytes | None],
+    json_values: bool = False,
+    decoder: Decoder | None = None,
 ) -> Path | None:
     """Write one chunk to the SST file ``path``; ``None`` (and no file) if the chunk is empty.
-    ``json_values``: each value kept is checked as JSON first (``store.json_values``)."""
+    ``json_values``: each value kept is checked as JSON first (``store.json_values``); ``decoder``:
+    each value kept is decoded first (``store.formats``)."""
     order = last_per_key_order(keys)
     if not order:
         return None
     kept = [values[i] for i in order]
-    if json_values:  # only the values kept: a key's older values are never stored
+    # Only the values kept: a key's older values are never stored.
+    if json_values:
         kept = checked_json(kept)
+    if decoder is not None:
+        kept = decoder.decode(kept)
     path.parent.mkdir(parents=True, exist_ok=True)
     writer = rocksdict.SstFileWriter(_SST_OPTIONS)
     writer.open(str(path))
@@ -142,6 +165,7 @@ class _Restore:
             PartitionCatchUp(partition, next_offset) for partition, next_offset in job["next_offsets"].items()
         )
         self.placement = job.get("placement")  # (the producers' partitioner, the partition count)
+        self.decoder: Decoder | None = job.get("value_codec")
         self.batch = self._new_batch()
         self.parent = os.getppid()
         self.chunks = 0
@@ -199,11 +223,21 @@ class _Restore:
         path = Path(self.job["directory"]) / f"{self.job['file_prefix']}-{self.chunks:06d}.sst"
         self.chunks += 1
         placement = batch.placement(*self.placement) if self.placement is not None else None
-        written = write_sst(path, batch.keys, batch.values, bool(self.job.get("json_values")))
+        decoder = self.decoder
+        bad_before = decoder.undecodable_count if decoder is not None else 0
+        written = write_sst(path, batch.keys, batch.values, bool(self.job.get("json_values")), decoder)
         checked = (placement.checked, placement.misplaced, placement.example) if placement else (0, 0, None)
+        bad = decoder.undecodable_count - bad_before if decoder is not None else 0
         self.emit(
             ChunkWritten(
-                written, dict(batch.next_offsets), len(batch), batch.null_keys, *checked, batch.newest_times()
+                written,
+                dict(batch.next_offsets),
+                len(batch),
+                batch.null_keys,
+                *checked,
+                batch.newest_times(),
+                bad,
+                decoder.last_undecodable if decoder is not None and bad else None,
             )
         )
 
@@ -221,9 +255,10 @@ def run_worker(number: int, job: dict[str, Any], events: int) -> int:
         restore.run()
     except BrokenPipeError:
         return 1  # the parent stopped reading
-    except Exception as exc:  # reported to the parent, which retries the session
+    except Exception as exc:  # reported to the parent, which retries the session (or rebuilds)
+        rebuild = isinstance(exc, RebuildNeededError)
         with contextlib.suppress(OSError):
-            write_frame(events, number, WorkerFailed(f"{type(exc).__name__}: {exc}"))
+            write_frame(events, number, WorkerFailed(f"{type(exc).__name__}: {exc}", rebuild))
         return 1
     finally:
         if restore is not None:

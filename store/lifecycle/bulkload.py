@@ -34,10 +34,11 @@ from typing import IO, Any
 from confluent_kafka import OFFSET_BEGINNING
 
 from store.exceptions import StoreClosedError, StoreFullError, StoreWriteError
+from store.formats import ValueCodec
 from store.kafka.batch import KafkaErrorReport, Placer
 from store.kafka.catchup import CatchUp
 from store.kafka.children import ChildProcess
-from store.kafka.client import consumer_config
+from store.kafka.client import RebuildRequired, consumer_config
 from store.kafka.frames import ChunkWritten, WorkerCaughtUp, WorkerFailed, WorkerLog, read_frame
 from store.lifecycle.config import StoreConfig
 from store.lifecycle.gc_pacing import fewer_collections
@@ -105,13 +106,17 @@ class BulkRestore:
         placement: tuple[Placer, int] | None = None,
         json_values: bool = False,
         with_times: bool = False,
+        value_codec: ValueCodec | None = None,
     ) -> None:
         """``placement``: the producers' partitioner and the topic's partition count, for workers
         to check a sample of each chunk's records against (``None``: no check); ``json_values``:
         the workers check each value kept as JSON (``store.json_values``); ``with_times``: chunks
-        report each partition's newest record timestamp (stores keeping history)."""
+        report each partition's newest record timestamp (stores keeping history); ``value_codec``:
+        the workers decode each value kept with a copy of it (picklable, ``store.formats``)."""
         self._directory = directory
-        self._events: queue.Queue[RestoreEvent | BulkLoadError | BulkVolumeFullError] = queue.Queue()
+        self._events: queue.Queue[RestoreEvent | BulkLoadError | BulkVolumeFullError | RebuildRequired] = (
+            queue.Queue()
+        )
         shares = split_partitions(remaining, restore.bulk_load_workers)
         config = dict(consumer_config)
         # Each worker's consumer buffers its own fetches: together they stay within the one limit.
@@ -132,6 +137,7 @@ class BulkRestore:
                 "with_times": with_times,
                 "directory": str(directory),
                 "json_values": json_values,
+                "value_codec": value_codec,
                 # Unique per store process: a worker orphaned by a crashed store may still be
                 # finishing a file.
                 "file_prefix": f"chunk-{os.getpid()}-{number}",
@@ -161,13 +167,14 @@ class BulkRestore:
     def next_event(self, timeout: float) -> RestoreEvent | None:
         """The next event of any worker, or ``None`` if none came within ``timeout`` seconds.
 
-        Raises ``BulkLoadError`` when a worker failed or exited without catching up.
+        Raises ``BulkLoadError`` when a worker failed or exited without catching up, and
+        ``RebuildRequired`` when what a worker read cannot be kept current (a value shape changed).
         """
         try:
             event = self._events.get(timeout=timeout)
         except queue.Empty:
             return None
-        if isinstance(event, BulkLoadError | BulkVolumeFullError):
+        if isinstance(event, BulkLoadError | BulkVolumeFullError | RebuildRequired):
             raise event
         return event
 
@@ -198,16 +205,20 @@ class BulkRestore:
                 )
                 return
             if isinstance(event, WorkerFailed):
-                failure = (
-                    _volume_full(self._directory, event.text)
-                    if is_space_error(event.text)
-                    else BulkLoadError(f"restore worker {worker} failed: {event.text}")
-                )
-                self._events.put(failure)
+                self._events.put(self._failure(worker, event))
                 return
             if isinstance(event, WorkerCaughtUp):
                 self._caught_up += 1
             self._events.put(event)
+
+    def _failure(
+        self, worker: int, event: WorkerFailed
+    ) -> BulkLoadError | BulkVolumeFullError | RebuildRequired:
+        if event.rebuild:
+            return RebuildRequired(f"restore worker {worker}: {event.text}")
+        if is_space_error(event.text):
+            return _volume_full(self._directory, event.text)
+        return BulkLoadError(f"restore worker {worker} failed: {event.text}")
 
 
 def _volume_full(directory: Path, reason: str) -> BulkVolumeFullError:
@@ -266,6 +277,7 @@ class BulkPhase:
                 (placer, count) if placer is not None and count is not None else None,
                 json_values=config.json_values,
                 with_times=writer.keeps_history,
+                value_codec=config.value_codec.worker_codec() if config.value_codec is not None else None,
             )
             try:
                 progress.restore_mode = RestoreMode.BULK
@@ -302,6 +314,8 @@ class BulkPhase:
             progress.note_healthy(received_at)
             self._reporter.null_keys(event.null_keys)
             self._reporter.placement.take(event.placement)
+            if event.undecodable and self._config.value_codec is not None:
+                self._config.value_codec.count_undecodable(event.undecodable, event.undecodable_example)
         elif isinstance(event, WorkerLog):
             self._reporter.kafka_log.line(event.level, event.facility, event.text)
         elif isinstance(event, KafkaErrorReport):

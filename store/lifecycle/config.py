@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
 
-from store.formats import ValueCodec
+from store.formats import Codec, ValueCodec
 from store.lifecycle.sharding import StoreSharding
 from store.table.history import HistorySpec
 from store.table.indexes import IndexSpec
@@ -38,7 +38,7 @@ class StoreConfig:
     # Every value checked as one JSON document when written (``store.json_values``): a ``json`` store.
     json_values: bool = False
     # Stores every key by its natural value (``store.formats.keys``); ``None`` keeps keys as read.
-    key_codec: ValueCodec | None = dataclasses.field(default=None, repr=False, compare=False)
+    key_codec: Codec | None = dataclasses.field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kafka", MappingProxyType(dict(self.kafka)))

@@ -365,8 +365,8 @@ class Materializer:
             self._bulk_allowed
             and self._copies.state is not StoreState.READY
             and minimum > 0
-            # Restore workers write records as read: values that need decoding go through the loop.
-            and self._config.value_codec is None
+            # Restore workers decode values (a copy of the codec each), but write keys as read:
+            # keys stored by natural value go through the loop.
             and self._config.key_codec is None
             and self.progress.remaining(self._written_position()) >= minimum
         )

@@ -30,19 +30,24 @@ from tests.support.serdes import protobuf_message_class
 from tests.support.server import serve_app
 
 
-def arrow_get(http: httpx.Client, store: str, keys: list[str], **params: str) -> pa.Table:
+def arrow_post(http: httpx.Client, path: str, column: str, asked: list[str], **params: str) -> pa.Table:
+    """POST an Arrow stream of one ``string`` column to ``path``; the Arrow answer."""
     sink = pa.BufferOutputStream()
-    batch = pa.record_batch([pa.array(keys, pa.string())], names=["key"])
+    batch = pa.record_batch([pa.array(asked, pa.string())], names=[column])
     with pa.ipc.new_stream(sink, batch.schema) as writer:
         writer.write_batch(batch)
     answer = http.post(
-        f"/v1/stores/{store}/keys:batchGet",
+        path,
         params=params,
         content=sink.getvalue().to_pybytes(),
         headers={"content-type": "application/vnd.apache.arrow.stream"},
     )
     assert answer.status_code == 200, answer.text
     return pa.ipc.open_stream(answer.content).read_all()
+
+
+def arrow_get(http: httpx.Client, store: str, keys: list[str], **params: str) -> pa.Table:
+    return arrow_post(http, f"/v1/stores/{store}/keys:batchGet", "key", keys, **params)
 
 
 def test_an_avro_stores_arrow_answer_is_a_struct_of_the_latest_schema(

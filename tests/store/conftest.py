@@ -19,6 +19,7 @@ from store import (
     StoreSharding,
     StoreTuning,
 )
+from store.formats import ValueCodec
 from tests.support.kafka import TestProducer, close_producer, close_producers, make_producer
 from tests.support.stores import FAST
 
@@ -47,6 +48,7 @@ def make_store(broker: LocalBroker, state_dir: Path) -> Iterator[Callable[..., S
         restore_slots: RestoreSlots | None = None,
         sharding: StoreSharding | None = None,
         json_values: bool = False,
+        value_codec: ValueCodec | None = None,
     ) -> Store:
         config = StoreConfig(
             name=name,
@@ -58,6 +60,7 @@ def make_store(broker: LocalBroker, state_dir: Path) -> Iterator[Callable[..., S
             history=history,
             sharding=sharding or StoreSharding(),
             json_values=json_values,
+            value_codec=value_codec,
         )
         store = Store(config, restore_slots or slots)
         stores.append(store)
