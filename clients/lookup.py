@@ -254,18 +254,25 @@ def _utf8_or_none(value: bytes | None) -> str | None:
         return None
 
 
+_EMPTY_OBJECT = pa.array([b"{}"], pa.binary())
+
+
 def _read_json_lines(values: pa.Array, schema: pa.Schema) -> pa.StructArray:
     """Parse newline-free JSON documents (one per value) into a struct array; raises on any misfit."""
+    # pyarrow's JSON reader crashes the process (pyarrow 26) on a block whose first document is
+    # ``null``: an empty object goes first, and its row is dropped.
+    documents = pa.concat_arrays([_EMPTY_OBJECT, values.cast(pa.binary())])
     joined = pc.binary_join(
-        pa.ListArray.from_arrays(pa.array([0, len(values)], pa.int32()), values), pa.scalar(b"\n")
+        pa.ListArray.from_arrays(pa.array([0, len(documents)], pa.int32()), documents), pa.scalar(b"\n")
     )[0].as_buffer()
     table = pa_json.read_json(
         pa.BufferReader(joined),
         read_options=pa_json.ReadOptions(use_threads=False, block_size=max(1 << 20, joined.size + 1)),
         parse_options=pa_json.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore"),
     )
-    if table.num_rows != len(values):
-        raise pa.ArrowInvalid(f"{len(values)} documents parsed into {table.num_rows} rows")
+    if table.num_rows != len(documents):
+        raise pa.ArrowInvalid(f"{len(values)} documents parsed into {table.num_rows - 1} rows")
+    table = table.slice(1)
     return pa.StructArray.from_arrays(
         [table.column(i).combine_chunks() for i in range(table.num_columns)], fields=list(schema)
     )
