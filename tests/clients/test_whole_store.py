@@ -176,10 +176,10 @@ def test_at_least_the_pinned_position_every_page_demands_it(served: tuple[str, d
 
 def test_few_keys_go_by_batch_gets(served: tuple[str, dict[bytes, bytes]]) -> None:
     url, table = served
-    few = [f"k{i:03d}" for i in range(0, 180, 3)]  # 60 keys: under a quarter of the store
+    few = [f"k{i:03d}" for i in range(0, 450, 3)]  # 150 keys: under half of the store
     (result,), requests = looked_up(spec_of(url, store_keys=320), [few])
     assert as_rows(result) == model(few, table)
-    assert requests.counts == (2, 0)
+    assert requests.counts == (4, 0)
 
 
 def test_a_store_above_scan_bytes_is_fetched_by_batch_gets(served: tuple[str, dict[bytes, bytes]]) -> None:
