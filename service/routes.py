@@ -13,7 +13,7 @@ from starlette.responses import Response
 
 from service import openapi_docs as docs
 from service.answers import read_keys, read_keys_at, read_page
-from service.arrow_arrays import value_array
+from service.arrow_arrays import binary_array, value_array
 from service.auth import Auth
 from service.bodies import JSON
 from service.codec import KeyEncoding, encode_key
@@ -110,7 +110,7 @@ def arrow_page(page: ScanPage, value_format: str, encoding: KeyEncoding, positio
     """A scan page as an Arrow stream: ``key`` (the stored bytes) and ``value`` (as a batch get
     answers them), the cursor in the schema's ``next_after`` metadata (absent after the last page),
     encoded like the JSON page's."""
-    keys = pa.array([key for key, _ in page.items], pa.binary())
+    keys = binary_array([key for key, _ in page.items])
     values = value_array([value for _, value in page.items], value_format)
     metadata = None if page.next_after is None else {"next_after": encode_key(page.next_after, encoding)}
     table = pa.table({"key": keys, "value": values}).replace_schema_metadata(metadata)
