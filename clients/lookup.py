@@ -198,11 +198,6 @@ class Lookup:
             self._pool(),
         )  # fmt: skip
         if whole is None:
-            log.info(
-                "store %r is above scan_bytes=%d: its keys are fetched by batch gets",
-                spec.store,
-                spec.scan_bytes,
-            )
             return False
         keys, (values, found, misfit) = whole
         known = KnownValues(spec.output_type, spec.cache_bytes)

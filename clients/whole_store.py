@@ -25,6 +25,7 @@ from typing import Generic, TypeVar
 import pyarrow as pa
 
 from clients.client import StatestoreClient
+from clients.exceptions import AnswerTooLargeError, PageTooLargeError
 
 log = logging.getLogger("clients.lookup")
 
@@ -62,26 +63,38 @@ def read_whole(
     threads: ThreadPoolExecutor,
 ) -> tuple[pa.Array, Decoded] | None:
     """Every key of ``store`` and its decoded value, read by Arrow scan pages at least at
-    ``min_position`` or exactly ``as_of``; ``None`` once the pages pass ``max_bytes`` (nothing kept,
-    at most one page read past the bound).
+    ``min_position`` or exactly ``as_of``; ``None`` (nothing kept, the reason logged) once the pages
+    pass ``max_bytes`` (at most one page read past the bound), or when the service refuses pages
+    this large (``limits.max_scan_limit`` below ``SCAN_PAGE``, or a page of large values past
+    ``limits.max_answer_bytes``): the keys then go by batch gets.
 
     Each page is decoded on ``threads`` while the next one is read.
     """
     keys: list[pa.Array] = []
     decoding: list[Future[Decoded]] = []
     size = 0
-    for page in client.scan_arrow(store, page_size=SCAN_PAGE, min_position=min_position, as_of=as_of):
-        size += page.nbytes
-        if size > max_bytes:
-            for future in decoding:
-                future.cancel()
-            return None
-        keys.append(page.column(0))
-        decoding.append(threads.submit(decode, page.column(1)))
+    try:
+        for page in client.scan_arrow(store, page_size=SCAN_PAGE, min_position=min_position, as_of=as_of):
+            size += page.nbytes
+            if size > max_bytes:
+                log.info("store %r is above scan_bytes=%d: its keys go by batch gets", store, max_bytes)
+                _drop(decoding)
+                return None
+            keys.append(page.column(0))
+            decoding.append(threads.submit(decode, page.column(1)))
+    except (PageTooLargeError, AnswerTooLargeError) as exc:
+        log.warning("store %r cannot be read whole (%s): its keys go by batch gets", store, exc)
+        _drop(decoding)
+        return None
     parts = [future.result() for future in decoding] or [decode(pa.array([], pa.binary()))]
     found_keys = pa.concat_arrays(keys) if keys else pa.array([], pa.binary())
     values, found, misfit = (pa.concat_arrays([part[i] for part in parts]) for i in range(3))
     return found_keys, (values, found, misfit)
+
+
+def _drop(decoding: list[Future[Decoded]]) -> None:
+    for future in decoding:
+        future.cancel()
 
 
 class SharedStores(Generic[T]):

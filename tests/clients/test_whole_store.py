@@ -81,15 +81,20 @@ def records() -> tuple[list[tuple[int, int, bytes, bytes | None]], dict[bytes, b
     return written + later, table
 
 
+def history_store() -> tuple[InMemoryStore, dict[bytes, bytes]]:
+    store = InMemoryStore("products", keeps_history=True)
+    written, table = records()
+    store.apply(written)
+    return store, table
+
+
 @pytest.fixture
 def served(
     serve_stores: ServeStores, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[tuple[str, dict[bytes, bytes]]]:
     """A JSON store keeping history, written past the pinned position; the table as of it."""
     monkeypatch.setattr(whole, "SCAN_PAGE", PAGE)
-    store = InMemoryStore("products", keeps_history=True)
-    written, table = records()
-    store.apply(written)
+    store, table = history_store()
     whole_stores.clear()
     yield serve_stores({"products": (store, "json")}), table
     whole_stores.clear()
@@ -208,3 +213,20 @@ def test_the_next_task_of_the_same_lookup_reuses_the_store_read_whole(
         _, requests = looked_up(other, [MOST])
         assert requests.counts[0] == 0
         assert requests.counts[1] > 0
+
+
+@pytest.mark.parametrize(
+    "limits",
+    [{"max_scan_limit": PAGE // 2}, {"max_answer_bytes": 1500}],
+    ids=["pages-above-max_scan_limit", "pages-above-max_answer_bytes"],
+)
+def test_a_service_refusing_pages_this_large_gets_batch_gets(
+    serve_stores: ServeStores, monkeypatch: pytest.MonkeyPatch, limits: dict[str, int]
+) -> None:
+    monkeypatch.setattr(whole, "SCAN_PAGE", PAGE)
+    store, table = history_store()
+    url = serve_stores({"products": (store, "json")}, limits=limits)
+    (result,), requests = looked_up(spec_of(url, store_keys=320), [MOST])
+    assert as_rows(result) == model(MOST, table)
+    assert requests.pages == 1  # refused (413), not tried again
+    assert requests.batch_gets == -(-len(set(MOST) - {None}) // 40)
