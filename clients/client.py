@@ -10,13 +10,14 @@ import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
-from typing import Any, TypeVar, Unpack
+from typing import Any, TypeVar, Unpack, cast
 
 import httpx
 import pyarrow as pa
 
 from clients import indexes
 from clients.answer import Answer
+from clients.arrow_scan import arrow_pages_flow
 from clients.base import BaseClient, IndexReadAt, IndexRowsAt, ReadAt, Row
 from clients.flow import Attempt, Emit, Flow, Sleep, Step, Thrown, Together, Walk, gathered
 from clients.indexes import IndexValue
@@ -209,6 +210,19 @@ class StatestoreClient(BaseClient[httpx.Client, httpx.BaseTransport, Iterator[Ro
         The building block of the Spark join: no dedupe, no decoding, one request per ``batch_size``.
         """
         return self._run(self._get_arrow_flow(store, keys, read, as_of_times))
+
+    def scan_arrow(
+        self, store: str, prefix: bytes = b"", *, page_size: int = 10_000, **read: Unpack[ReadAt]
+    ) -> Iterator[pa.RecordBatch]:
+        """The keys starting with ``prefix`` and their stored values, as Arrow pages: record batches
+        of ``key`` and ``value`` (both ``binary``, values as :meth:`get_arrow` answers them).
+
+        Pages come in key order (a sharded store's shards one after another) and are fetched as the
+        caller reaches them; positions as for :meth:`scan` (``as_of=`` makes every page one version).
+        """
+        return cast(
+            Iterator[pa.RecordBatch], self._rows(arrow_pages_flow(self, store, prefix, page_size, read))
+        )
 
     def index_arrow(self, store: str, index: str, values: pa.Array, **read: Unpack[IndexReadAt]) -> pa.Table:
         """The rows of many distinct indexed values: a table ``value: string, key: binary, row: binary``.

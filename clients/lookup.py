@@ -19,6 +19,7 @@ import pyarrow.json as pa_json
 from clients.client import StatestoreClient
 from clients.natural_keys import PENDING_KEY_FORMATS, stored_key_array
 from clients.options import ClientOptions
+from clients.whole_store import DEFAULT_SCAN_BYTES, SharedStores, read_whole, worth_scanning
 from clients.wire import ValueFormat
 
 log = logging.getLogger("clients.lookup")
@@ -53,6 +54,14 @@ class LookupSpec:
     key_format: str = "bytes"  # how the store's producers wrote keys (clients.natural_keys)
     # Only these fields of each value are fetched (the ones the output needs), when known.
     fields: tuple[str, ...] | None = None
+    # The store's approximate key count, when a lookup may read it whole by Arrow scan pages
+    # (clients.whole_store: values stored as a batch get answers them, one shard, no ``fields``);
+    # ``None``: always by batch gets. ``scan_bytes`` bounds the stored bytes read so.
+    store_keys: int | None = None
+    scan_bytes: int = DEFAULT_SCAN_BYTES
+    # The planned lookup (``LookupInfo.lookup_id``): a store read whole is kept for the process's
+    # next tasks of the same spec only, so a lookup planned again reads afresh.
+    lookup_id: str = ""
 
     @property
     def min_position(self) -> str | None:
@@ -84,6 +93,7 @@ class KnownValues:
 
     Keys repeat across the batches of a task (a dimension is much smaller than the facts), so each
     key is fetched and decoded once per task; once the arrays pass ``max_bytes`` they start over.
+    ``complete``: the keys are every key of the store (read whole), so a key not among them is absent.
     """
 
     def __init__(self, value_type: pa.DataType, max_bytes: int) -> None:
@@ -92,6 +102,7 @@ class KnownValues:
         self.reset()
 
     def reset(self) -> None:
+        self.complete = False
         self.keys: pa.Array = pa.array([], pa.binary())
         self.values: pa.Array = pa.array([], self.value_type)
         self.found: pa.Array = pa.array([], pa.bool_())
@@ -101,8 +112,12 @@ class KnownValues:
         return len(self.keys)
 
     @property
+    def nbytes(self) -> int:
+        return int(self.keys.nbytes + self.values.nbytes)
+
+    @property
     def full(self) -> bool:
-        return int(self.keys.nbytes + self.values.nbytes) > self.max_bytes
+        return self.nbytes > self.max_bytes
 
     def index(self, keys: pa.Array) -> pa.Array:
         """For every key its place among the known keys, null when unknown (or a null key)."""
@@ -115,6 +130,10 @@ class KnownValues:
         self.misfit = pa.concat_arrays([self.misfit, misfit])
 
 
+whole_stores: SharedStores[KnownValues] = SharedStores()
+"""Stores read whole by this process's lookups, for its next tasks of the same lookups."""
+
+
 class Lookup:
     """Looks up Arrow key columns for one task: one client (one connection pool), known values kept."""
 
@@ -122,8 +141,12 @@ class Lookup:
         self.spec = spec
         self._own_client = client is None
         self.client = client or StatestoreClient(spec.options)
-        self.known = KnownValues(spec.output_type, spec.cache_bytes)
+        # A store read whole by an earlier task of this lookup in this process (see clients.whole_store).
+        shared = whole_stores.get(spec) if spec.store_keys is not None else None
+        self.known = shared or KnownValues(spec.output_type, spec.cache_bytes)
         self.keys_fetched = 0
+        self.keys_scanned = 0
+        self._may_scan = spec.store_keys is not None and shared is None
         self._threads: ThreadPoolExecutor | None = None
 
     @property
@@ -146,6 +169,16 @@ class Lookup:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
+    def _pool(self) -> ThreadPoolExecutor:
+        if self._threads is None:
+            self._threads = ThreadPoolExecutor(REQUESTS_IN_FLIGHT, thread_name_prefix="statestore-lookup")
+        return self._threads
+
+    def _decoded(self, stored: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array]:
+        """Stored values decoded: values, found, misfit."""
+        values, misfit = decode(stored, self.spec.value_format, self.spec.value_type)
+        return values, pc.is_valid(stored), misfit
+
     def _fetched(self, keys: pa.Array, deadline: float) -> tuple[pa.Array, pa.Array, pa.Array]:
         """One batch of keys fetched and decoded: values, found, misfit."""
         spec = self.spec
@@ -153,8 +186,29 @@ class Lookup:
             spec.store, keys, min_position=spec.min_position, as_of=spec.as_of, fields=spec.fields,
             deadline=max(deadline - time.monotonic(), 1e-3),
         )  # fmt: skip
-        values, misfit = decode(stored, spec.value_format, spec.value_type)
-        return values, pc.is_valid(stored), misfit
+        return self._decoded(stored)
+
+    def _read_whole(self) -> bool:
+        """Read the whole store into the known values (kept for the process's next tasks of this
+        lookup); False, and never tried again by this lookup, when it passes ``scan_bytes``."""
+        spec = self.spec
+        self._may_scan = False
+        whole = read_whole(
+            self.client, spec.store, spec.min_position, spec.as_of, spec.scan_bytes, self._decoded,
+            self._pool(),
+        )  # fmt: skip
+        if whole is None:
+            return False
+        keys, (values, found, misfit) = whole
+        known = KnownValues(spec.output_type, spec.cache_bytes)
+        known.add(keys, values, found, misfit)
+        if known.full:  # decoded, more than the lookup keeps: the batch gets it is
+            return False
+        known.complete = True
+        self.known = known
+        self.keys_scanned += len(keys)
+        whole_stores.put(spec, known, known.nbytes, spec.cache_bytes)
+        return True
 
     def _learn(self, keys: pa.Array) -> None:
         """Fetch and decode distinct keys not known yet, ``REQUESTS_IN_FLIGHT`` batches at a time,
@@ -165,9 +219,7 @@ class Lookup:
         if len(batches) == 1:
             answers = [self._fetched(batches[0], deadline)]
         else:
-            if self._threads is None:
-                self._threads = ThreadPoolExecutor(REQUESTS_IN_FLIGHT, thread_name_prefix="statestore-lookup")
-            answers = list(self._threads.map(lambda batch: self._fetched(batch, deadline), batches))
+            answers = list(self._pool().map(lambda batch: self._fetched(batch, deadline), batches))
         self.keys_fetched += len(keys)
         values, found, misfit = (pa.concat_arrays([answer[i] for answer in answers]) for i in range(3))
         self.known.add(keys, values, found, misfit)
@@ -194,14 +246,17 @@ class Lookup:
         match), row for row."""
         keys = stored_key_array(keys, self.key_format)
         if self.known.full:
-            self.known.reset()
+            self.known = KnownValues(self.spec.output_type, self.spec.cache_bytes)
         rows = self.known.index(keys)
         unknown = pc.and_(pc.is_null(rows), pc.is_valid(keys))
-        if pc.any(unknown).as_py():
+        if not self.known.complete and pc.any(unknown).as_py():
             before = len(self.known)
             missing = pc.unique(keys.filter(unknown))
-            self._learn(missing)
-            rows = pc.coalesce(rows, pc.add(pc.index_in(keys, value_set=missing), before))
+            if self._may_scan and worth_scanning(len(missing), self.spec.store_keys) and self._read_whole():
+                rows = self.known.index(keys)
+            else:
+                self._learn(missing)
+                rows = pc.coalesce(rows, pc.add(pc.index_in(keys, value_set=missing), before))
         values = self.known.values.take(rows)
         found = pc.fill_null(self.known.found.take(rows), False)
         misfit = pc.fill_null(self.known.misfit.take(rows), False)
@@ -254,18 +309,25 @@ def _utf8_or_none(value: bytes | None) -> str | None:
         return None
 
 
+_EMPTY_OBJECT = pa.array([b"{}"], pa.binary())
+
+
 def _read_json_lines(values: pa.Array, schema: pa.Schema) -> pa.StructArray:
     """Parse newline-free JSON documents (one per value) into a struct array; raises on any misfit."""
+    # pyarrow's JSON reader crashes the process (pyarrow 26) on a block whose first document is
+    # ``null``: an empty object goes first, and its row is dropped.
+    documents = pa.concat_arrays([_EMPTY_OBJECT, values.cast(pa.binary())])
     joined = pc.binary_join(
-        pa.ListArray.from_arrays(pa.array([0, len(values)], pa.int32()), values), pa.scalar(b"\n")
+        pa.ListArray.from_arrays(pa.array([0, len(documents)], pa.int32()), documents), pa.scalar(b"\n")
     )[0].as_buffer()
     table = pa_json.read_json(
         pa.BufferReader(joined),
         read_options=pa_json.ReadOptions(use_threads=False, block_size=max(1 << 20, joined.size + 1)),
         parse_options=pa_json.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore"),
     )
-    if table.num_rows != len(values):
-        raise pa.ArrowInvalid(f"{len(values)} documents parsed into {table.num_rows} rows")
+    if table.num_rows != len(documents):
+        raise pa.ArrowInvalid(f"{len(values)} documents parsed into {table.num_rows - 1} rows")
+    table = table.slice(1)
     return pa.StructArray.from_arrays(
         [table.column(i).combine_chunks() for i in range(table.num_columns)], fields=list(schema)
     )

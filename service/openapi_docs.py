@@ -327,10 +327,13 @@ SCAN_RESPONSES: dict[int | str, Any] = {
                 "position": {"type": "string"},
             },
         },
-        "one page of keys starting with the prefix, byte-ordered",
+        "one page of keys starting with the prefix, byte-ordered; with `Accept: "
+        f"{ARROW_MEDIA_TYPE}` an Arrow stream of binary `key` (stored) and `value` columns, the "
+        "cursor in the schema metadata `next_after` (absent after the last page)",
     ),
     **problems(400, 401, 403, 404, 410, 413, 422, 429, 503),
 }
+SCAN_RESPONSES[200]["content"][ARROW_MEDIA_TYPE] = {"schema": {"type": "string", "format": "binary"}}
 
 _ROW_ITEMS = {
     "type": "array",

@@ -6,6 +6,7 @@ import dataclasses
 from typing import Any
 
 import orjson
+import pyarrow as pa
 from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import Response
@@ -13,9 +14,10 @@ from starlette.responses import Response
 from service import openapi_docs as docs
 from service.answers import read_keys, read_keys_at, read_page
 from service.arrow_answers import batch_answer, ipc_stream
+from service.arrow_arrays import binary_array, value_array
 from service.auth import Auth
 from service.bodies import JSON
-from service.codec import encode_key
+from service.codec import KeyEncoding, encode_key
 from service.index_routes import add_index_routes
 from service.key_path import KeyReader
 from service.read_requests import ReadRequests
@@ -103,6 +105,22 @@ def _history_info(served: ServedStore) -> dict[str, Any] | None:
         "retention_ms": served.history.retention_ms if served.history else None,
         "retention_offsets": served.history.retention_offsets if served.history else None,
     }
+
+
+def arrow_page(page: ScanPage, value_format: str, encoding: KeyEncoding, position: str) -> Response:
+    """A scan page as an Arrow stream: ``key`` (the stored bytes) and ``value`` (as a batch get
+    answers them), the cursor in the schema's ``next_after`` metadata (absent after the last page),
+    encoded like the JSON page's."""
+    keys = binary_array([key for key, _ in page.items])
+    values = value_array([value for _, value in page.items], value_format)
+    metadata = None if page.next_after is None else {"next_after": encode_key(page.next_after, encoding)}
+    table = pa.table({"key": keys, "value": values}).replace_schema_metadata(metadata)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return Response(
+        sink.getvalue().to_pybytes(), media_type=docs.ARROW_MEDIA_TYPE, headers={POSITION: position}
+    )
 
 
 def add_store_routes(
@@ -218,6 +236,8 @@ def add_store_routes(
             return read_page(scan_after, asked.after, asked.limit, asked.budget())
 
         page, position = await reader.read(served, asked.options, read)
+        if docs.ARROW_MEDIA_TYPE in request.headers.get("accept", ""):
+            return arrow_page(page, served.value_format, encoding, str(position))
         answer = JsonAnswer(served.name, served.value_format, encoding, bad_values)
         document = {
             "items": answer.items(page.items),

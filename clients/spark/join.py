@@ -27,6 +27,7 @@ from clients.spark.options import LookupOptions
 from clients.spark.plan import LookupInfo, Plan, plan_lookup, planned_lookup
 from clients.spark.tasks import JoinStep, join_task
 from clients.spark.udf import METADATA_KEY, column_metadata
+from clients.whole_store import DEFAULT_SCAN_BYTES
 from wire.position import PositionLike
 
 log = logging.getLogger("clients.spark")
@@ -122,6 +123,7 @@ def lookup_join(
     planning_deadline: float = 10.0,
     cache_bytes: int = DEFAULT_CACHE_BYTES,
     as_of_time: str | Column | None = None,
+    scan_bytes: int = DEFAULT_SCAN_BYTES,
 ) -> DataFrame:
     """``df`` with the values of ``store`` for key ``on`` appended, looked up by the executors.
 
@@ -150,6 +152,12 @@ def lookup_join(
     ``lookup_join`` of a ``lookup_join`` result (directly, no transformation between) runs both
     lookups in the same pass over the rows, unless the second key needs a column the first adds.
 
+    Each task keeps the values it has looked up (``cache_bytes`` of them, decoded). A task that
+    needs most of a store's keys reads the store whole, in key order, at the pinned position,
+    instead of fetching its keys by batch gets, when its keys and stored values fit in
+    ``scan_bytes`` (0: never); the Python worker keeps it for the lookup's next tasks at the same
+    position. The answers are the same either way.
+
     ``as_of_time=`` (a column name or Column: a Spark timestamp, or epoch milliseconds as a long)
     joins each row with the value valid at its own time: the key's record stamped last at or
     before it (the store must keep history back to the earliest time; an older time fails the job
@@ -166,7 +174,7 @@ def lookup_join(
         store=store, url=url, value_schema=value_schema, token=token, verify=verify, cert=cert,
         min_position=min_position, consistent=consistent, as_of=as_of, index=index,
         batch_size=batch_size, timeout=timeout, deadline=deadline,
-        planning_deadline=planning_deadline, cache_bytes=cache_bytes,
+        planning_deadline=planning_deadline, cache_bytes=cache_bytes, scan_bytes=scan_bytes,
     )  # fmt: skip
     plan = plan_lookup(
         options,

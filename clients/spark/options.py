@@ -10,6 +10,7 @@ from pyspark.sql.types import StructType
 from clients.lookup import DEFAULT_CACHE_BYTES
 from clients.options import DEFAULT_BATCH_SIZE, Cert, ClientOptions
 from clients.retry import RetryPolicy
+from clients.whole_store import DEFAULT_SCAN_BYTES
 from wire.position import PositionLike
 
 TASK_RETRY = RetryPolicy(max_backoff=5.0)
@@ -25,7 +26,9 @@ class LookupOptions:
     ``(certfile, keyfile)`` or one PEM file with both; ``clients.spark.plan.client_tls``).
     ``consistent`` (or an explicit ``as_of``) makes every read exactly as of the pinned position;
     otherwise reads demand at least it (and ``min_position``, when given). ``index`` makes the
-    lookup one-to-many through that index.
+    lookup one-to-many through that index. ``cache_bytes`` bounds the decoded values a task keeps;
+    ``scan_bytes`` the stored keys and values a task reads a whole store into when it needs most of
+    its keys (``clients.whole_store``; 0: keys are always fetched by batch gets).
     """
 
     store: str
@@ -43,10 +46,15 @@ class LookupOptions:
     deadline: float = 300.0
     planning_deadline: float = 10.0
     cache_bytes: int = DEFAULT_CACHE_BYTES
+    scan_bytes: int = DEFAULT_SCAN_BYTES
 
     def __post_init__(self) -> None:
         if self.as_of is not None and self.min_position is not None:
             raise ValueError("pass as_of= or min_position=, not both: as_of pins the exact position")
+        if self.scan_bytes < 0:
+            raise ValueError(
+                f"scan_bytes must be 0 (never read a store whole) or more, got {self.scan_bytes}"
+            )
         if not isinstance(self.verify, bool | str):
             raise TypeError(
                 "verify must be True/False or a CA bundle path: tasks rebuild the client on executors"

@@ -287,8 +287,15 @@ def plan_lookup(
             documents = _check_sample(client, spec, schema)
             if spec.fields is not None:
                 spec = dataclasses.replace(spec, fields=projection(documents, spec.fields))
-    value_type: DataType = schema or (BinaryType() if info.value_format == "bytes" else StringType())
     lookup_id = uuid.uuid4().hex
+    if options.scan_bytes:
+        spec = dataclasses.replace(
+            spec,
+            store_keys=whole_store_keys(info, spec),
+            scan_bytes=options.scan_bytes,
+            lookup_id=lookup_id,
+        )
+    value_type: DataType = schema or (BinaryType() if info.value_format == "bytes" else StringType())
     counter = new_counter(session)
     planned = LookupInfo(
         lookup_id, store, url, str(position), info.value_format, counter, exact, index,
@@ -298,6 +305,23 @@ def plan_lookup(
         _planned[lookup_id] = planned
     _log_plan(planned, position)
     return Plan(spec, value_type, planned)
+
+
+def whole_store_keys(info: StoreInfo, spec: LookupSpec) -> int | None:
+    """The store's approximate key count, when its tasks may read it whole (``clients.whole_store``):
+    key lookups on one service, of whole values as stored (no ``fields=``, not typed by the service);
+    ``None``: keys always go by batch gets. (Reads by time, ``as_of_time``, never read a store whole.)"""
+    keys = info.raw.get("approximate_num_keys")
+    if (
+        spec.index is not None
+        or spec.fields is not None
+        or info.raw.get("value_schema") is not None
+        or spec.options.sharded
+        or info.sharding.shards > 1
+        or not isinstance(keys, int)
+    ):
+        return None
+    return keys
 
 
 def _pinned(current: Position, as_of: PositionLike | None, min_position: PositionLike | None) -> Position:

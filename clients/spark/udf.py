@@ -22,6 +22,7 @@ from clients.spark.compat import PYSPARK_VERSION, active_session, has_arrow_udf,
 from clients.spark.options import LookupOptions
 from clients.spark.plan import LookupInfo, Plan, plan_lookup
 from clients.spark.tasks import udf_task
+from clients.whole_store import DEFAULT_SCAN_BYTES
 from wire.position import PositionLike
 
 METADATA_KEY = "statestore"
@@ -156,6 +157,7 @@ def lookup_udf(
     deadline: float = 300.0,
     planning_deadline: float = 10.0,
     cache_bytes: int = DEFAULT_CACHE_BYTES,
+    scan_bytes: int = DEFAULT_SCAN_BYTES,
     spark: SparkSession | None = None,
 ) -> LookupUDF:
     """A lookup UDF for ``store``, planned now on the driver (same checks and pinning as ``lookup_join``).
@@ -184,6 +186,7 @@ def lookup_udf(
                 deadline=deadline,
                 planning_deadline=planning_deadline,
                 cache_bytes=cache_bytes,
+                scan_bytes=scan_bytes,
             ),
             session,
             uncounted=(

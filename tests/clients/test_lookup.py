@@ -63,6 +63,19 @@ def test_json_documents_decode_to_structs_and_misfits_become_null() -> None:
     assert misfits.to_pylist() == [False, False, True, False, True, True, True, False]
 
 
+def test_a_json_null_first_decodes_to_a_struct_of_nulls() -> None:
+    # pyarrow's JSON reader crashed the process on a block starting with the document null.
+    nulls = {"name": None, "price": None, "tags": None}
+    values, misfits = decode_json(pa.array([b"null", b'{"name": "pen"}'], pa.binary()), PRODUCT)
+    assert values.to_pylist() == [nulls, {**nulls, "name": "pen"}]
+    assert misfits.to_pylist() == [False, False]
+    # A misfit splits the documents: the half after it starts with null.
+    values, misfits = decode_json(pa.array([b'{"name": 3}', b"null", b'{"price": 1}'], pa.binary()), PRODUCT)
+    assert values.to_pylist() == [None, nulls, {**nulls, "price": 1.0}]
+    assert misfits.to_pylist() == [True, False, False]
+    assert decode_json(pa.array([b"null"], pa.binary()), PRODUCT)[0].to_pylist() == [nulls]
+
+
 def test_text_values_with_invalid_utf8_become_null_and_count() -> None:
     values, misfits = decode(pa.array([b"ok", b"\xff", None], pa.binary()), "string", None)
     assert values.to_pylist() == ["ok", None, None]

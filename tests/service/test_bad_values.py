@@ -146,3 +146,16 @@ def test_a_json_store_marks_each_value_that_is_no_json_once_when_applied(
     assert parsed == [b'{"name":"Pen"}', BAD]
     with store.view() as view:
         assert view.get_many([b"p1", b"p2", b"p3"]) == [b'{"name":"Pen"}', NOT_JSON_PREFIX + BAD, None]
+
+
+def test_an_arrow_scan_page_answers_bad_values_as_their_producer_wrote_them(bad: Service) -> None:
+    answer = bad.client.get(
+        "/v1/stores/products/scan",
+        params={"prefix": "p"},
+        headers={"Accept": "application/vnd.apache.arrow.stream"},
+    )
+    assert answer.status_code == 200
+    table = pa.ipc.open_stream(answer.content).read_all()
+    assert table.column("key").to_pylist() == [b"p1", b"p2", b"p3", b"p4", b"p5"]
+    # As an Arrow batch get answers them: the client decoding them finds them bad.
+    assert table.column("value").to_pylist() == [b'{"name":"Pen"}', BAD, b"", b"\xff\xfe", b"[1, 2]"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Callable
 
+import pyarrow as pa
 import pytest
 
 from store import InMemoryStore
@@ -101,3 +102,54 @@ def test_scan_prefix_that_is_not_utf8_asks_for_base64(scanned: Service) -> None:
     assert_problem(response, 400, "bad-key-encoding")
     by_base64 = scanned.client.get(URL, params={"prefix": "cP8=", "key_encoding": "base64"})
     assert [item["key"] for item in by_base64.json()["items"]] == ["cP8="]
+
+
+ARROW = "application/vnd.apache.arrow.stream"
+
+
+def arrow_page(service: Service, params: dict[str, str | int]) -> tuple[pa.Table, str]:
+    response = service.client.get(URL, params=params, headers={"Accept": ARROW})
+    assert response.status_code == 200
+    assert response.headers["content-type"] == ARROW
+    return pa.ipc.open_stream(response.content).read_all(), response.headers["Statestore-Position"]
+
+
+def test_an_arrow_scan_pages_the_stored_keys_and_values_as_the_json_scan_does(scanned: Service) -> None:
+    keys: list[bytes] = []
+    values: list[bytes] = []
+    cursors: list[str | None] = []
+    after: str | None = None
+    while True:
+        params: dict[str, str | int] = {
+            "limit": 100,
+            "key_encoding": "base64",
+            **({"after": after} if after else {}),
+        }
+        table, position = arrow_page(scanned, params)
+        assert table.schema.names == ["key", "value"]
+        assert table.schema.field("key").type == table.schema.field("value").type == pa.binary()
+        assert position == "0:250,1:2"
+        keys += table.column("key").to_pylist()
+        values += table.column("value").to_pylist()
+        json_page = scanned.client.get(URL, params=params).json()
+        after = None if table.schema.metadata is None else table.schema.metadata[b"next_after"].decode()
+        assert after == json_page["next_after"]
+        cursors.append(after)
+        if after is None:
+            break
+    assert len(cursors) == 3
+    assert keys == sorted(keys)
+    assert len(keys) == 252
+    assert keys[-2:] == [b"p\xff", b"q1"]
+    stored = {f"p{i:04}".encode(): f'{{"i":{i}}}'.encode() for i in range(250)}
+    stored |= {b"q1": b'{"i":-1}', b"p\xff": b'{"i":-2}'}
+    assert dict(zip(keys, values, strict=True)) == stored
+
+
+def test_an_arrow_scan_of_a_text_prefix_gives_its_cursor_as_text(scanned: Service) -> None:
+    table, _ = arrow_page(scanned, {"prefix": "p01", "limit": 60})
+    assert table.column("key").to_pylist()[:2] == [b"p0100", b"p0101"]
+    assert table.schema.metadata == {b"next_after": b"p0159"}
+    last, _ = arrow_page(scanned, {"prefix": "p01", "limit": 60, "after": "p0159"})
+    assert last.column("key").to_pylist() == [f"p{i:04}".encode() for i in range(160, 200)]
+    assert last.schema.metadata is None

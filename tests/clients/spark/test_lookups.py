@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pandas as pd
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from clients import StatestoreClient
 from clients import exceptions as e
 from clients.spark import lookup_join, lookup_udf, lookups
 from service.local.broker import LocalBroker, free_port
@@ -56,7 +61,7 @@ def service(broker: LocalBroker, tmp_path_factory: pytest.TempPathFactory) -> It
         yield url
 
 
-def invoices(spark: SparkSession, url: str, purchases: pd.DataFrame, how: str) -> DataFrame:
+def invoices(spark: SparkSession, url: str, purchases: pd.DataFrame, how: str, **options: Any) -> DataFrame:
     df = spark.createDataFrame(purchases).repartition(2)
     with_products = lookup_join(
         df,
@@ -66,6 +71,7 @@ def invoices(spark: SparkSession, url: str, purchases: pd.DataFrame, how: str) -
         how=how,
         value_schema=PRODUCT_SCHEMA,
         prefix="product_",
+        **options,
     )
     return lookup_join(
         with_products,
@@ -75,6 +81,87 @@ def invoices(spark: SparkSession, url: str, purchases: pd.DataFrame, how: str) -
         how=how,
         value_schema=CUSTOMER_SCHEMA,
         prefix="customer_",
+        **options,
+    )
+
+
+SCANS = "/v1/stores/{store}/scan"
+BATCH_GETS = "/v1/stores/{store}/keys:batchGet"
+
+
+def requests_answered(url: str) -> Counter[str]:
+    """The requests the service at ``url`` answered so far, by route (its ``/metrics``)."""
+    counts: Counter[str] = Counter()
+    for family in text_string_to_metric_families(httpx.get(f"{url}/metrics", timeout=30).text):
+        for sample in family.samples:
+            if sample.name == "statestore_http_requests_total":
+                counts[sample.labels["route"]] += int(sample.value)
+    return counts
+
+
+def requests_of(url: str, action: Callable[[], Any]) -> tuple[Any, Counter[str]]:
+    """``action()``'s result, and the requests the service answered meanwhile, by route."""
+    before = requests_answered(url)
+    result = action()
+    return result, requests_answered(url) - before
+
+
+def test_tasks_needing_most_keys_read_the_stores_whole_with_the_answers_of_batch_gets(
+    spark: SparkSession, service: str
+) -> None:
+    purchases = purchases_frame(3000)
+    expected = as_rows(expected_invoices(purchases, "left"))
+    # Each task asks for most of the 202 products and 50 customers: it reads both stores whole.
+    whole, by_scans = requests_of(service, invoices(spark, service, purchases, "left").toPandas)
+    fetched, by_gets = requests_of(
+        service, invoices(spark, service, purchases, "left", scan_bytes=0).toPandas
+    )
+    for got in (whole, fetched):
+        assert as_rows(got.sort_values("purchase_id").reset_index(drop=True)) == expected
+    assert by_scans[SCANS] >= 4  # every task, both stores (a task reads a store it needs once)
+    assert by_scans[BATCH_GETS] == 0
+    assert by_gets[SCANS] == 0
+    assert by_gets[BATCH_GETS] >= 4
+
+
+def test_a_consistent_lookup_reads_the_store_whole_as_of_the_pinned_position(
+    spark: SparkSession, broker: LocalBroker, tmp_path: Path
+) -> None:
+    topic = unique_topic("versions")
+    create_topic(broker.bootstrap_servers, topic, partitions=1)
+    produce(broker.bootstrap_servers, topic, [(b"k%03d" % i, b'{"version": 1}') for i in range(300)])
+    history = {"versions": {"history": {"retention_offsets": 100_000}}}
+    with real_service(
+        broker.bootstrap_servers, tmp_path / "state", {"versions": (topic, "json")}, history
+    ) as url:
+        df = spark.createDataFrame([(f"k{i % 350:03d}",) for i in range(2000)], "k string").repartition(2)
+        # Both pinned now, at offset 300; the store then moves on.
+        joins = {
+            scan_bytes: lookup_join(
+                df,
+                store="versions",
+                on="k",
+                url=url,
+                value_schema="version int",
+                consistent=True,
+                scan_bytes=scan_bytes,
+            )
+            for scan_bytes in (0, 1 << 20)
+        }
+        updates = [(b"k%03d" % i, b'{"version": 2}') for i in range(350)] + [(b"k001", None)]
+        produce(broker.bootstrap_servers, topic, updates)
+        with StatestoreClient(url) as client:
+            client.get("versions", "k001", min_position="0:651", default=None)  # waits for all of them
+        rows = {}
+        for scan_bytes, joined in joins.items():
+            got, answered = requests_of(url, joined.collect)
+            rows[scan_bytes] = sorted((row.k, row.version) for row in got)
+            assert answered[SCANS if scan_bytes else BATCH_GETS] >= 1
+            assert answered[BATCH_GETS if scan_bytes else SCANS] == 0
+    assert (
+        rows[0]
+        == rows[1 << 20]
+        == sorted((f"k{i % 350:03d}", 1 if i % 350 < 300 else None) for i in range(2000))
     )
 
 

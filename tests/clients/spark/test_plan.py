@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from pyspark.sql import SparkSession
 
 from clients.spark.options import LookupOptions
@@ -41,3 +42,27 @@ def test_a_planned_lookup_asks_for_its_fields_only_when_values_are_large(
         for name in ("small", "large")
     }
     assert fields == {"small": None, "large": NAMES}
+
+
+def test_a_planned_lookup_may_read_the_store_whole_only_for_whole_values(
+    spark: SparkSession, serve_stores: ServeStores
+) -> None:
+    small, large = InMemoryStore("small"), InMemoryStore("large")
+    for store, padding in ((small, ""), (large, "x" * 2 * PROJECTION_MIN_SAVING)):
+        documents = [{"name": f"n{i}", "price": i, "notes": padding} for i in range(30)]
+        store.apply([(0, i, f"p{i}".encode(), json.dumps(d).encode()) for i, d in enumerate(documents)])
+    url = serve_stores({"small": (small, "json"), "large": (large, "json")})
+
+    def planned(store: str, **options: object) -> tuple[int | None, int, str]:
+        spec = plan_lookup(LookupOptions(store=store, url=url, **options), spark).spec  # type: ignore[arg-type]
+        return spec.store_keys, spec.scan_bytes, spec.lookup_id
+
+    keys, scan_bytes, lookup_id = planned("small", value_schema="name string, price double")
+    assert (keys, scan_bytes) == (30, 64 * 1024 * 1024)  # the service's key count, the default bound
+    assert lookup_id  # the store read whole is shared by this planned lookup's tasks only
+    assert planned("small", scan_bytes=1000)[:2] == (30, 1000)
+    assert planned("small", scan_bytes=0)[0] is None
+    # Projected values (fields=) are not what a scan page answers: batch gets only.
+    assert planned("large", value_schema="name string, price double")[0] is None
+    with pytest.raises(ValueError, match="scan_bytes"):
+        LookupOptions(store="small", scan_bytes=-1)
