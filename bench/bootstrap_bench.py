@@ -21,15 +21,24 @@ Two bare confluent-kafka consumers, each only counting the records:
 Targets (issue 2): the store's bootstrap rate is at least 60% of the tuned bare consumer's
 (``bare``), and at least 2x ktables' replay rate. The ratio to ``bare-max`` is reported as well.
 Without the leader lookup ``bare`` read 700k to 910k records/s, the ~840k the issue quotes.
+
+CPU time per record is reported beside the rates: user and system time of each contender's
+process and every process it started (the store's Kafka client process and restore workers),
+from the start of its timed part to its exit, and the broker's CPU time meanwhile. On a shared
+machine it moves far less than wall time: compare it, and the rates' ratios within one run.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import ctypes
+import dataclasses
 import hashlib
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -110,13 +119,20 @@ def _next_offsets(records: list[Message]) -> dict[int, int]:
     return latest
 
 
-def _child_bare_max(bootstrap: str, records: int) -> float:
+def _own_cpu_seconds() -> float:
+    """CPU time of this process so far (the timed part's CPU is measured from here on)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _child_bare_max(bootstrap: str, records: int) -> tuple[float, float]:
     """The bare consumer with the store's consumer settings, poll, end rule and GC threshold."""
 
     tuning = StoreTuning()
     consumer = Consumer(consumer_config("bench-bare-max", {"bootstrap.servers": bootstrap}))
     partitions = [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
     with fewer_collections(tuning.restore.gc_threshold):
+        before = _own_cpu_seconds()
         start = time.perf_counter()
         # As the store does: the watermark query finds each partition's leader, so the
         # assignment's start-offset lookup goes out at once (without a known leader librdkafka
@@ -140,14 +156,17 @@ def _child_bare_max(bootstrap: str, records: int) -> float:
                     caught_up.add(tp.partition)
         elapsed = time.perf_counter() - start
     consumer.close()
-    return elapsed
+    return elapsed, before
 
 
-def _child_bare(bootstrap: str, records: int, topic: str = TOPIC, partitions: int = PARTITIONS) -> float:
+def _child_bare(
+    bootstrap: str, records: int, topic: str = TOPIC, partitions: int = PARTITIONS
+) -> tuple[float, float]:
     """The bare consumer tuned as the issue and the design notes tune it."""
     consumer = Consumer(
         {"bootstrap.servers": bootstrap, "group.id": "bench-bare", "fetch.queue.backoff.ms": 10}
     )
+    before = _own_cpu_seconds()
     start = time.perf_counter()
     for partition in range(partitions):
         consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
@@ -157,13 +176,14 @@ def _child_bare(bootstrap: str, records: int, topic: str = TOPIC, partitions: in
         seen += sum(1 for message in consumer.consume(10_000, 1.0) if message.error() is None)
     elapsed = time.perf_counter() - start
     consumer.close()
-    return elapsed
+    return elapsed, before
 
 
-def _child_store(bootstrap: str, records: int) -> float:
+def _child_store(bootstrap: str, records: int) -> tuple[float, float]:
 
     with tempfile.TemporaryDirectory() as state_dir:
         store = Store(StoreConfig("bench", TOPIC, {"bootstrap.servers": bootstrap}, Path(state_dir)))
+        before = _own_cpu_seconds()
         start = time.perf_counter()
         store.start()
         if not store.wait_until_ready(timeout=600):
@@ -173,12 +193,12 @@ def _child_store(bootstrap: str, records: int) -> float:
         store.stop()
     if total != records:
         raise SystemExit(f"store position covers {total} records, expected {records}")
-    return elapsed
+    return elapsed, before
 
 
-def _child_ktables(bootstrap: str, records: int) -> float:
+def _child_ktables(bootstrap: str, records: int) -> tuple[float, float]:
 
-    async def run() -> float:
+    async def run() -> tuple[float, float]:
         table = KafkaTable(
             connection=bootstrap,
             topic=TOPIC,
@@ -187,6 +207,7 @@ def _child_ktables(bootstrap: str, records: int) -> float:
             ensure_topic=False,
             catchup_timeout=600,
         )
+        before = _own_cpu_seconds()
         start = time.perf_counter()
         await table.start()
         # Its catch-up gate trusts ListOffsets, which this broker answers too low: count instead.
@@ -194,7 +215,7 @@ def _child_ktables(bootstrap: str, records: int) -> float:
             await asyncio.sleep(0.01)
         elapsed = time.perf_counter() - start
         await table.stop()
-        return elapsed
+        return elapsed, before
 
     return asyncio.run(run())
 
@@ -207,24 +228,76 @@ CHILDREN = {
 }
 
 
-def _run_child(name: str, bootstrap: str, records: int) -> float:
-    output = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench.bootstrap_bench",
-            "--child",
-            name,
-            "--bootstrap",
-            bootstrap,
-            "--records",
-            str(records),
-        ],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    return float(json.loads(output.strip().splitlines()[-1])["seconds"])
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """One contender's restore: its wall time, and the CPU time of its processes and the broker's."""
+
+    seconds: float
+    cpu_seconds: float
+    broker_cpu_seconds: float
+
+
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def _adopt_orphans() -> None:
+    """Processes a contender leaves behind (a restore worker ending after the store's process)
+    come to this process, which waits for them and so counts their CPU time (Linux only)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def _process_cpu_seconds(pid: int | None) -> float:
+    """User and system time of a running process (0 when it cannot be read)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _reap_orphans(keep: set[int]) -> float:
+    """Wait for the adopted processes (every child but ``keep``); returns their CPU seconds."""
+    total = 0.0
+    while True:
+        orphans = [pid for pid in _children() if pid not in keep]
+        if not orphans:
+            return total
+        for pid in orphans:
+            with contextlib.suppress(ChildProcessError):
+                usage = os.wait4(pid, 0)[2]
+                total += usage.ru_utime + usage.ru_stime
+
+
+def _children() -> list[int]:
+    me = str(os.getpid())
+    found = []
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError, IndexError), open(f"/proc/{name}/stat", encoding="ascii") as stat:
+            if stat.read().rsplit(")", 1)[1].split()[1] == me:
+                found.append(int(name))
+    return found
+
+
+def _run_child(name: str, bootstrap: str, records: int, broker_pid: int | None) -> Run:
+    command = [sys.executable, "-m", "bench.bootstrap_bench", "--child", name]
+    command += ["--bootstrap", bootstrap, "--records", str(records)]
+    broker_before = _process_cpu_seconds(broker_pid)
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None
+    with child.stdout:
+        output = child.stdout.read()
+    # Waited for here rather than by Popen: wait4 tells the CPU time of the child and of every
+    # process it waited for.
+    _, status, usage = os.wait4(child.pid, 0)
+    child.returncode = os.waitstatus_to_exitcode(status)
+    if child.returncode:
+        raise SystemExit(f"the {name} contender failed (exit code {child.returncode})")
+    cpu = usage.ru_utime + usage.ru_stime + _reap_orphans({broker_pid} if broker_pid else set())
+    result = json.loads(output.strip().splitlines()[-1])
+    broker_cpu = _process_cpu_seconds(broker_pid) - broker_before
+    return Run(result["seconds"], cpu - result["cpu_before"], broker_cpu)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -241,11 +314,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bootstrap", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        seconds = CHILDREN[args.child](args.bootstrap, args.records)
-        print(json.dumps({"seconds": seconds}))
+        seconds, cpu_before = CHILDREN[args.child](args.bootstrap, args.records)
+        print(json.dumps({"seconds": seconds, "cpu_before": cpu_before}))
         return 0
 
     contenders = args.contenders.split(",")
+    _adopt_orphans()
     with LocalBroker() as broker:
         print(
             f"producing {args.records:,} records (16 B keys in {'sorted' if args.ordered_keys else 'random'}"
@@ -253,25 +327,38 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
         _produce(broker.bootstrap_servers, args.records, args.ordered_keys)
-        times: dict[str, list[float]] = {name: [] for name in contenders}
+        runs: dict[str, list[Run]] = {name: [] for name in contenders}
         for round_number in range(args.repeat):
             for name in contenders:
-                seconds = _run_child(name, broker.bootstrap_servers, args.records)
-                times[name].append(seconds)
+                run = _run_child(name, broker.bootstrap_servers, args.records, broker.pid)
+                runs[name].append(run)
                 print(
-                    f"round {round_number + 1} {name:9s} {args.records / seconds:>12,.0f} records/s",
+                    f"round {round_number + 1} {name:9s} {args.records / run.seconds:>12,.0f} records/s,"
+                    f" {run.cpu_seconds / args.records * 1e6:.2f} µs CPU a record"
+                    f" (broker {run.broker_cpu_seconds / args.records * 1e6:.2f})",
                     flush=True,
                 )
-    rates = {name: args.records / statistics.median(values) for name, values in times.items()}
+    _print_summary(runs, args.records)
+    return 0
+
+
+def _print_summary(runs: dict[str, list[Run]], records: int) -> None:
+    def median(name: str, field: str) -> float:
+        return statistics.median(getattr(run, field) for run in runs[name])
+
+    rates = {name: records / median(name, "seconds") for name in runs}
+    cpu = {name: median(name, "cpu_seconds") / records * 1e6 for name in runs}
+    broker = {name: median(name, "broker_cpu_seconds") / records * 1e6 for name in runs}
     print()
-    print("| reader | records/s (median) | vs bare | vs bare-max |")
-    print("|---|---:|---:|---:|")
+    print("| reader | records/s (median) | vs bare | vs bare-max | CPU µs a record | vs bare | broker µs |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for name, rate in rates.items():
         ratios = [f"{rate / rates[base]:.0%}" if base in rates else "-" for base in ("bare", "bare-max")]
-        print(f"| {name} | {rate:,.0f} | {' | '.join(ratios)} |")
+        cpu_ratio = f"{cpu[name] / cpu['bare']:.2f}x" if "bare" in cpu else "-"
+        cells = [name, f"{rate:,.0f}", *ratios, f"{cpu[name]:.2f}", cpu_ratio, f"{broker[name]:.2f}"]
+        print(f"| {' | '.join(cells)} |")
     if "store" in rates and "ktables" in rates:
         print(f"\nstore / ktables: {rates['store'] / rates['ktables']:.1f}x")
-    return 0
 
 
 if __name__ == "__main__":

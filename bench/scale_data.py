@@ -220,7 +220,8 @@ def main(argv: list[str] | None = None) -> int:
     elif args.child == "bare":
         from bench.bootstrap_bench import _child_bare  # noqa: PLC0415 (only this child needs it)
 
-        print(json.dumps({"seconds": _child_bare(args.bootstrap, args.records, TOPIC, PARTITIONS)}))
+        seconds, _ = _child_bare(args.bootstrap, args.records, TOPIC, PARTITIONS)
+        print(json.dumps({"seconds": seconds}))
     elif args.child == "store":
         print(json.dumps(child_store(args.bootstrap, args.records, args.state_dir)))
     elif args.child == "writer":

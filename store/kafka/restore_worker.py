@@ -133,22 +133,38 @@ def write_sst(
     order = last_per_key_order(keys)
     if not order:
         return None
-    kept = [values[i] for i in order]
-    # Only the values kept: a key's older values are never stored.
-    if json_values:
-        kept = checked_json(kept)
-    if decoder is not None:
-        kept = decoder.decode(kept)
     path.parent.mkdir(parents=True, exist_ok=True)
     writer = rocksdict.SstFileWriter(_SST_OPTIONS)
     writer.open(str(path))
+    if json_values or decoder is not None:
+        kept = [values[i] for i in order]  # only the values kept: a key's older values are never stored
+        if json_values:
+            kept = checked_json(kept)
+        if decoder is not None:
+            kept = decoder.decode(kept)
+        _write_in_order(writer, keys, order, kept)
+    else:
+        # Values are taken in key order straight from the chunk, in one pass: each is a cache miss
+        # (they lie where they were read), and a list of them walked again cost ~0.3 µs a record.
+        for i in order:
+            value = values[i]
+            if value is None:
+                del writer[keys[i]]
+            else:
+                writer[keys[i]] = value
+    writer.finish()
+    return path
+
+
+def _write_in_order(
+    writer: rocksdict.SstFileWriter, keys: Sequence[bytes], order: list[int], kept: list[bytes | None]
+) -> None:
+    """Write ``keys[order[n]]`` with ``kept[n]`` (a delete for ``None``) for each ``n``."""
     for i, value in zip(order, kept, strict=True):
         if value is None:
             del writer[keys[i]]
         else:
             writer[keys[i]] = value
-    writer.finish()
-    return path
 
 
 class _Restore:

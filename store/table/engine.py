@@ -36,7 +36,9 @@ from store.table.options import (
     LEVEL0_COMPACTION_TRIGGER,
     LEVEL0_SLOWDOWN_WRITES_TRIGGER,
     LEVEL0_STOP_WRITES_TRIGGER,
+    TARGET_FILE_BYTES,
     database_options,
+    merge_file_bytes,
 )
 from store.table.volume import directory_size, is_space_error, write_buffer_for, write_error
 from store.tuning import RocksDBOptions
@@ -110,6 +112,7 @@ class Engine:
         self._write_options = rocksdict.WriteOptions()
         self._write_options.disable_wal = True
         self._write_triggers_raised = False
+        self._merge_file_size_lowered = False
         try:
             version = family_get(self._meta, _FORMAT_KEY)
         except StoreReadError as exc:
@@ -216,7 +219,10 @@ class Engine:
         A large restore leaves more level-0 files than RocksDB lets writes go on with: it would
         stop every write (the restore's last records and offsets too, so READY) until it had
         compacted them, about a second per million records. So on resuming, the write triggers
-        are raised above the files there are, until the next ``flush`` finds them compacted.
+        are raised above the files there are, until the next ``flush`` finds them compacted. And
+        the target file size is lowered so that the merge runs in two threads even for a table
+        smaller than two default files (``store.table.options.merge_file_bytes``), until a
+        ``flush`` finds no compaction running or due.
         """
         changes = {"disable_auto_compactions": "true" if deferred else "false"}
         try:
@@ -225,12 +231,20 @@ class Engine:
                 changes["level0_slowdown_writes_trigger"] = str(files + LEVEL0_SLOWDOWN_WRITES_TRIGGER)
                 changes["level0_stop_writes_trigger"] = str(files + LEVEL0_STOP_WRITES_TRIGGER)
                 self._write_triggers_raised = True
+            if not deferred and files:
+                table = int(self._db.property_int_value("rocksdb.total-sst-files-size") or 0)
+                changes["target_file_size_base"] = str(merge_file_bytes(table))
+                self._merge_file_size_lowered = True
             self._db.set_options(changes)
         except Exception as exc:
             raise self._write_error(exc) from exc
 
     def _restore_write_triggers(self) -> None:
-        """RocksDB's write triggers again, once level 0 is below them (``defer_compactions``)."""
+        """RocksDB's write triggers again, once level 0 is below them, and its target file size
+        once no compaction runs or is due (``defer_compactions``)."""
+        if self._merge_file_size_lowered and self.compactions() == (0, False):
+            self._db.set_options({"target_file_size_base": str(TARGET_FILE_BYTES)})
+            self._merge_file_size_lowered = False
         if self._write_triggers_raised and self._level0_files() < LEVEL0_SLOWDOWN_WRITES_TRIGGER:
             self._db.set_options(
                 {

@@ -22,6 +22,19 @@ LEVEL0_STOP_WRITES_TRIGGER = 36
 # (``store.lifecycle.settle``), when nothing else of the store runs, so it may take a second core.
 SUBCOMPACTIONS = 2
 
+# RocksDB's own default target size of a table file, set here because Engine.defer_compactions
+# lowers it while a bulk restore's files are merged and sets it back afterwards.
+TARGET_FILE_BYTES = 64 * 2**20
+_MERGE_FILE_MIN_BYTES = 2**20
+
+
+def merge_file_bytes(table_bytes: int) -> int:
+    """The target file size under which RocksDB splits a merge of ``table_bytes`` into
+    ``SUBCOMPACTIONS`` threads: it never splits a compaction into ranges smaller than one output
+    file, so a table below ``SUBCOMPACTIONS`` default-sized files is merged in one thread."""
+    return max(_MERGE_FILE_MIN_BYTES, min(TARGET_FILE_BYTES, table_bytes // SUBCOMPACTIONS + 1))
+
+
 _INFO_LOG_FILES = 2
 _INFO_LOG_FILE_BYTES = 512 * 1024
 
@@ -50,6 +63,7 @@ def database_options(tuning: RocksDBOptions, write_buffer_bytes: int) -> rocksdi
     options.set_write_buffer_size(write_buffer_bytes)
     options.set_max_background_jobs(2)
     options.set_max_subcompactions(SUBCOMPACTIONS)
+    options.set_target_file_size_base(TARGET_FILE_BYTES)
     options.set_level_zero_file_num_compaction_trigger(LEVEL0_COMPACTION_TRIGGER)
     options.set_level_zero_slowdown_writes_trigger(LEVEL0_SLOWDOWN_WRITES_TRIGGER)
     options.set_level_zero_stop_writes_trigger(LEVEL0_STOP_WRITES_TRIGGER)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import re
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +18,7 @@ from store.lifecycle import settle
 from store.lifecycle.progress import Progress
 from store.lifecycle.settle import settle_restored_files
 from store.table import Engine
+from store.table.options import TARGET_FILE_BYTES
 
 _LOG = logging.LoggerAdapter(logging.getLogger("store.lifecycle.materializer"), {"store": "s"})
 
@@ -173,10 +176,37 @@ def test_a_stop_ends_the_wait() -> None:
     assert stuck.checks == 0
 
 
+def _latest_options(tmp_path: Path) -> list[str]:
+    latest = max((tmp_path / "db").glob("OPTIONS-*"), key=lambda path: int(path.name.split("-")[1]))
+    return latest.read_text().split()
+
+
 def test_the_merge_may_take_a_second_thread(engine: Engine, tmp_path: Path) -> None:
     # Nothing else of the store runs while it merges before READY.
-    latest = max((tmp_path / "db").glob("OPTIONS-*"), key=lambda path: int(path.name.split("-")[1]))
-    assert "max_subcompactions=2" in latest.read_text().split()
+    assert "max_subcompactions=2" in _latest_options(tmp_path)
+
+
+def test_a_small_table_is_merged_in_two_threads_too(engine: Engine, tmp_path: Path) -> None:
+    # RocksDB splits a merge only into ranges of at least one output file: a table smaller than
+    # two default files (64 MiB) would be merged in one thread, one core idle before READY.
+    engine.defer_compactions(True)
+    for number in range(6):
+        keys = [b"k%05d" % i for i in range(number, 4200, 6)]
+        path = write_sst(tmp_path / f"{number}.sst", keys, [os.urandom(1000) for _ in keys])
+        assert path is not None
+        engine.ingest([path])
+    progress = Progress()
+
+    assert settle_restored_files(_Watched(engine, progress), progress, threading.Event(), _LOG, "s") == 5
+
+    assert engine.level0()[0] == 0
+    # RocksDB's own account of the merge (its info log): it ran as two subcompactions.
+    events = re.findall(r'"num_subcompactions": (\d+)', (tmp_path / "db" / "LOG").read_text())
+    assert events == ["2"]
+    default = f"target_file_size_base={TARGET_FILE_BYTES}"
+    during = _latest_options(tmp_path).count(default)  # the table's family had it lowered
+    engine.flush()  # as the store does right after: the default comes back for later compactions
+    assert _latest_options(tmp_path).count(default) == during + 1
 
 
 def _cached_bytes(engine: Engine) -> int:
