@@ -24,7 +24,7 @@ from store.exceptions import (
     StoreWriteError,
 )
 from store.protocol import MAX_SCAN_LIMIT, CorruptionReport, MemoryUsage, ScanPage
-from store.table import families, history, timed
+from store.table import families, history, history_layout, timed
 from store.table.asof import AsOfReader
 from store.table.corruption import drop_engine_references
 from store.table.engine import Engine
@@ -429,6 +429,7 @@ class Replica:
 
     def _load_history_state(self) -> None:
         engine = self.engine
+        history_layout.upgrade(engine, self.name)
         if self.history is None:
             if history.stored_start(engine) or timed.stored_bounds(engine) != timed.TimeBounds({}):
                 batch = engine.new_batch()
