@@ -358,13 +358,9 @@ class HistoryRecorder:
         ``offset`` supersedes, but those a read as of a time still needs (``store.table.timed``);
         returns the greatest timestamp passed (``timed.NO_TIME`` for none)."""
         live, history = engine.family(families.HISTORY), engine.handle(families.HISTORY)
-        # A key's versions on all partitions, in time order: those of this partition below
-        # ``offset`` are found among them (a key has few, bounded by retention).
-        parsed = [(k, *parse_version(k, v)[:3], v) for k, v in scan_versions(live.iter(), key)]
-        superseded = [entry for entry in parsed if entry[1] == partition and entry[2] < offset]
+        superseded, newest, only_version = _superseded(scan_versions(live.iter(), key), partition, offset)
         for history_key, *_rest in superseded:
             batch.delete(history_key, history)
-        newest = next((entry for entry in parsed if entry[1] == partition and entry[2] == offset), None)
         if newest is None:
             return timed.NO_TIME
         candidates = [entry[:4] for entry in [*superseded, newest]]
@@ -372,8 +368,23 @@ class HistoryRecorder:
         kept = {entry[0]: entry[4] for entry in superseded}
         for history_key in keep:
             batch.put(history_key, kept[history_key], history)
-        only_version = all(entry[1] == partition and entry[2] <= offset for entry in parsed)
         if not keep and newest[4][:1] == TOMBSTONE and only_version:
             # Absent at every position from the floor on: nothing to keep.
             batch.delete(newest[0], history)
         return max(timestamp for *_, timestamp in candidates)
+
+
+_Version = tuple[bytes, int, int, int, bytes]  # history key, partition, offset, timestamp, stored
+
+
+def _superseded(
+    versions: Sequence[tuple[bytes, bytes]], partition: int, offset: int
+) -> tuple[list[_Version], _Version | None, bool]:
+    """Of a key's ``(history key, stored)`` versions (all partitions, in time order): those on
+    ``partition`` below ``offset``, the one at ``offset`` (if kept), and whether no other version
+    exists (a key has few, bounded by retention)."""
+    parsed = [(k, *parse_version(k, v)[:3], v) for k, v in versions]
+    superseded = [entry for entry in parsed if entry[1] == partition and entry[2] < offset]
+    newest = next((entry for entry in parsed if entry[1] == partition and entry[2] == offset), None)
+    only_version = all(entry[1] == partition and entry[2] <= offset for entry in parsed)
+    return superseded, newest, only_version

@@ -20,17 +20,21 @@ from __future__ import annotations
 import itertools
 import random
 from collections.abc import Callable, Sequence
+from typing import Generic, TypeVar
 
 MISS = object()
 """What :meth:`HotKeyCache.lookup` answers for a key it does not hold."""
+
+ValueT = TypeVar("ValueT")
 
 # Misses of one batch admitted whole; above this, one in ``ADMIT_STRIDE``.
 ADMIT_ALL_UP_TO = 32
 ADMIT_STRIDE = 8
 
 
-class HotKeyCache:
-    """A bounded map of key to value (``None``: known absent), oldest entries evicted first.
+class HotKeyCache(Generic[ValueT]):
+    """A bounded map of key to value (for the table's values ``None``: known absent), oldest
+    entries evicted first.
 
     Not thread-safe: its owner holds a lock around every call.
     """
@@ -49,7 +53,7 @@ class HotKeyCache:
         self._admit_all_up_to = admit_all_up_to
         self._admit_stride = admit_stride
         self._random = rng or random.Random()
-        self._entries: dict[bytes, bytes | None] = {}
+        self._entries: dict[bytes, ValueT] = {}
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -59,23 +63,30 @@ class HotKeyCache:
         get = self._entries.get
         return [get(key, MISS) for key in keys]
 
-    def offer(self, keys: Sequence[bytes], values: Sequence[bytes | None], asked: int = 0) -> None:
+    def offer(self, keys: Sequence[bytes], values: Sequence[ValueT], asked: int = 0) -> None:
         """Values just read for ``keys``, the misses of a batch of ``asked`` keys (``len(keys)`` if
         less); admitted as the module docstring says."""
+        admitted = self.admitted(len(keys), asked)
+        self.put([keys[i] for i in admitted], [values[i] for i in admitted])
+
+    def admitted(self, missed: int, asked: int = 0) -> list[int]:
+        """Which of ``missed`` keys (the misses of a batch of ``asked`` keys) to admit: their
+        places among them, as the module docstring says."""
         if self.capacity <= 0:
-            return
+            return []
         stride = self._admit_stride
-        mostly_hits = 2 * len(keys) <= asked
-        if len(keys) > self._admit_all_up_to and stride > 1 and not mostly_hits:
+        mostly_hits = 2 * missed <= asked
+        if missed > self._admit_all_up_to and stride > 1 and not mostly_hits:
             # A run of consecutive misses, wrapping around, from a random start: each is admitted
             # with the same chance, and a batch asked again finds its admitted keys together in
             # the cache's memory, not one in eight apart.
-            count = len(keys)
-            take = -(-count // stride)
-            start = self._random.randrange(count)
-            wrapped = max(0, start + take - count)
-            keys = [*keys[start : start + take], *keys[:wrapped]]
-            values = [*values[start : start + take], *values[:wrapped]]
+            take = -(-missed // stride)
+            start = self._random.randrange(missed)
+            return [*range(start, min(start + take, missed)), *range(max(0, start + take - missed))]
+        return list(range(missed))
+
+    def put(self, keys: Sequence[bytes], values: Sequence[ValueT]) -> None:
+        """Keep ``values`` for ``keys`` (admitted already), evicting the oldest entries."""
         if len(keys) > self.capacity:
             keys, values = keys[-self.capacity :], values[-self.capacity :]
         entries = self._entries

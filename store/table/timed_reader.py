@@ -10,9 +10,11 @@ from store.exceptions import TimeExpiredError
 from store.table import timed
 from store.table.asof import AsOfReader, historic_keys
 from store.table.corruption import check_status
-from store.table.history import PUT, time_seek_keys
+from store.table.history import PUT, escape, time_seek_keys
+from store.table.hot_keys import MISS
 from store.table.indexes import IndexSpec
 from store.table.snapshot_reader import SnapshotReader
+from store.table.timelines import Timelines, answer, read_timeline
 from wire.position import Position
 
 
@@ -21,6 +23,8 @@ class TimedReader(AsOfReader):
 
     ``get_many_at`` takes one time per key. Every time asked must be at or above the time floor
     of ``bounds`` (checked when the view is taken for ``at_time``, and here for the others).
+    ``timelines`` (a view at the copy's position only): the hot keys' timelines and the generation
+    they are good for (``store.table.timelines``).
     """
 
     def __init__(
@@ -37,11 +41,13 @@ class TimedReader(AsOfReader):
         at_time: int,
         bounds: timed.TimeBounds,
         store: str,
+        timelines: tuple[Timelines, int] | None = None,
     ) -> None:
         super().__init__(latest, history, history_scan, changes, index, indexes, as_of, building)
         self.at_time = at_time
         self._bounds = bounds
         self._store = store
+        self._timelines = timelines
 
     def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
         return self.get_many_at(keys, [self.at_time] * len(keys))
@@ -50,19 +56,22 @@ class TimedReader(AsOfReader):
         """The value of each key as of its own time (``times`` parallel to ``keys``)."""
         if times:  # the floor holds for every time once it holds for the earliest
             timed.check_time(self._store, min(times), self._bounds)
-        # The hot path of a point-in-time join: one seek a key lands on its answer (the history
-        # layout, ``store.table.history``), the seeks in key order (each near the one before).
-        targets = time_seek_keys(keys, times)
         # At the view's own position, every version its iterator sees counts: no offset to compare.
         as_of = None if self._as_of == self._latest.position() else dict(self._as_of)
         # A version stamped at or above every pre-history bound is newer than any base version.
         settled = _TIME_FIELD.pack(_TIME_TOP - max(self._bounds.base_times.values(), default=timed.NO_TIME))
         values: list[bytes | None] = [None] * len(keys)
         unsettled: list[int] = []
+        rest: Sequence[int] = range(len(keys))
+        if as_of is None and self._timelines is not None:
+            rest = self._from_timelines(keys, times, settled, values, unsettled)
+        # The hot path of a point-in-time join: one seek a key lands on its answer (the history
+        # layout, ``store.table.history``), the seeks in key order (each near the one before).
+        targets = time_seek_keys([keys[i] for i in rest], [times[i] for i in rest])
         iterator = self._history
         seek, valid, key_of, value_of = iterator.seek, iterator.valid, iterator.key, iterator.value
-        for i in sorted(range(len(keys)), key=targets.__getitem__):
-            target = targets[i]
+        for j in sorted(range(len(rest)), key=targets.__getitem__):
+            target = targets[j]
             seek(target)
             if as_of is None and valid():
                 # Inline, what ``_landed`` does at the view's own position: the usual read.
@@ -71,29 +80,58 @@ class TimedReader(AsOfReader):
                     history_key[-12:-4] == _BASE_OFFSET or history_key[-20:-12] <= settled
                 ):
                     stored = value_of()
-                    values[i] = stored[9:] if stored[:1] == PUT else None
+                    values[rest[j]] = stored[9:] if stored[:1] == PUT else None
                     continue
-            unsettled.append(i)
+            unsettled.append(rest[j])
         if unsettled:
-            self._settle(keys, times, targets, values, unsettled, as_of, settled)
+            self._settle(keys, times, values, unsettled, as_of, settled)
         return values
+
+    def _from_timelines(
+        self,
+        keys: Sequence[bytes],
+        times: Sequence[int],
+        settled: bytes,
+        values: list[bytes | None],
+        unsettled: list[int],
+    ) -> Sequence[int]:
+        """Fill in ``values`` from the hot keys' timelines, reading those of the keys admitted
+        now; returns the places of the others. A timeline that does not settle its key's answer
+        leaves its place in ``unsettled``."""
+        assert self._timelines is not None
+        timelines, generation = self._timelines
+        cached = timelines.lookup(generation, keys)
+        if cached is None:  # written since the view was taken: its snapshot is older than them
+            return range(len(keys))
+        missed = [key for key, timeline in zip(keys, cached, strict=True) if timeline is MISS]
+        if missed:
+            # Timelines for the keys admitted (each read once), kept if no write came meanwhile.
+            admitted = sorted({missed[j] for j in timelines.admitted(len(missed), len(keys))})
+            read = [read_timeline(self._history, escape(key)) for key in admitted]
+            kept = {key: timeline for key, timeline in zip(admitted, read, strict=True) if timeline[0]}
+            timelines.offer(generation, list(kept), list(kept.values()))
+            cached = [
+                kept.get(key, MISS) if timeline is MISS else timeline
+                for key, timeline in zip(keys, cached, strict=True)
+            ]
+        return answer(cached, times, settled, values, unsettled)
 
     def _settle(
         self,
         keys: Sequence[bytes],
         times: Sequence[int],
-        targets: Sequence[bytes],
         values: list[bytes | None],
         unsettled: Sequence[int],
         as_of: Mapping[int, int] | None,
         settled: bytes,
     ) -> None:
-        """Fill in ``values`` at the ``unsettled`` indexes: keys whose versions are pinned to an
+        """Fill in ``values`` at the ``unsettled`` places: keys whose versions are pinned to an
         older position, or whose landing alone does not settle their answer."""
+        targets = time_seek_keys([keys[i] for i in unsettled], [times[i] for i in unsettled])
         iterator, unversioned = self._history, []
-        for i in unsettled:
-            escaped = targets[i][:-8]
-            iterator.seek(targets[i])
+        for i, target in zip(unsettled, targets, strict=True):
+            escaped = target[:-8]
+            iterator.seek(target)
             stored = _landed(iterator, escaped, as_of, settled)
             if stored is not None:
                 values[i] = _put_value(stored)
