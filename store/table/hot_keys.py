@@ -66,27 +66,26 @@ class HotKeyCache(Generic[ValueT]):
     def offer(self, keys: Sequence[bytes], values: Sequence[ValueT], asked: int = 0) -> None:
         """Values just read for ``keys``, the misses of a batch of ``asked`` keys (``len(keys)`` if
         less); admitted as the module docstring says."""
-        admitted = self.admitted(len(keys), asked)
-        self.put([keys[i] for i in admitted], [values[i] for i in admitted])
-
-    def admitted(self, missed: int, asked: int = 0) -> list[int]:
-        """Which of ``missed`` keys (the misses of a batch of ``asked`` keys) to admit: their
-        places among them, as the module docstring says."""
         if self.capacity <= 0:
-            return []
+            return
         stride = self._admit_stride
-        mostly_hits = 2 * missed <= asked
-        if missed > self._admit_all_up_to and stride > 1 and not mostly_hits:
+        mostly_hits = 2 * len(keys) <= asked
+        if len(keys) > self._admit_all_up_to and stride > 1 and not mostly_hits:
             # A run of consecutive misses, wrapping around, from a random start: each is admitted
             # with the same chance, and a batch asked again finds its admitted keys together in
             # the cache's memory, not one in eight apart.
-            take = -(-missed // stride)
-            start = self._random.randrange(missed)
-            return [*range(start, min(start + take, missed)), *range(max(0, start + take - missed))]
-        return list(range(missed))
+            count = len(keys)
+            take = -(-count // stride)
+            start = self._random.randrange(count)
+            wrapped = max(0, start + take - count)
+            keys = [*keys[start : start + take], *keys[:wrapped]]
+            values = [*values[start : start + take], *values[:wrapped]]
+        self.put(keys, values)
 
     def put(self, keys: Sequence[bytes], values: Sequence[ValueT]) -> None:
         """Keep ``values`` for ``keys`` (admitted already), evicting the oldest entries."""
+        if self.capacity <= 0:
+            return
         if len(keys) > self.capacity:
             keys, values = keys[-self.capacity :], values[-self.capacity :]
         entries = self._entries

@@ -106,7 +106,7 @@ class TimedReader(AsOfReader):
         missed = [key for key, timeline in zip(keys, cached, strict=True) if timeline is MISS]
         if missed:
             # Timelines for the keys admitted (each read once), kept if no write came meanwhile.
-            admitted = sorted({missed[j] for j in timelines.admitted(len(missed), len(keys))})
+            admitted = sorted(timelines.admitted(list(dict.fromkeys(missed))))
             read = [read_timeline(self._history, escape(key)) for key in admitted]
             kept = {key: timeline for key, timeline in zip(admitted, read, strict=True) if timeline[0]}
             timelines.offer(generation, list(kept), list(kept.values()))

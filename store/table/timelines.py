@@ -13,6 +13,7 @@ and a time below the floor is refused before any key is read.
 
 from __future__ import annotations
 
+import itertools
 import struct
 import threading
 from bisect import bisect_left
@@ -27,6 +28,7 @@ Timeline = tuple[list[bytes], list[bytes]]
 """Of one key's versions in history order: each one's ``~timestamp | ~(offset + 1)`` (16 bytes),
 and each stored version."""
 
+MISS_WINDOW_SHARE = 8
 BASE_FIELDS = b"\xff" * 16  # the time and offset fields of a base version
 _TIME_FIELD = struct.Struct(">Q")  # ``~at``: ``_TIME_TOP - at``
 _TIME_TOP = 2**63 - 1
@@ -77,12 +79,19 @@ def answer(
 
 
 class Timelines:
-    """The timelines of hot keys, bounded and admitted as the hot-key cache's values are
-    (``store.table.hot_keys``). Every call is made with the owner's ``lock`` held or takes it;
-    ``generation`` counts the writes (a timeline read before one is not kept)."""
+    """The timelines of hot keys, at most ``capacity``, oldest evicted first. Reading a missed
+    key's timeline costs a walk over its versions, so a key is admitted on its second miss among
+    the last ``capacity // MISS_WINDOW_SHARE`` keys missed: a batch asked again is; few keys of a
+    join sweeping a table larger than the cache are (it would pay the walks, and evict what it
+    admitted before asking it again).
+
+    Every call takes the owner's ``lock`` or is made with it held; ``generation`` counts the
+    writes (a timeline read before one is not kept).
+    """
 
     def __init__(self, capacity: int, lock: threading.Condition) -> None:
         self._cache: HotKeyCache[Timeline] = HotKeyCache(capacity)
+        self._missed: dict[bytes, None] = {}  # the keys missed lately, oldest first
         self._lock = lock
         self.generation = 0
 
@@ -106,10 +115,23 @@ class Timelines:
         with self._lock:
             return self._cache.lookup(keys) if generation == self.generation else None
 
-    def admitted(self, missed: int, asked: int) -> list[int]:
-        """Which of ``missed`` keys of a batch of ``asked`` to read timelines for and offer."""
+    def admitted(self, missed: Sequence[bytes]) -> list[bytes]:
+        """Of the keys a read just missed, those to read timelines for and offer: each missed
+        before, among the last keys missed (class doc)."""
+        admitted = []
         with self._lock:
-            return self._cache.admitted(missed, asked)
+            recent = self._missed
+            for key in missed:
+                if key in recent:
+                    del recent[key]
+                    admitted.append(key)
+                else:
+                    recent[key] = None
+            overflow = len(recent) - self._cache.capacity // MISS_WINDOW_SHARE
+            if overflow > 0:
+                for old in list(itertools.islice(recent, overflow)):
+                    del recent[old]
+        return admitted
 
     def offer(self, generation: int, keys: Sequence[bytes], timelines: Sequence[Timeline]) -> None:
         """Keep timelines read at ``generation`` (ignored if written since)."""
