@@ -122,9 +122,8 @@ def _joins(url: str, folder: Path, facts: int, keys: int, versions: int, rounds:
         (df.key == history.key) & (df.event_ms >= history.valid_from) & (df.event_ms < history.valid_to),
         "left",
     ).select(df["*"], history.price)
-    results = {}
-    for name, frame in (("point-in-time lookup_join", timed), ("lookup_join", plain), ("range join", ranged)):
-        results[name] = best_seconds(lambda frame=frame: run(frame), rounds)
+    contenders = (("point-in-time lookup_join", timed), ("lookup_join", plain), ("range join", ranged))
+    results = best_seconds({name: (lambda frame=frame: run(frame)) for name, frame in contenders}, rounds)
     spark.stop()
     return results
 

@@ -29,7 +29,7 @@ from clients.paging import Pager
 from clients.retry import Deadline, RetryPolicy
 from clients.routing import ShardRouting
 from clients.sharding import Sharding, grouped_by_shard, in_request_order
-from clients.times import TimeLike, time_array, time_ms
+from clients.times import TimeLike, time_ms, times_ms
 from clients.wire import Key
 from wire.position import Position, PositionLike
 
@@ -318,10 +318,11 @@ class BaseClient(ShardRouting, ABC, Generic[HttpT, TransportT, RowsT]):
                     f"as_of_times must hold one time per key: {len(times)} times, {len(keys)} keys"
                 )
             # A key asked at two times is two reads: pairs are deduped, not keys.
-            pairs, index = wire.dedupe([(k, time_ms(t)) for k, t in zip(stored_keys, times, strict=True)])
+            pairs, index = wire.dedupe(list(zip(stored_keys, times_ms(times), strict=True)))
             unique_keys = pa.array([k for k, _ in pairs], type=pa.binary())
+            unique_times = pa.array([t for _, t in pairs], pa.int64()).cast(pa.timestamp("ms"))
             array, position = yield from self._get_arrow_answer_flow(
-                store, unique_keys, read, time_array([t for _, t in pairs]), stored=stored
+                store, unique_keys, read, unique_times, stored=stored
             )
         # Arrow answers null only for an absent key; a stored JSON null is the bytes ``null``.
         found = array.to_pylist()

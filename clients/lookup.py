@@ -264,17 +264,17 @@ class Lookup:
 
 
 def _pairs(keys: pa.Array, times: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array]:
-    """The distinct ``(key, time)`` pairs of rows with both (keys, times), and each row's pair
-    index (null for a row without key or time)."""
-    index_of: dict[tuple[bytes, int], int] = {}
-    rows: list[int | None] = []
-    for key, at in zip(keys.to_pylist(), times.to_pylist(), strict=True):
-        rows.append(None if key is None or at is None else index_of.setdefault((key, at), len(index_of)))
-    return (
-        pa.array([k for k, _ in index_of], pa.binary()),
-        pa.array([t for _, t in index_of], pa.int64()),
-        pa.array(rows, pa.int64()),
+    """The distinct ``(key, time)`` pairs of rows with both (keys, times, in first-seen order), and
+    each row's pair index (null for a row without key or time), all in Arrow: no row in Python."""
+    # One bytes value a pair: the time's decimal digits, a NUL, the key. Digits hold no NUL, so the
+    # first NUL ends the time and distinct pairs stay distinct; a null key or time gives null.
+    joined = pc.binary_join_element_wise(
+        pc.cast(times, pa.string()).cast(pa.binary()), keys.cast(pa.binary()), pa.scalar(b"\x00", pa.binary())
     )
+    encoded = pc.dictionary_encode(joined)
+    # A pair's first row (index_in answers the first of equal values): its key and time.
+    first = pc.index_in(encoded.dictionary, value_set=joined)
+    return keys.take(first), times.take(first), encoded.indices
 
 
 def decode(

@@ -5,8 +5,6 @@ from __future__ import annotations
 import datetime
 from collections.abc import Sequence
 
-import pyarrow as pa
-
 TimeLike = int | datetime.datetime | str
 """A time: epoch milliseconds, a timezone-aware ``datetime``, or RFC 3339 text."""
 
@@ -27,6 +25,8 @@ def time_ms(time: TimeLike) -> int:
     return delta // datetime.timedelta(milliseconds=1)
 
 
-def time_array(times: Sequence[TimeLike]) -> pa.Array:
-    """``times`` as an Arrow ``timestamp[ms]`` array (the batch get's ``as_of_time`` column)."""
-    return pa.array([time_ms(t) for t in times], pa.int64()).cast(pa.timestamp("ms"))
+def times_ms(times: Sequence[TimeLike]) -> list[int]:
+    """Epoch milliseconds of each of ``times`` (see :func:`time_ms`)."""
+    if all(type(t) is int for t in times):  # the usual list, epoch ms: nothing to convert
+        return list(times)  # type: ignore[arg-type]  # every one an int, checked above
+    return [time_ms(t) for t in times]

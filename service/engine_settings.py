@@ -43,7 +43,11 @@ class EngineSettings(BaseModel):
     read_cache_entries: int | None = Field(
         default=None,
         ge=0,
-        description="Entries (key and value) of the hot-key cache in front of RocksDB; 0 turns it off.",
+        description=(
+            "Entries (key and value) of the hot-key cache in front of RocksDB; 0 turns it off. A store"
+            " with history also keeps every version of a sixteenth as many hot keys, for reads as of a"
+            " time."
+        ),
     )
     checkpoint_interval_seconds: float | None = Field(
         default=None,

@@ -11,11 +11,16 @@ exactly. Below it the answer is a clear ``HistoryExpiredError``, never a wrong v
 Column families (``store.table.families``):
 
 ``history``
-    one entry per version: ``escaped(key) | partition (4 B) | offset + 1 (8 B)`` →
-    ``1 | timestamp (8 B) | value`` or ``0 | timestamp`` for a tombstone. The first write of a key
-    after history started also records its previous value as a *base* version (offset field 0).
-    ``escaped`` doubles 0x00 bytes and ends with 0x00 0x01, so versions of one key are contiguous
-    and keys keep their byte order (prefix scans work on escaped keys).
+    one entry per version: ``escaped(key) | ~timestamp (8 B) | ~(offset + 1) (8 B) | partition (4 B)``
+    → ``1 | timestamp (8 B) | value`` or ``0 | timestamp`` for a tombstone (``~`` inverts, so a
+    key's versions run newest time first, ties newest offset first). The first write of a key after
+    history started also records its previous value as a *base* version, whose time is unknown: its
+    time and offset fields are all ones (it sorts last). ``escaped`` doubles 0x00 bytes and ends
+    with 0x00 0x01, so versions of one key are contiguous and keys keep their byte order (prefix
+    scans work on escaped keys). A read as of time ``T`` seeks to ``escaped(key) | ~T``
+    (:func:`time_seek_key`) and lands on the version with the greatest ``(timestamp, offset)`` at
+    or below ``T`` (``store.table.timed_reader``). The layout is recorded under ``history_layout``
+    in ``meta``; a copy written in an older one is rewritten when opened (``store.table.history_layout``).
 ``changes``
     ``partition (4 B) | offset (8 B)`` → key, one entry per record since history started: it drives
     pruning (a version superseded below the floor is dropped) and ``as_of`` index lookups (rows
@@ -41,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 import rocksdict
 
 from store.table import families, timed
-from store.table.corruption import check_status, entries, family_get, prefixed
+from store.table.corruption import check_status, prefixed
 from wire.position import Position
 
 if TYPE_CHECKING:
@@ -50,7 +55,11 @@ if TYPE_CHECKING:
 _PARTITION = struct.Struct(">i")
 _OFFSET = struct.Struct(">q")
 _TIMESTAMP = struct.Struct(">q")
-_VERSION_SUFFIX = _PARTITION.size + _OFFSET.size
+_INVERTED = struct.Struct(">Q")  # ``~timestamp`` and ``~(offset + 1)`` of a version key
+_TIME_TOP = 2**63 - 1  # ``~t`` is ``_TIME_TOP - t``: from 0 for the greatest time up
+_OFFSET_TOP = 2**64 - 1
+_VERSION_SUFFIX = 2 * _INVERTED.size + _PARTITION.size
+BASE_TIME = -(2**63)  # the time field of a base version: below every record's
 _TERMINATOR = b"\x00\x01"
 PUT, TOMBSTONE = b"\x01", b"\x00"
 _START_PREFIX = b"history_start/"  # in the meta family
@@ -89,15 +98,39 @@ def unescape(history_key: bytes) -> bytes:
     return history_key[: history_key.index(_TERMINATOR)].replace(b"\x00\xff", b"\x00")
 
 
-def version_key(key: bytes, partition: int, offset: int) -> bytes:
-    """``offset`` is the record's offset, or -1 for the base version."""
-    return escape(key) + _PARTITION.pack(partition) + _OFFSET.pack(offset + 1)
+def version_key(key: bytes, partition: int, offset: int, timestamp: int) -> bytes:
+    """``offset`` is the record's offset, or -1 for the base version (whose ``timestamp`` is
+    :data:`BASE_TIME`)."""
+    return (
+        escape(key)
+        + _INVERTED.pack(_TIME_TOP - timestamp)
+        + _INVERTED.pack(_OFFSET_TOP - (offset + 1))
+        + _PARTITION.pack(partition)
+    )
+
+
+def base_key(key: bytes, partition: int) -> bytes:
+    """The history key of ``key``'s base version on ``partition``."""
+    return version_key(key, partition, -1, BASE_TIME)
+
+
+def time_seek_keys(keys: Sequence[bytes], times: Sequence[int]) -> list[bytes]:
+    """For each key and its time ``at``: ``escaped(key) | ~at``, where a seek lands on its version
+    with the greatest ``(timestamp, offset)`` at or below ``at`` (or on its base version, or past
+    its versions). The escaped key is all but the last 8 bytes."""
+    pack, top, terminator = _INVERTED.pack, _TIME_TOP, _TERMINATOR
+    # ``escape`` spelled inline: this runs once for every key of every read as of a time.
+    return [
+        key.replace(b"\x00", b"\x00\xff") + terminator + pack(top - at)
+        for key, at in zip(keys, times, strict=True)
+    ]
 
 
 def parse_version_key(history_key: bytes) -> tuple[int, int]:
     """``(partition, offset)`` of a version; offset -1 for a base version."""
     suffix = history_key[-_VERSION_SUFFIX:]
-    return _PARTITION.unpack(suffix[: _PARTITION.size])[0], _OFFSET.unpack(suffix[_PARTITION.size :])[0] - 1
+    offset = _OFFSET_TOP - _INVERTED.unpack(suffix[_INVERTED.size : 2 * _INVERTED.size])[0] - 1
+    return _PARTITION.unpack(suffix[2 * _INVERTED.size :])[0], offset
 
 
 def version_value(value: bytes | None, timestamp: int) -> bytes:
@@ -258,9 +291,10 @@ class HistoryRecorder:
         last_in_batch: dict[int, tuple[int, int]] = {}
         for key, value, (partition, offset, timestamp) in zip(keys, values, metas, strict=True):
             if not has_history[key]:
-                batch.put(version_key(key, partition, -1), version_value(previous[key], -1), history)
+                batch.put(base_key(key, partition), version_value(previous[key], -1), history)
                 has_history[key] = True
-            batch.put(version_key(key, partition, offset), version_value(value, timestamp), history)
+            stored = version_value(value, timestamp)
+            batch.put(version_key(key, partition, offset, timestamp), stored, history)
             batch.put(change_key(partition, offset), key, changes)
             last_in_batch[partition] = (offset + 1, timestamp)
         for partition, (next_offset, timestamp) in last_in_batch.items():
@@ -324,26 +358,33 @@ class HistoryRecorder:
         ``offset`` supersedes, but those a read as of a time still needs (``store.table.timed``);
         returns the greatest timestamp passed (``timed.NO_TIME`` for none)."""
         live, history = engine.family(families.HISTORY), engine.handle(families.HISTORY)
-        newest_key = version_key(key, partition, offset)
-        superseded = list(entries(live.iter(), version_key(key, partition, -1), newest_key))
-        batch.delete_range(version_key(key, partition, -1), newest_key, history)
-        stored = family_get(live, newest_key)
-        if stored is None:
+        superseded, newest, only_version = _superseded(scan_versions(live.iter(), key), partition, offset)
+        for history_key, *_rest in superseded:
+            batch.delete(history_key, history)
+        if newest is None:
             return timed.NO_TIME
-        parsed = [(k, *parse_version(k, v)[:3]) for k, v in [*superseded, (newest_key, stored)]]
-        keep = timed.prune_keep(parsed, newest_key, base_times)
-        kept = dict(superseded)
+        candidates = [entry[:4] for entry in [*superseded, newest]]
+        keep = timed.prune_keep(candidates, newest[0], base_times)
+        kept = {entry[0]: entry[4] for entry in superseded}
         for history_key in keep:
             batch.put(history_key, kept[history_key], history)
-        if not keep and stored[:1] == TOMBSTONE and self._only_version(live, key, partition, offset):
+        if not keep and newest[4][:1] == TOMBSTONE and only_version:
             # Absent at every position from the floor on: nothing to keep.
-            batch.delete(newest_key, history)
-        return max(timestamp for *_, timestamp in parsed)
+            batch.delete(newest[0], history)
+        return max(timestamp for *_, timestamp in candidates)
 
-    @staticmethod
-    def _only_version(live: Any, key: bytes, partition: int, offset: int) -> bool:
-        for history_key, _stored in scan_versions(live.iter(), key):
-            other_partition, other_offset = parse_version_key(history_key)
-            if other_partition != partition or other_offset > offset:
-                return False
-        return True
+
+_Version = tuple[bytes, int, int, int, bytes]  # history key, partition, offset, timestamp, stored
+
+
+def _superseded(
+    versions: Sequence[tuple[bytes, bytes]], partition: int, offset: int
+) -> tuple[list[_Version], _Version | None, bool]:
+    """Of a key's ``(history key, stored)`` versions (all partitions, in time order): those on
+    ``partition`` below ``offset``, the one at ``offset`` (if kept), and whether no other version
+    exists (a key has few, bounded by retention)."""
+    parsed = [(k, *parse_version(k, v)[:3], v) for k, v in versions]
+    superseded = [entry for entry in parsed if entry[1] == partition and entry[2] < offset]
+    newest = next((entry for entry in parsed if entry[1] == partition and entry[2] == offset), None)
+    only_version = all(entry[1] == partition and entry[2] <= offset for entry in parsed)
+    return superseded, newest, only_version

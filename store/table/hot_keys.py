@@ -20,17 +20,21 @@ from __future__ import annotations
 import itertools
 import random
 from collections.abc import Callable, Sequence
+from typing import Generic, TypeVar
 
 MISS = object()
 """What :meth:`HotKeyCache.lookup` answers for a key it does not hold."""
+
+ValueT = TypeVar("ValueT")
 
 # Misses of one batch admitted whole; above this, one in ``ADMIT_STRIDE``.
 ADMIT_ALL_UP_TO = 32
 ADMIT_STRIDE = 8
 
 
-class HotKeyCache:
-    """A bounded map of key to value (``None``: known absent), oldest entries evicted first.
+class HotKeyCache(Generic[ValueT]):
+    """A bounded map of key to value (for the table's values ``None``: known absent), oldest
+    entries evicted first.
 
     Not thread-safe: its owner holds a lock around every call.
     """
@@ -49,7 +53,7 @@ class HotKeyCache:
         self._admit_all_up_to = admit_all_up_to
         self._admit_stride = admit_stride
         self._random = rng or random.Random()
-        self._entries: dict[bytes, bytes | None] = {}
+        self._entries: dict[bytes, ValueT] = {}
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -59,7 +63,7 @@ class HotKeyCache:
         get = self._entries.get
         return [get(key, MISS) for key in keys]
 
-    def offer(self, keys: Sequence[bytes], values: Sequence[bytes | None], asked: int = 0) -> None:
+    def offer(self, keys: Sequence[bytes], values: Sequence[ValueT], asked: int = 0) -> None:
         """Values just read for ``keys``, the misses of a batch of ``asked`` keys (``len(keys)`` if
         less); admitted as the module docstring says."""
         if self.capacity <= 0:
@@ -76,6 +80,12 @@ class HotKeyCache:
             wrapped = max(0, start + take - count)
             keys = [*keys[start : start + take], *keys[:wrapped]]
             values = [*values[start : start + take], *values[:wrapped]]
+        self.put(keys, values)
+
+    def put(self, keys: Sequence[bytes], values: Sequence[ValueT]) -> None:
+        """Keep ``values`` for ``keys`` (admitted already), evicting the oldest entries."""
+        if self.capacity <= 0:
+            return
         if len(keys) > self.capacity:
             keys, values = keys[-self.capacity :], values[-self.capacity :]
         entries = self._entries

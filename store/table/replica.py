@@ -24,7 +24,7 @@ from store.exceptions import (
     StoreWriteError,
 )
 from store.protocol import MAX_SCAN_LIMIT, CorruptionReport, MemoryUsage, ScanPage
-from store.table import families, history, timed
+from store.table import families, history, history_layout, timed
 from store.table.asof import AsOfReader
 from store.table.corruption import drop_engine_references
 from store.table.engine import Engine
@@ -35,10 +35,14 @@ from store.table.seams import Changes, TableConfig
 from store.table.snapshot_reader import SnapshotReader, prefix_upper_bound
 from store.table.timed import TimeBounds, newest_per_partition
 from store.table.timed_reader import TimedReader
+from store.table.timelines import Timelines
 from store.table.volume import destroy
 from wire.position import Position
 
 logger = logging.getLogger(__name__)
+
+TIMELINE_CACHE_SHARE = 16
+"""The hot timelines a copy keeps: one for every this many entries of its hot-key cache."""
 
 CORRUPTION_MARKER = "CORRUPTION_FOUND"
 """A file in a copy found corrupt, so that a restart discards the copy instead of serving it."""
@@ -61,7 +65,12 @@ class Replica:
         self.corruption: CorruptionReport | None = None
         self.position = self.engine.stored_position()
         self.generation = 0
-        self._cache = HotKeyCache(config.tuning.read_cache_entries)
+        self._cache: HotKeyCache[bytes | None] = HotKeyCache(config.tuning.read_cache_entries)
+        # Hot keys' versions for reads as of a time (``store.table.timelines``): a key's several
+        # versions take the room of several values.
+        self.timelines = Timelines(
+            config.tuning.read_cache_entries // TIMELINE_CACHE_SHARE if config.history else 0, lock
+        )
         self.indexes = {spec.name: spec for spec in config.indexes}
         states = self._index_states()
         self.ready_indexes = {
@@ -125,6 +134,7 @@ class Replica:
         """
         self.corruption = report
         self._cache.clear()
+        self.timelines.clear()
         try:
             (self.path / CORRUPTION_MARKER).write_text(f"{report.detail}\n")
         except OSError as exc:  # the volume may be failing too; the copy is replaced anyway
@@ -174,8 +184,15 @@ class Replica:
         building = frozenset(self.indexes.keys() - self.ready_indexes.keys())
         if at_time is None:
             return AsOfReader(*parts, building=building)
+        # Timelines hold every version: they answer a view at the copy's position only.
+        timelines = self.timelines if self.timelines.enabled and as_of == self.position else None
         return TimedReader(
-            *parts, building=building, at_time=at_time, bounds=self.time_bounds, store=self.name
+            *parts,
+            building=building,
+            at_time=at_time,
+            bounds=self.time_bounds,
+            store=self.name,
+            timelines=None if timelines is None else (timelines, timelines.generation),
         )
 
     def _check_as_of(self, as_of: Position) -> None:
@@ -235,6 +252,7 @@ class Replica:
             engine.write(batch)
             self._advance(records.next_offsets)
             self._cache.drop(keys)
+            self.timelines.written(keys)
 
     def ingest(
         self, sst_path: Path | None, next_offsets: dict[int, int], newest_times: dict[int, int] | None = None
@@ -272,6 +290,7 @@ class Replica:
             engine.write(batch)
             self._advance(next_offsets)
             self._cache.clear()
+            self.timelines.clear()
 
     def _advance(self, offsets: Mapping[int, int]) -> None:
         merged = dict(self.position)
@@ -429,6 +448,7 @@ class Replica:
 
     def _load_history_state(self) -> None:
         engine = self.engine
+        history_layout.upgrade(engine, self.name)
         if self.history is None:
             if history.stored_start(engine) or timed.stored_bounds(engine) != timed.TimeBounds({}):
                 batch = engine.new_batch()

@@ -78,16 +78,19 @@ def assert_exact_at(store: Store, records: Sequence[Stamped], at: int, as_of: Po
             assert read_index(view, BY_GROUP.name, group, page=2) == wanted, (at, group)
 
 
+@pytest.mark.parametrize("hot_entries", [0, 1_000], ids=["seeks", "timelines"])
 def test_time_reads_equal_the_model_with_out_of_order_timestamps_and_tombstones(
-    make_topic: Callable[..., str], make_store: Callable[..., Store], producer: Producer
+    hot_entries: int, make_topic: Callable[..., str], make_store: Callable[..., Store], producer: Producer
 ) -> None:
     rng = random.Random(29)
     topic = make_topic(partitions=PARTITIONS)
     # Before the store starts: history begins after these, their times bounded per partition.
     before = produce_stamped(producer, topic, stamped_batch(rng, 20, 1_000, 2_000))
     records = compacted(before)
+    # Without a hot-key cache every read seeks; with one, keys asked again read their timelines.
+    tuning = TUNING.replace(read_cache_entries=hot_entries)
     store = make_store(
-        topic, name="t", tuning=TUNING, indexes=(BY_GROUP,), history=HistorySpec(retention_offsets=10**6)
+        topic, name="t", tuning=tuning, indexes=(BY_GROUP,), history=HistorySpec(retention_offsets=10**6)
     )
     assert store.wait_until_ready(60), store.status()
     floor = max(r.timestamp for r in before)
