@@ -65,7 +65,7 @@ class KeyReader:
     async def answer(self, request: Request) -> KeyAnswer:
         asked = self._requests.key(request)
         served, key = asked.served, asked.key
-        value, position = await self._reader.read(served, asked.options, lambda view: view.get(key))
+        value, position = await self._reader.read_key(served, asked.options, key)
         if value is None:
             raise KEY_NOT_FOUND(
                 f'store "{served.name}" has no such key',

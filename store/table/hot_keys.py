@@ -54,6 +54,10 @@ class HotKeyCache:
     def __len__(self) -> int:
         return len(self._entries)
 
+    def get(self, key: bytes) -> object:
+        """The cached value of ``key``; :data:`MISS` if it is not cached."""
+        return self._entries.get(key, MISS)
+
     def lookup(self, keys: Sequence[bytes]) -> list[object]:
         """The cached value of each key, in order; :data:`MISS` for a key not cached."""
         get = self._entries.get

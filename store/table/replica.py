@@ -29,7 +29,7 @@ from store.table.asof import AsOfReader
 from store.table.corruption import drop_engine_references
 from store.table.engine import Engine
 from store.table.history import HistoryRecorder, floor_from
-from store.table.hot_keys import HotKeyCache, read_misses
+from store.table.hot_keys import MISS, HotKeyCache, read_misses
 from store.table.indexes import OUTDATED, STATE_PREFIX, IndexSpec, index_changes, parse_states, state_entry
 from store.table.seams import Changes, TableConfig
 from store.table.snapshot_reader import SnapshotReader, prefix_upper_bound
@@ -143,7 +143,7 @@ class Replica:
 
     # -- reads (called with the lock held) ----------------------------------------------------
 
-    def reader(self, as_of: Position | None, at_time: int | None = None) -> _CachedReader | AsOfReader:
+    def reader(self, as_of: Position | None, at_time: int | None = None) -> Reader:
         if at_time is not None:
             # A time is read from history, at the current position unless one is asked.
             as_of = self.position if as_of is None else as_of
@@ -188,6 +188,16 @@ class Replica:
         floor = self.history_floor
         if floor is None or not Position({p: as_of.get(p, 0) for p in self.position}).reaches(floor):
             raise HistoryExpiredError(self.name, as_of, floor if floor is not None else "no position yet")
+
+    def latest(self, key: bytes) -> bytes | None:
+        """The value of ``key`` now (``None``: absent): the hot-key cache's, else the table's, then
+        offered to the cache. Called with the lock held, so that it is the value at ``position``."""
+        cache = self._cache
+        value = cache.get(key)
+        if value is MISS:
+            value = self.engine.get(key)
+            cache.offer((key,), (value,))
+        return value  # type: ignore[return-value]  # not MISS: a value or None
 
     @property
     def caches_hot_keys(self) -> bool:
@@ -542,3 +552,7 @@ class _CachedReader:
 
     def position(self) -> Position:
         return self._reader.position()
+
+
+Reader = _CachedReader | AsOfReader
+"""What :meth:`Replica.reader` gives: a view's reads, and ``release`` once it is done."""
