@@ -20,6 +20,7 @@ from __future__ import annotations
 import itertools
 import random
 from collections.abc import Callable, Sequence
+from operator import itemgetter
 
 MISS = object()
 """What :meth:`HotKeyCache.lookup` answers for a key it does not hold."""
@@ -60,8 +61,19 @@ class HotKeyCache:
 
     def lookup(self, keys: Sequence[bytes]) -> list[object]:
         """The cached value of each key, in order; :data:`MISS` for a key not cached."""
-        get = self._entries.get
-        return [get(key, MISS) for key in keys]
+        return self.find(keys)[0]
+
+    def find(self, keys: Sequence[bytes]) -> tuple[list[object], bool]:
+        """:meth:`lookup`, and whether every key was cached (no :data:`MISS` among the values)."""
+        entries = self._entries
+        if len(keys) > 1:
+            try:  # a hot batch: every key cached, looked up in C with no pass of its own for misses
+                return list(itemgetter(*keys)(entries)), True
+            except KeyError:
+                pass
+        get = entries.get
+        found = [get(key, MISS) for key in keys]
+        return found, len(keys) < 2 and MISS not in found
 
     def offer(self, keys: Sequence[bytes], values: Sequence[bytes | None], asked: int = 0) -> None:
         """Values just read for ``keys``, the misses of a batch of ``asked`` keys (``len(keys)`` if

@@ -203,13 +203,13 @@ class Replica:
     def caches_hot_keys(self) -> bool:
         return self._cache.capacity > 0
 
-    def cache_lookup(self, generation: int, keys: Sequence[bytes]) -> list[object] | None:
-        """The hot-key cache's values (``MISS`` where it has none); ``None`` once the copy moved
-        past ``generation``, whose reads the cache cannot answer."""
+    def cache_lookup(self, generation: int, keys: Sequence[bytes]) -> tuple[list[object], bool] | None:
+        """The hot-key cache's values (``MISS`` where it has none) and whether it had every key;
+        ``None`` once the copy moved past ``generation``, whose reads the cache cannot answer."""
         with self._changed:
             if generation != self.generation:
                 return None
-            return self._cache.lookup(keys)
+            return self._cache.find(keys)
 
     def cache_fill(
         self, generation: int, keys: Sequence[bytes], values: Sequence[bytes | None], asked: int
@@ -531,9 +531,12 @@ class _CachedReader:
         replica = self._replica
         if not replica.caches_hot_keys:
             return self._reader.get_many(keys)
-        cached = replica.cache_lookup(self._generation, keys)
-        if cached is None:
+        found = replica.cache_lookup(self._generation, keys)
+        if found is None:
             return self._reader.get_many(keys)
+        cached, complete = found
+        if complete:
+            return cached  # type: ignore[return-value]  # no MISS among them: values only
         values, missing_keys, fetched = read_misses(keys, cached, self._reader.get_many)
         if missing_keys:
             replica.cache_fill(self._generation, missing_keys, fetched, len(keys))
