@@ -59,21 +59,24 @@ async def read_body(request: Request, limits: LimitSettings) -> bytes:
 
 
 async def _read_body(request: Request, max_bytes: int) -> bytes:
-    refused = too_large(BODY_TOO_LARGE, f"the request body is above {max_bytes} bytes", max_bytes)
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > max_bytes:
-        raise refused
+        raise _body_too_large(max_bytes)
     chunks: list[bytes] = []
     size = 0
     try:
         async for chunk in request.stream():
             size += len(chunk)
             if size > max_bytes:
-                raise refused
+                raise _body_too_large(max_bytes)
             chunks.append(chunk)
     except ClientDisconnect as exc:
         raise malformed("the client disconnected before sending the whole body") from exc
     return b"".join(chunks)
+
+
+def _body_too_large(max_bytes: int) -> ProblemError:
+    return too_large(BODY_TOO_LARGE, f"the request body is above {max_bytes} bytes", max_bytes)
 
 
 def check_batch(count: int, longest: int, max_keys: int, max_key_bytes: int, what: str = "keys") -> None:

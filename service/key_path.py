@@ -1,4 +1,5 @@
-"""``GET /v1/stores/{store}/keys/{key}``, the most frequent request, on a short path.
+"""``GET /v1/stores/{store}/keys/{key}``, the most frequent request, on a short path (and the
+batch get, ``POST .../keys:batchGet``, through its route's handler).
 
 The app (``service.app.ServiceApp``) hands a GET whose path the key route matches to
 :class:`KeyPath` (behind the access log when it is on), past the framework's layers (telemetry,
@@ -139,16 +140,46 @@ class KeyEndpoint:
         return response.status_code
 
 
+class RouteEndpoint:
+    """Answers a request with a route's handler (one taking the request), errors as problems as
+    :class:`KeyEndpoint` does: the batch get's, on the short path."""
+
+    def __init__(self, handler: Callable[[Request], Awaitable[Response]]) -> None:
+        self._handler = handler
+
+    async def respond(self, scope: Scope, receive: Receive, send: Send) -> int:
+        """Answer the request; the status answered."""
+        request = Request(scope, receive)
+        try:
+            response = await self._handler(request)
+        except ProblemError as exc:
+            response = await on_problem(request, exc)
+        except StoreError as exc:
+            response = await on_store_error(request, exc)
+        except Exception:  # as AnswerUnexpectedErrors does, without a layer: nothing was sent yet
+            response = unexpected_error_answer(scope)
+        await response(scope, receive, send)
+        return response.status_code
+
+
 class KeyPath:
     """ASGI app of the short path: what ``MetricsMiddleware(RequestGuard(endpoint))`` does (the
-    guard's admission, deadline and counts; the request counted and timed under the key route's
+    guard's admission, deadline and counts; the request counted and timed under its route's
     template), in one call rather than a layer, and a ``send`` wrapper, per concern."""
 
-    def __init__(self, endpoint: KeyEndpoint, guard: RequestGuard, metrics: Metrics, template: str) -> None:
+    def __init__(
+        self,
+        endpoint: KeyEndpoint | RouteEndpoint,
+        guard: RequestGuard,
+        metrics: Metrics,
+        template: str,
+        method: str = "GET",
+    ) -> None:
         self._endpoint = endpoint
         self._guard = guard
         self._metrics = metrics
         self._template = template
+        self._method = method
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = time.perf_counter()
@@ -166,4 +197,4 @@ class KeyPath:
             finally:
                 guard.leave(client)
         finally:
-            self._metrics.observe("GET", self._template, str(status), time.perf_counter() - started)
+            self._metrics.observe(self._method, self._template, str(status), time.perf_counter() - started)

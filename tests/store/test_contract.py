@@ -336,8 +336,14 @@ def test_latest_answers_each_value_with_the_position_it_is_the_value_at_while_wr
         writing.clear()
         reader.join(timeout=60)
     assert len(value_at) == 40
-    assert len({position for _, position in reads}) == 40
-    assert [value for value, position in reads if value_at[position[0]] != value] == []
+    assert len({position for _, position in reads}) >= 40
+    # A write the broker appended twice (a retried batch) moves the position, not the value.
+    written = sorted(value_at.items(), reverse=True)
+
+    def value_at_or_below(offset: int) -> bytes:
+        return next(value for at, value in written if at <= offset)
+
+    assert [(value, position) for value, position in reads if value_at_or_below(position[0]) != value] == []
 
 
 def test_wait_for_position_returns_at_once_when_reached_and_false_on_timeout(backend: Backend) -> None:
