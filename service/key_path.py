@@ -103,6 +103,17 @@ class KeyReader:
 ErrorAnswer = Callable[[Request, Exception], Awaitable[Response]]
 
 
+async def error_answer(request: Request, exc: Exception) -> Response:
+    """The answer to ``exc``, raised answering ``request`` (called while it is handled): its problem,
+    as the app's problem handlers give it; an unexpected one as ``AnswerUnexpectedErrors`` does,
+    without a layer (``500 internal-error``, logged with its traceback)."""
+    if isinstance(exc, ProblemError):
+        return await on_problem(request, exc)
+    if isinstance(exc, StoreError):
+        return await on_store_error(request, exc)
+    return unexpected_error_answer(request.scope)
+
+
 class KeyEndpoint:
     """Answers a key GET whose scope holds its ``path_params``, errors as problems (an unexpected
     one as ``500 internal-error``, logged, the connection kept)."""
@@ -115,12 +126,8 @@ class KeyEndpoint:
         request = Request(scope, receive)
         try:
             answer = await self._keys.answer(request)
-        except ProblemError as exc:
-            response = await on_problem(request, exc)
-        except StoreError as exc:
-            response = await on_store_error(request, exc)
-        except Exception:  # as AnswerUnexpectedErrors does, without a layer: nothing was sent yet
-            response = unexpected_error_answer(scope)
+        except Exception as exc:  # nothing was sent yet
+            response = await error_answer(request, exc)
         else:
             value = answer.value
             await send(
@@ -152,12 +159,8 @@ class RouteEndpoint:
         request = Request(scope, receive)
         try:
             response = await self._handler(request)
-        except ProblemError as exc:
-            response = await on_problem(request, exc)
-        except StoreError as exc:
-            response = await on_store_error(request, exc)
-        except Exception:  # as AnswerUnexpectedErrors does, without a layer: nothing was sent yet
-            response = unexpected_error_answer(scope)
+        except Exception as exc:  # nothing was sent yet
+            response = await error_answer(request, exc)
         await response(scope, receive, send)
         return response.status_code
 

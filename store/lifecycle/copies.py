@@ -121,11 +121,7 @@ class Copies:
     def pin(self, as_of: Position | None, at_time: int | None) -> tuple[Replica, Reader]:
         """A reader of the served copy (``Replica.reader``), which stays open until :meth:`unpin`."""
         with self._lock:
-            serving = self._serving
-            if serving is None:
-                raise self._closed_error()
-            if serving.corruption is not None:
-                raise self._corrupt_copy_error(serving.corruption)
+            serving = self._readable_copy()
             reader = serving.reader(as_of, at_time)
             self._active_views += 1
         return serving, reader
@@ -151,11 +147,7 @@ class Copies:
         meanwhile. Errors as a reader's.
         """
         with self._lock:
-            serving = self._serving
-            if serving is None:
-                raise self._closed_error()
-            if serving.corruption is not None:
-                raise self._corrupt_copy_error(serving.corruption)
+            serving = self._readable_copy()
             try:
                 return serving.latest(key), serving.position
             except StoreReadError as exc:
@@ -164,8 +156,15 @@ class Copies:
         self._found_corruption(serving, failed, "read")
         raise failed
 
-    def _closed_error(self) -> StoreClosedError:
-        return StoreClosedError(f'store "{self.name}" is {self._state.value.lower()}; it cannot be read')
+    def _readable_copy(self) -> Replica:
+        """The served copy (the lock held); ``StoreClosedError`` without one, ``StoreReadError``
+        while it is corrupt."""
+        serving = self._serving
+        if serving is None:
+            raise StoreClosedError(f'store "{self.name}" is {self._state.value.lower()}; it cannot be read')
+        if serving.corruption is not None:
+            raise self._corrupt_copy_error(serving.corruption)
+        return serving
 
     def _unpin(self) -> None:
         """A reader (or a verification step) no longer holds the copy it read."""
