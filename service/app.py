@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Mapping
 import anyio
 import orjson
 from fastapi import FastAPI
+from fastapi.routing import APIRoute
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -21,13 +22,13 @@ from service.access_log import AccessLogMiddleware
 from service.api_docs import add_api_docs
 from service.auth import Auth
 from service.guard import InFlight, RequestGuard
-from service.key_path import KeyEndpoint, KeyPath
+from service.key_path import KeyEndpoint, KeyPath, RouteEndpoint
 from service.memory_limit import memory_limit
 from service.metrics import CONTENT_TYPE, Metrics, MetricsMiddleware
 from service.problems import install_problem_handlers
 from service.reads import Reader
 from service.registry import StoreRegistry
-from service.routes import KEY_ROUTE, add_store_routes
+from service.routes import BATCH_ROUTE, KEY_ROUTE, add_store_routes
 from service.settings import Settings, store_configs
 from service.status_page import add_status_page
 from service.values import BadValues
@@ -58,23 +59,25 @@ def _start_in_background(registry: StoreRegistry, stores: Mapping[str, Store]) -
 
 
 class ServiceApp(FastAPI):
-    """The FastAPI app, handing key GETs to the short path of ``service.key_path``."""
+    """The FastAPI app, handing key GETs and batch gets to the short paths of ``service.key_path``."""
 
-    key_route: Route | None = None  # the route key GETs match (set once the routes are added)
-    key_path: ASGIApp | None = None  # the service's middleware around the key endpoint
+    # By method: the route a request must match to take the short path, and the path (the
+    # service's middleware around its endpoint). Set once the routes are added.
+    short_paths: dict[str, tuple[Route, ASGIApp]] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        route, short = self.key_route, self.key_path
-        if route is not None and short is not None and scope["type"] == "http" and scope["method"] == "GET":
-            matched = None if scope.get("root_path") else route.path_regex.match(scope["path"])
-            if matched is not None:
-                # What the router would put in the scope for this route (the key route's parameters
-                # need no conversion: both are text).
+        if scope["type"] == "http" and not scope.get("root_path"):
+            short = self.short_paths.get(scope["method"])
+            matched = None if short is None else short[0].path_regex.match(scope["path"])
+            if short is not None and matched is not None:
+                route, path = short
+                # What the router would put in the scope for this route (its parameters need no
+                # conversion: they are text).
                 scope["app"] = self
                 scope["path_params"] = matched.groupdict()
                 scope["route"] = route
                 scope["endpoint"] = route.endpoint
-                await short(scope, receive, send)
+                await path(scope, receive, send)
                 return
         await super().__call__(scope, receive, send)
 
@@ -149,16 +152,21 @@ def create_app(settings: Settings, stores: Mapping[str, ServableStore] | None = 
     if settings.logging.access_log:
         app.add_middleware(AccessLogMiddleware, auth=auth)
     keys = add_store_routes(app, settings, registry, auth, reader, bad_values)
-    # The short path of key GETs: the guard's admission and counts (shared with the other routes'
-    # guard), the key endpoint and the metrics, in one call.
-    key_path: ASGIApp = KeyPath(
-        KeyEndpoint(keys),
-        RequestGuard(app.router, settings.limits, auth, metrics.refused, in_flight),
-        metrics,
-        KEY_ROUTE,
-    )
-    app.key_path = AccessLogMiddleware(key_path, auth) if settings.logging.access_log else key_path
-    app.key_route = next(r for r in app.router.routes if type(r) is Route and r.path == KEY_ROUTE)
+    # The short paths of key GETs and batch gets: the guard's admission and counts (shared with
+    # the other routes' guard), the endpoint and the metrics, in one call.
+    guard = RequestGuard(app.router, settings.limits, auth, metrics.refused, in_flight)
+    key_route = next(r for r in app.router.routes if type(r) is Route and r.path == KEY_ROUTE)
+    batch_route = next(r for r in app.router.routes if isinstance(r, APIRoute) and r.path == BATCH_ROUTE)
+    paths: dict[str, tuple[Route, ASGIApp]] = {
+        "GET": (key_route, KeyPath(KeyEndpoint(keys), guard, metrics, KEY_ROUTE)),
+        "POST": (
+            batch_route,
+            KeyPath(RouteEndpoint(batch_route.endpoint), guard, metrics, BATCH_ROUTE, "POST"),
+        ),
+    }
+    if settings.logging.access_log:
+        paths = {method: (route, AccessLogMiddleware(path, auth)) for method, (route, path) in paths.items()}
+    app.short_paths = paths
     add_status_page(app, registry, auth)
     add_api_docs(app)
     openapi_stores.install(app, settings)

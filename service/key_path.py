@@ -1,4 +1,5 @@
-"""``GET /v1/stores/{store}/keys/{key}``, the most frequent request, on a short path.
+"""``GET /v1/stores/{store}/keys/{key}``, the most frequent request, on a short path (and the
+batch get, ``POST .../keys:batchGet``, through its route's handler).
 
 The app (``service.app.ServiceApp``) hands a GET whose path the key route matches to
 :class:`KeyPath` (behind the access log when it is on), past the framework's layers (telemetry,
@@ -65,7 +66,7 @@ class KeyReader:
     async def answer(self, request: Request) -> KeyAnswer:
         asked = self._requests.key(request)
         served, key = asked.served, asked.key
-        value, position = await self._reader.read(served, asked.options, lambda view: view.get(key))
+        value, position = await self._reader.read_key(served, asked.options, key)
         if value is None:
             raise KEY_NOT_FOUND(
                 f'store "{served.name}" has no such key',
@@ -102,6 +103,17 @@ class KeyReader:
 ErrorAnswer = Callable[[Request, Exception], Awaitable[Response]]
 
 
+async def error_answer(request: Request, exc: Exception) -> Response:
+    """The answer to ``exc``, raised answering ``request`` (called while it is handled): its problem,
+    as the app's problem handlers give it; an unexpected one as ``AnswerUnexpectedErrors`` does,
+    without a layer (``500 internal-error``, logged with its traceback)."""
+    if isinstance(exc, ProblemError):
+        return await on_problem(request, exc)
+    if isinstance(exc, StoreError):
+        return await on_store_error(request, exc)
+    return unexpected_error_answer(request.scope)
+
+
 class KeyEndpoint:
     """Answers a key GET whose scope holds its ``path_params``, errors as problems (an unexpected
     one as ``500 internal-error``, logged, the connection kept)."""
@@ -114,12 +126,8 @@ class KeyEndpoint:
         request = Request(scope, receive)
         try:
             answer = await self._keys.answer(request)
-        except ProblemError as exc:
-            response = await on_problem(request, exc)
-        except StoreError as exc:
-            response = await on_store_error(request, exc)
-        except Exception:  # as AnswerUnexpectedErrors does, without a layer: nothing was sent yet
-            response = unexpected_error_answer(scope)
+        except Exception as exc:  # nothing was sent yet
+            response = await error_answer(request, exc)
         else:
             value = answer.value
             await send(
@@ -139,16 +147,42 @@ class KeyEndpoint:
         return response.status_code
 
 
+class RouteEndpoint:
+    """Answers a request with a route's handler (one taking the request), errors as problems as
+    :class:`KeyEndpoint` does: the batch get's, on the short path."""
+
+    def __init__(self, handler: Callable[[Request], Awaitable[Response]]) -> None:
+        self._handler = handler
+
+    async def respond(self, scope: Scope, receive: Receive, send: Send) -> int:
+        """Answer the request; the status answered."""
+        request = Request(scope, receive)
+        try:
+            response = await self._handler(request)
+        except Exception as exc:  # nothing was sent yet
+            response = await error_answer(request, exc)
+        await response(scope, receive, send)
+        return response.status_code
+
+
 class KeyPath:
     """ASGI app of the short path: what ``MetricsMiddleware(RequestGuard(endpoint))`` does (the
-    guard's admission, deadline and counts; the request counted and timed under the key route's
+    guard's admission, deadline and counts; the request counted and timed under its route's
     template), in one call rather than a layer, and a ``send`` wrapper, per concern."""
 
-    def __init__(self, endpoint: KeyEndpoint, guard: RequestGuard, metrics: Metrics, template: str) -> None:
+    def __init__(
+        self,
+        endpoint: KeyEndpoint | RouteEndpoint,
+        guard: RequestGuard,
+        metrics: Metrics,
+        template: str,
+        method: str = "GET",
+    ) -> None:
         self._endpoint = endpoint
         self._guard = guard
         self._metrics = metrics
         self._template = template
+        self._method = method
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = time.perf_counter()
@@ -166,4 +200,4 @@ class KeyPath:
             finally:
                 guard.leave(client)
         finally:
-            self._metrics.observe("GET", self._template, str(status), time.perf_counter() - started)
+            self._metrics.observe(self._method, self._template, str(status), time.perf_counter() - started)

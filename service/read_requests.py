@@ -41,7 +41,7 @@ from service.registry import ServedStore, StoreRegistry
 from service.settings import Settings
 from service.sharding import KeyCheck
 from service.time_requests import TIME_COLUMN, arrow_times, json_times, per_key_times
-from wire.problems import PAGE_TOO_LARGE
+from wire.problems import PAGE_TOO_LARGE, ProblemError
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -213,21 +213,22 @@ def _json_keys(
     return encoding, _json_key_list(texts, encoding), json_times(document, len(texts))
 
 
+def _not_strings() -> ProblemError:
+    return malformed("every key must be a string", [{"loc": ["body", "keys"], "msg": "list of strings"}])
+
+
 def _json_key_list(texts: list[Any], encoding: KeyEncoding) -> list[bytes]:
-    not_strings = malformed(
-        "every key must be a string", [{"loc": ["body", "keys"], "msg": "list of strings"}]
-    )
     if encoding == "utf8":
         try:
             return list(map(str.encode, texts))
         except TypeError as exc:  # a JSON value that is no string
-            raise not_strings from exc
+            raise _not_strings() from exc
         except UnicodeEncodeError as exc:
             raise malformed(
                 "a key is not valid Unicode text; send raw bytes with key_encoding=base64"
             ) from exc
     if not all(isinstance(t, str) for t in texts):
-        raise not_strings
+        raise _not_strings()
     return [decode_key_text(t, encoding) for t in texts]
 
 

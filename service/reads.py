@@ -63,12 +63,7 @@ class Reader:
         at_time: int | None = None,
     ) -> tuple[T, Position] | Position:
         """The read and its position, or only the store's position while it is below the one asked."""
-        if not self._registry.readable(served):
-            if served.store.corruption is not None:
-                raise store_corrupt(served.name, self._limits.retry_after_seconds)
-            raise store_not_ready(
-                served.name, self._registry.state_of(served), self._limits.retry_after_seconds
-            )
+        self._check_readable(served)
         try:
             # A time read's view is a ``TimedReader`` (``store.table.timed_reader``).
             views = served.store.view(as_of) if at_time is None else served.store.view(as_of, at_time)
@@ -79,6 +74,25 @@ class Reader:
                 return read(view), position
         except PositionNotReachedError:
             return served.store.position()
+
+    def _check_readable(self, served: ServedStore) -> None:
+        if not self._registry.readable(served):
+            if served.store.corruption is not None:
+                raise store_corrupt(served.name, self._limits.retry_after_seconds)
+            raise store_not_ready(
+                served.name, self._registry.state_of(served), self._limits.retry_after_seconds
+            )
+
+    async def read_key(
+        self, served: ServedStore, options: ReadOptions, key: bytes
+    ) -> tuple[bytes | None, Position]:
+        """The value of ``key`` (``None``: absent) and the position it was read at, as
+        :meth:`read` of ``view.get(key)`` answers; without a view when no position or time is
+        asked (the store's one point read, ``ServableStore.latest``)."""
+        if options.wanted is None and options.as_of_time is None:
+            self._check_readable(served)
+            return served.store.latest(key)
+        return await self.read(served, options, lambda view: view.get(key))
 
     async def read(
         self,

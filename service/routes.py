@@ -32,6 +32,7 @@ from store import ReadOnlyKeyValueStore, ScanPage
 
 POSITION = docs.POSITION_HEADER
 KEY_ROUTE = "/v1/stores/{store}/keys/{key:path}"
+BATCH_ROUTE = "/v1/stores/{store}/keys:batchGet"
 
 
 def store_info(registry: StoreRegistry, served: ServedStore) -> dict[str, Any]:
@@ -180,7 +181,7 @@ def add_store_routes(
         return Response(orjson.dumps(info), media_type=JSON, headers={POSITION: info["position"]})
 
     @app.post(
-        "/v1/stores/{store}/keys:batchGet",
+        BATCH_ROUTE,
         response_class=Response,
         responses=docs.BATCH_RESPONSES,
         openapi_extra={

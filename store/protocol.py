@@ -244,6 +244,12 @@ class ServableStore(Protocol):
         """
         ...
 
+    def latest(self, key: bytes) -> tuple[bytes | None, Position]:
+        """The value of ``key`` now (``None``: absent) and the position it is the value at: what a
+        view's ``get`` and ``position`` answer, without taking a view. Raises as ``view`` and a
+        view's read do."""
+        ...
+
     def history_floor(self) -> Position | None:
         """The oldest position an ``as_of`` view answers exactly (None: no history kept)."""
         ...

@@ -14,21 +14,20 @@ more, and if it is the written copy the materializer rebuilds it
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 from store.exceptions import InvalidTransitionError, StoreClosedError, StoreReadError, StoreWriteError
 from store.lifecycle.config import StoreConfig
 from store.lifecycle.listeners import ListenedCondition
-from store.protocol import CorruptionReport, FoundBy, MemoryUsage, ReadOnlyKeyValueStore
+from store.lifecycle.reading import Reading
+from store.protocol import CorruptionReport, FoundBy, MemoryUsage
 from store.state import StoreState
 from store.table.corruption import drop_engine_references, log_corruption_found
-from store.table.replica import Replica
+from store.table.replica import Reader, Replica
 from store.table.verifier import VerifyStep
 from store.table.volume import destroy
 from wire.position import Position
@@ -49,12 +48,15 @@ class Copies:
 
     def __init__(self, config: StoreConfig) -> None:
         self.config = config
-        self.changed = ListenedCondition(threading.RLock())
+        # The condition's own lock: taken as is on the read path, where no one waits or notifies.
+        self._lock = threading.RLock()
+        self.changed = ListenedCondition(self._lock)
         self._state = StoreState.CREATED
         self._failure: str | None = None
         self._serving: Replica | None = None  # what readers read
         self._writing: Replica | None = None  # what the materializer writes (the same, unless rebuilding)
         self._active_views = 0
+        self._draining = 0  # threads waiting for every view to end (a view's end tells them)
         self.corruptions_found = 0  # copies found corrupt since the store was created
 
     @property
@@ -107,39 +109,77 @@ class Copies:
         serving = self._serving
         return serving.corruption if serving is not None else None
 
-    @contextlib.contextmanager
-    def reading(self, as_of: Position | None, at_time: int | None = None) -> Iterator[ReadOnlyKeyValueStore]:
-        """A reader of the served copy; the copy is not closed while any reader is out.
+    def reading(self, as_of: Position | None, at_time: int | None = None) -> Reading:
+        """A reader of the served copy (a context manager); the copy is not closed while any reader
+        is out.
 
         ``StoreReadError`` while the served copy is corrupt; a read through the reader that fails
         for any reason but "not found" raises it too, and marks the copy corrupt.
         """
-        with self.changed:
-            serving = self._serving
-            if serving is None:
-                raise StoreClosedError(
-                    f'store "{self.name}" is {self._state.value.lower()}; it cannot be read'
-                )
-            if serving.corruption is not None:
-                raise self._corrupt_copy_error(serving.corruption)
+        return Reading(self, as_of, at_time)
+
+    def pin(self, as_of: Position | None, at_time: int | None) -> tuple[Replica, Reader]:
+        """A reader of the served copy (``Replica.reader``), which stays open until :meth:`unpin`."""
+        with self._lock:
+            serving = self._readable_copy()
             reader = serving.reader(as_of, at_time)
             self._active_views += 1
+        return serving, reader
+
+    def unpin(self, replica: Replica, reader: Reader, error: BaseException | None) -> None:
+        """A reader of :meth:`pin` is done (``error``: what its use raised, if anything); a failed
+        read (``StoreReadError``) marks its copy corrupt."""
         try:
-            yield reader
-        except StoreReadError as exc:
-            drop_engine_references(exc)
-            self._found_corruption(serving, exc, "read")
-            raise
+            if isinstance(error, StoreReadError):
+                drop_engine_references(error)
+                self._found_corruption(replica, error, "read")
         finally:
             reader.release()
             self._unpin()
 
+    def latest(self, key: bytes) -> tuple[bytes | None, Position]:
+        """The value of ``key`` in the served copy now (``None``: absent) and the position it is the
+        value at: what a reader's ``get`` and ``position`` answer, without a reader.
+
+        One point read with the store's lock held: a write of the table and the position it
+        reaches happen together under that lock, so no write comes between the value and the
+        position; and a copy is closed or swapped out only with that lock held, so it stays open
+        meanwhile. Errors as a reader's.
+        """
+        with self._lock:
+            serving = self._readable_copy()
+            try:
+                return serving.latest(key), serving.position
+            except StoreReadError as exc:
+                failed = exc
+        drop_engine_references(failed)
+        self._found_corruption(serving, failed, "read")
+        raise failed
+
+    def _readable_copy(self) -> Replica:
+        """The served copy (the lock held); ``StoreClosedError`` without one, ``StoreReadError``
+        while it is corrupt."""
+        serving = self._serving
+        if serving is None:
+            raise StoreClosedError(f'store "{self.name}" is {self._state.value.lower()}; it cannot be read')
+        if serving.corruption is not None:
+            raise self._corrupt_copy_error(serving.corruption)
+        return serving
+
     def _unpin(self) -> None:
         """A reader (or a verification step) no longer holds the copy it read."""
-        with self.changed:
+        with self._lock:
             self._active_views -= 1
-            if self._active_views == 0:
+            if self._draining and self._active_views == 0:
                 self.changed.notify_all()
+
+    def _drain_views(self) -> None:
+        """Wait (the lock held) until no reader holds a copy, at most ``_VIEWS_DRAIN_SECONDS``."""
+        self._draining += 1
+        try:
+            self.changed.wait_for(lambda: self._active_views == 0, timeout=_VIEWS_DRAIN_SECONDS)
+        finally:
+            self._draining -= 1
 
     def _corrupt_copy_error(self, report: CorruptionReport) -> StoreReadError:
         return StoreReadError(
@@ -200,7 +240,7 @@ class Copies:
         with self.changed:
             if self._state is StoreState.STOPPED:
                 return None
-            self.changed.wait_for(lambda: self._active_views == 0, timeout=_VIEWS_DRAIN_SECONDS)
+            self._drain_views()
             serving, writing = self._serving, self._writing
             self._serving = self._writing = None
             self._move(StoreState.STOPPED)
@@ -260,7 +300,7 @@ class Copies:
             if keep_serving:
                 self._writing = Replica(self.config, self._next_path, self.changed)
             else:
-                self.changed.wait_for(lambda: self._active_views == 0, timeout=_VIEWS_DRAIN_SECONDS)
+                self._drain_views()
                 if serving is not None:
                     serving.close(flush=False)
                 destroy(self._db_path)
@@ -299,7 +339,7 @@ class Copies:
             if self._state is StoreState.READY:
                 self._move(StoreState.RESTORING)
             if writing is not None:
-                self.changed.wait_for(lambda: self._active_views == 0, timeout=_VIEWS_DRAIN_SECONDS)
+                self._drain_views()
                 writing.close(flush=False)
                 self._serving = self._writing = None
             reopened = Replica(self.config, self._db_path, self.changed)
@@ -332,7 +372,7 @@ class Copies:
     def verify_step(self, family: str, start: bytes | None, max_entries: int) -> VerifyStep | None:
         """Verify one page of the served copy (``store.table.verifier``); ``None`` if there is no healthy
         copy to verify now. A failed read marks the copy corrupt."""
-        with self.changed:
+        with self._lock:
             replica = self._serving
             if replica is None or replica.corruption is not None or self._state is StoreState.STOPPED:
                 return None
@@ -372,7 +412,7 @@ class Copies:
         rebuilt.close()
         (self._next_path / _COMPLETE).touch()
         with self.changed:
-            self.changed.wait_for(lambda: self._active_views == 0, timeout=_VIEWS_DRAIN_SECONDS)
+            self._drain_views()
             old = self._serving
             if old is not None:
                 old.close(flush=False)

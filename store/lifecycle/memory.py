@@ -234,6 +234,11 @@ class InMemoryStore:
                 frozen = self._frozen
         yield frozen
 
+    def latest(self, key: bytes) -> tuple[bytes | None, Position]:
+        # Through ``view``, which stores made for tests override.
+        with self.view() as view:
+            return view.get(key), view.position()
+
     def _view_as_of(self, as_of: Position) -> _FrozenView:
         if not self.keeps_history:
             raise HistoryNotKeptError(f'store "{self._name}" keeps no history')

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from types import TracebackType
 
 from store.exceptions import StoreClosedError
@@ -187,10 +187,9 @@ class Store:
         serving = self._copies.serving
         return serving.position if serving is not None else Position()
 
-    @contextlib.contextmanager
     def view(
         self, as_of: Position | None = None, at_time: int | None = None
-    ) -> Iterator[ReadOnlyKeyValueStore]:
+    ) -> AbstractContextManager[ReadOnlyKeyValueStore]:
         """A consistent read view: one snapshot and the position it reflects.
 
         With ``as_of``, every read answers as of exactly that position (the store must keep
@@ -201,8 +200,15 @@ class Store:
         Raises ``StoreReadError`` when the served copy is corrupt; a read that fails for any
         reason but "not found" raises it too, and marks the copy corrupt.
         """
-        with self._copies.reading(as_of, at_time) as reader:
-            yield reader
+        return self._copies.reading(as_of, at_time)
+
+    def latest(self, key: bytes) -> tuple[bytes | None, Position]:
+        """The value of ``key`` now (``None``: absent) and the position it is the value at: what a
+        view's ``get`` and ``position`` answer, in one point read without a view (no snapshot).
+
+        Raises as :meth:`view` and a view's read do.
+        """
+        return self._copies.latest(key)
 
     def history_floor(self) -> Position | None:
         """The oldest position answered exactly ``as_of`` (None: no history yet)."""

@@ -194,6 +194,15 @@ class Engine:
         """
         return list(prefixed(self._families[name].iter(), prefix))
 
+    def get(self, key: bytes) -> bytes | None:
+        """The current value of ``key`` in the table (``None``: absent), outside any snapshot:
+        its caller holds the writes back for the moment it needs that value to stay current."""
+        try:
+            value: bytes | None = self._db.get(key)
+        except Exception as exc:
+            raise read_error(exc) from exc
+        return value
+
     def get_latest(self, keys: list[bytes]) -> list[bytes | None]:
         """Current values, outside any snapshot (the materializer is the only writer)."""
         values: list[bytes | None] = family_get(self._db, keys)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import itertools
 import random
 from collections.abc import Callable, Sequence
+from operator import itemgetter
 from typing import Generic, TypeVar
 
 MISS = object()
@@ -58,10 +59,25 @@ class HotKeyCache(Generic[ValueT]):
     def __len__(self) -> int:
         return len(self._entries)
 
+    def get(self, key: bytes) -> object:
+        """The cached value of ``key``; :data:`MISS` if it is not cached."""
+        return self._entries.get(key, MISS)
+
     def lookup(self, keys: Sequence[bytes]) -> list[object]:
         """The cached value of each key, in order; :data:`MISS` for a key not cached."""
-        get = self._entries.get
-        return [get(key, MISS) for key in keys]
+        return self.find(keys)[0]
+
+    def find(self, keys: Sequence[bytes]) -> tuple[list[object], bool]:
+        """:meth:`lookup`, and whether every key was cached (no :data:`MISS` among the values)."""
+        entries = self._entries
+        if len(keys) > 1:
+            try:  # a hot batch: every key cached, looked up in C with no pass of its own for misses
+                return list(itemgetter(*keys)(entries)), True
+            except KeyError:
+                pass
+        get = entries.get
+        found = [get(key, MISS) for key in keys]
+        return found, len(keys) < 2 and MISS not in found
 
     def offer(self, keys: Sequence[bytes], values: Sequence[ValueT], asked: int = 0) -> None:
         """Values just read for ``keys``, the misses of a batch of ``asked`` keys (``len(keys)`` if

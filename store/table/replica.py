@@ -29,7 +29,7 @@ from store.table.asof import AsOfReader
 from store.table.corruption import drop_engine_references
 from store.table.engine import Engine
 from store.table.history import HistoryRecorder, floor_from
-from store.table.hot_keys import HotKeyCache, read_misses
+from store.table.hot_keys import MISS, HotKeyCache, read_misses
 from store.table.indexes import OUTDATED, STATE_PREFIX, IndexSpec, index_changes, parse_states, state_entry
 from store.table.seams import Changes, TableConfig
 from store.table.snapshot_reader import SnapshotReader, prefix_upper_bound
@@ -153,7 +153,7 @@ class Replica:
 
     # -- reads (called with the lock held) ----------------------------------------------------
 
-    def reader(self, as_of: Position | None, at_time: int | None = None) -> _CachedReader | AsOfReader:
+    def reader(self, as_of: Position | None, at_time: int | None = None) -> Reader:
         if at_time is not None:
             # A time is read from history, at the current position unless one is asked.
             as_of = self.position if as_of is None else as_of
@@ -206,17 +206,27 @@ class Replica:
         if floor is None or not Position({p: as_of.get(p, 0) for p in self.position}).reaches(floor):
             raise HistoryExpiredError(self.name, as_of, floor if floor is not None else "no position yet")
 
+    def latest(self, key: bytes) -> bytes | None:
+        """The value of ``key`` now (``None``: absent): the hot-key cache's, else the table's, then
+        offered to the cache. Called with the lock held, so that it is the value at ``position``."""
+        cache = self._cache
+        value = cache.get(key)
+        if value is MISS:
+            value = self.engine.get(key)
+            cache.offer((key,), (value,))
+        return value  # type: ignore[return-value]  # not MISS: a value or None
+
     @property
     def caches_hot_keys(self) -> bool:
         return self._cache.capacity > 0
 
-    def cache_lookup(self, generation: int, keys: Sequence[bytes]) -> list[object] | None:
-        """The hot-key cache's values (``MISS`` where it has none); ``None`` once the copy moved
-        past ``generation``, whose reads the cache cannot answer."""
+    def cache_lookup(self, generation: int, keys: Sequence[bytes]) -> tuple[list[object], bool] | None:
+        """The hot-key cache's values (``MISS`` where it has none) and whether it had every key;
+        ``None`` once the copy moved past ``generation``, whose reads the cache cannot answer."""
         with self._changed:
             if generation != self.generation:
                 return None
-            return self._cache.lookup(keys)
+            return self._cache.find(keys)
 
     def cache_fill(
         self, generation: int, keys: Sequence[bytes], values: Sequence[bytes | None], asked: int
@@ -541,9 +551,12 @@ class _CachedReader:
         replica = self._replica
         if not replica.caches_hot_keys:
             return self._reader.get_many(keys)
-        cached = replica.cache_lookup(self._generation, keys)
-        if cached is None:
+        found = replica.cache_lookup(self._generation, keys)
+        if found is None:
             return self._reader.get_many(keys)
+        cached, complete = found
+        if complete:
+            return cached  # type: ignore[return-value]  # no MISS among them: values only
         values, missing_keys, fetched = read_misses(keys, cached, self._reader.get_many)
         if missing_keys:
             replica.cache_fill(self._generation, missing_keys, fetched, len(keys))
@@ -562,3 +575,7 @@ class _CachedReader:
 
     def position(self) -> Position:
         return self._reader.position()
+
+
+Reader = _CachedReader | AsOfReader
+"""What :meth:`Replica.reader` gives: a view's reads, and ``release`` once it is done."""

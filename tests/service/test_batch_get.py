@@ -12,6 +12,7 @@ import pytest
 from service.arrow_body import MAX_RECORD_BATCHES
 from store import InMemoryStore
 from tests.service.conftest import Service, assert_problem
+from tests.support.sockets import connect
 
 ARROW = "application/vnd.apache.arrow.stream"
 URL = "/v1/stores/products/keys:batchGet"
@@ -246,3 +247,27 @@ def test_arrow_body_whose_offsets_go_backwards_is_refused(service: Service) -> N
     response = service.client.post(URL, content=bytes(body), headers={"content-type": ARROW})
     problem = assert_problem(response, 400, "malformed-request")
     assert "not a valid Arrow IPC stream" in problem["detail"]
+
+
+def test_a_batch_body_that_stops_coming_is_answered_request_timeout_at_the_deadline(
+    make_service: Callable[..., Service],
+) -> None:
+    service = make_service(limits={"request_timeout_ms": 300})
+    sock = connect(service.url)
+    try:
+        sock.sendall(
+            b"POST /v1/stores/products/keys:batchGet HTTP/1.1\r\nHost: test\r\n"
+            b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+            b'{"keys": ["p1",'  # and the rest never comes
+        )
+        sock.settimeout(30)
+        answer = b""
+        while b"\r\n\r\n" not in answer or b"request-timeout" not in answer:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            answer += chunk
+    finally:
+        sock.close()
+    assert answer.startswith(b"HTTP/1.1 503 "), answer[:200]
+    assert b"urn:statestore:problem:request-timeout" in answer

@@ -48,6 +48,28 @@ def test_requests_are_counted_per_route_template_and_status(service: Service) ->
     assert found[("statestore_http_requests_total", unmatched)] == 1
 
 
+def test_batch_gets_are_counted_per_route_template_and_status(service: Service) -> None:
+    url = "/v1/stores/{}/keys:batchGet"
+    assert service.client.post(url.format("products"), json={"keys": ["p1", "nope"]}).status_code == 200
+    assert service.client.post(url.format("products"), json={"keys": [1]}).status_code == 400
+    assert (
+        service.client.post(
+            url.format("products"), content=b"x", headers={"content-type": "text/plain"}
+        ).status_code
+        == 415
+    )
+    assert service.client.post(url.format("nosuch"), json={"keys": ["p1"]}).status_code == 404
+    found = samples(service)
+
+    def count(status: str) -> float:
+        labels = frozenset({("method", "POST"), ("route", url.format("{store}")), ("code", status)})
+        return found[("statestore_http_requests_total", labels)]
+
+    assert [count(status) for status in ("200", "400", "415", "404")] == [1, 1, 1, 1]
+    ok = frozenset({("method", "POST"), ("route", url.format("{store}")), ("code", "200")})
+    assert found[("statestore_http_request_duration_seconds_count", ok)] == 1
+
+
 def test_store_figures(service: Service) -> None:
     found = samples(service)
     products = frozenset({("store", "products")})

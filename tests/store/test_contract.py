@@ -290,6 +290,62 @@ def test_a_view_keeps_answering_its_snapshot_while_writes_land(backend: Backend)
             assert read_table(new) == {b"k1": b"new", b"k2": b"old", b"k3": b"new"}
 
 
+def test_latest_answers_a_keys_value_and_the_position_a_view_would(backend: Backend) -> None:
+    store = backend.store
+    written = backend.write([(b"k1", b"one"), (b"empty", b""), (b"gone", b"here")], partition=0)
+    for _ in range(2):  # the second time from the hot-key cache
+        assert store.latest(b"k1") == (b"one", written)
+        assert store.latest(b"empty") == (b"", written)  # an empty value is a value
+        assert store.latest(b"absent") == (None, written)
+    later = backend.write([(b"k1", b"uno"), (b"gone", None)], partition=0)
+    assert later != written
+    answers = {key: store.latest(key) for key in (b"k1", b"empty", b"gone", b"absent")}
+    with store.view() as view:
+        assert answers == {key: (view.get(key), view.position()) for key in answers}
+    assert answers[b"k1"] == (b"uno", later)
+    assert answers[b"gone"] == (None, later)
+
+
+def test_latest_answers_each_value_with_the_position_it_is_the_value_at_while_writes_land(
+    backend: Backend,
+) -> None:
+    # One key, rewritten write after write: each position the store reaches has exactly one value
+    # of it, and a read must never pair a value with another write's position.
+    store = backend.store
+    value_at = {backend.write([(b"k", b"0")], partition=0)[0]: b"0"}
+    reads: list[tuple[bytes | None, Position]] = []
+    writing, progress = threading.Event(), threading.Condition()
+    writing.set()
+
+    def read() -> None:
+        while writing.is_set():
+            answer = store.latest(b"k")
+            with progress:
+                reads.append(answer)
+                progress.notify_all()
+
+    reader = threading.Thread(target=read, name="latest-reader")
+    reader.start()
+    try:
+        for n in range(1, 40):
+            value_at[backend.write([(b"k", b"%d" % n)], partition=0)[0]] = b"%d" % n
+            with progress:  # the read under way may have begun before the write; the next one not
+                wanted = len(reads) + 2
+                assert progress.wait_for(lambda at=wanted: len(reads) >= at, 60), "the reader stopped"
+    finally:
+        writing.clear()
+        reader.join(timeout=60)
+    assert len(value_at) == 40
+    assert len({position for _, position in reads}) >= 40
+    # A write the broker appended twice (a retried batch) moves the position, not the value.
+    written = sorted(value_at.items(), reverse=True)
+
+    def value_at_or_below(offset: int) -> bytes:
+        return next(value for at, value in written if at <= offset)
+
+    assert [(value, position) for value, position in reads if value_at_or_below(position[0]) != value] == []
+
+
 def test_wait_for_position_returns_at_once_when_reached_and_false_on_timeout(backend: Backend) -> None:
     reached = backend.write([(b"k", b"v")], partition=0)
     assert backend.store.wait_for_position(reached, timeout=5)
@@ -335,6 +391,8 @@ def test_a_stopped_store_refuses_new_views(backend: Backend) -> None:
     assert states == [StoreState.READY, StoreState.STOPPED]
     with pytest.raises(StoreClosedError), backend.store.view():
         pass
+    with pytest.raises(StoreClosedError):
+        backend.store.latest(b"k")
 
 
 def test_status_after_writes_shows_the_position_no_lag_and_every_record_applied(backend: Backend) -> None:

@@ -116,11 +116,15 @@ def test_every_engine_read_path_raises_on_a_failed_read_and_absence_stays_absenc
         with pytest.raises(StoreReadError):
             engine.get_latest([LARGEST, SMALLEST])
         with pytest.raises(StoreReadError):
+            engine.get(SMALLEST)
+        with pytest.raises(StoreReadError):
             engine.verify_page("default", None, KEYS)
         # Reads of good blocks and of absent keys answer as before.
         assert reader.get(LARGEST) == value(KEYS - 1)
         assert reader.get_many([b"no-such-key", LARGEST]) == [None, value(KEYS - 1)]
         assert engine.get_latest([b"no-such-key"]) == [None]
+        assert engine.get(b"no-such-key") is None
+        assert engine.get(LARGEST) == value(KEYS - 1)
         assert reader.prefix_scan(b"zzz").items == []
         reader.release()
     finally:
@@ -209,6 +213,25 @@ def test_a_read_that_meets_corruption_raises_and_the_store_rebuilds_exactly(
     wait_rebuilt(store)
     assert_equals_model(store, case.model, case.end)
     assert store.status().records_applied_total == KEYS, "the store was not rebuilt from the topic"
+    assert len(corruption_lines(caplog)) == 1, corruption_lines(caplog)
+    assert "a read found corruption" in corruption_lines(caplog)[0]
+
+
+def test_a_point_read_without_a_view_that_meets_corruption_raises_and_the_store_rebuilds_exactly(
+    damaged: Callable[..., Damaged], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="store")
+    case = damaged(plain=True)
+    store = case.store
+    assert store.latest(LARGEST) == (value(KEYS - 1), store.position())
+    with pytest.raises(StoreReadError) as failed:
+        store.latest(SMALLEST)
+    assert str(failed.value.file).endswith(".sst")
+    with pytest.raises(StoreReadError):  # the copy is marked: no read of it is answered any more
+        store.latest(LARGEST)
+    wait_rebuilt(store)
+    assert store.latest(SMALLEST) == (case.model[SMALLEST], case.end)
+    assert_equals_model(store, case.model, case.end)
     assert len(corruption_lines(caplog)) == 1, corruption_lines(caplog)
     assert "a read found corruption" in corruption_lines(caplog)[0]
 

@@ -24,6 +24,18 @@ def test_a_small_batch_is_admitted_whole_with_absent_keys_remembered() -> None:
     assert cache.lookup([b"other"]) == [MISS]
 
 
+def test_find_says_whether_every_key_was_cached_repeats_and_known_absences_included() -> None:
+    cache = HotKeyCache(100)
+    cache.offer([b"a", b"b", b"gone"], [b"1", b"2", None])
+    assert cache.find([b"a", b"gone", b"a", b"b"]) == ([b"1", None, b"1", b"2"], True)
+    assert cache.find([b"a", b"other", b"b"]) == ([b"1", MISS, b"2"], False)
+    assert cache.find([b"other", b"a"]) == ([MISS, b"1"], False)
+    assert cache.find([b"gone"]) == ([None], True)
+    assert cache.find([b"other"]) == ([MISS], False)
+    assert cache.find([]) == ([], True)
+    assert (cache.get(b"b"), cache.get(b"gone"), cache.get(b"other")) == (b"2", None, MISS)
+
+
 def test_a_large_batch_admits_one_miss_in_the_stride() -> None:
     cache = HotKeyCache(100_000, rng=random.Random(3))
     keys = _keys(8_000)
