@@ -63,7 +63,8 @@ def test_index_page_calls_encode_value_cursor_and_position() -> None:
 def test_index_batch_call_sends_an_arrow_value_column() -> None:
     call = indexes.index_batch_call("positions", "by_ticker", pa.array(["A", "B"]), 100, None, "0:2")
     assert call.path == "/v1/stores/positions/indexes/by_ticker:batchGet"
-    assert call.params == {"as_of": "0:2", "limit_per_value": "100"}
+    # Stored values: the client decodes the rows itself, a decoded format's struct is not asked for.
+    assert call.params == {"as_of": "0:2", "limit_per_value": "100", "values": "stored"}
     assert call.content is not None
     sent = pa.ipc.open_stream(call.content).read_all()
     assert sent.column("value").to_pylist() == ["A", "B"]
