@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import struct
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -309,7 +310,11 @@ def _utf8_or_none(value: bytes | None) -> str | None:
         return None
 
 
-_EMPTY_OBJECT = pa.array([b"{}"], pa.binary())
+# Built from buffers: ``pa.array`` of a Python list imports pandas the first time, and the service
+# imports this module (a process that must never import pandas).
+_EMPTY_OBJECT = pa.Array.from_buffers(
+    pa.binary(), 1, [None, pa.py_buffer(struct.pack("<2i", 0, 2)), pa.py_buffer(b"{}")]
+)
 
 
 def _read_json_lines(values: pa.Array, schema: pa.Schema) -> pa.StructArray:
