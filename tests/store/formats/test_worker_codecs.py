@@ -86,6 +86,7 @@ def test_a_workers_copy_decodes_as_the_store_and_its_count_is_added_to_the_store
     with caplog.at_level(logging.ERROR, logger="store.formats"):
         codec.count_undecodable(copy.undecodable_count, copy.last_undecodable)
     assert codec.undecodable_count == len(BAD)
-    assert [r.getMessage().count("values of a bulk restore cannot be decoded") for r in caplog.records] == [1]
+    store_records = [r for r in caplog.records if r.name.startswith("store")]
+    assert [r.getMessage().count("values of a bulk restore cannot be decoded") for r in store_records] == [1]
     # The store's own codec still decodes alike after handing out a copy.
     assert codec.decode(values[:3]) == wanted
