@@ -2,6 +2,7 @@
 ``bytes``, hot batch gets of an ``avro`` store against a ``json`` store, and projection::
 
     python -m bench formats --records 1000000 --repeat 3
+    python -m bench formats --records 1000000 --repeat 3 --parts bootstrap
 
 Needs a quiet machine for its figures (docs/benchmarks.md). Every part runs in this run, on one
 embedded broker and the tests' Schema Registry stand-in, alternating the contenders:
@@ -18,7 +19,9 @@ embedded broker and the tests' Schema Registry stand-in, alternating the contend
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import os
 import random
 import statistics
 import tempfile
@@ -128,46 +131,54 @@ def _batch_rate(client: httpx.Client, store: str, keys: list[str], requests: int
     return requests * len(keys) / (time.perf_counter() - start)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--records", type=int, default=200_000)
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--requests", type=int, default=200)
-    args = parser.parse_args(argv)
+@dataclasses.dataclass(frozen=True)
+class _Run:
+    bootstrap: str
+    registry: FakeSchemaRegistry
+    base: Path
+    records: int
+    repeat: int
+
+
+def _bootstrap_part(run: _Run, avro_topic: str) -> None:
+    """Both stores restore the Avro topic from nothing, alternating; a ratio per round."""
     boot: dict[str, list[float]] = {"avro": [], "bytes": []}
-    rates: dict[str, list[float]] = {"avro": [], "json": []}
-    with LocalBroker() as broker, schema_registry() as registry, ExitStack() as stack:
-        bootstrap = broker.bootstrap_servers
-        print(f"producing {args.records:,} records twice (Avro, JSON)...", flush=True)
-        avro_topic, json_topic = _produce(bootstrap, registry, args.records)
-        base = Path(stack.enter_context(tempfile.TemporaryDirectory()))
-        for round_number in range(args.repeat):
-            for fmt in ("avro", "bytes"):
-                state = base / f"boot-{fmt}-{round_number}"
-                store = {"name": "customers", "topic": avro_topic, "value_format": fmt}
-                boot[fmt].append(_bootstrap_seconds(_settings(bootstrap, registry, state, [store])))
-        stores = [
-            {"name": "avro", "topic": avro_topic, "value_format": "avro"},
-            {"name": "json", "topic": json_topic, "value_format": "json"},
-        ]
-        rng = random.Random(7)
-        keys = [f"c{rng.randrange(args.records):09d}" for _ in range(1000)]
-        with _served(_settings(bootstrap, registry, base / "served", stores)) as client:
-            for _ in range(args.repeat):
-                for store_name in ("avro", "json"):
-                    rates[store_name].append(_batch_rate(client, store_name, keys, args.requests))
-            whole = len(client.post("/v1/stores/avro/keys:batchGet", json={"keys": keys}).content)
-            projected = len(
-                client.post(
-                    "/v1/stores/avro/keys:batchGet", params={"fields": "name,city"}, json={"keys": keys}
-                ).content
-            )
-    avro_rate = args.records / statistics.median(boot["avro"])
-    bytes_rate = args.records / statistics.median(boot["bytes"])
+    for round_number in range(run.repeat):
+        for fmt in ("avro", "bytes"):
+            state = run.base / f"boot-{fmt}-{round_number}"
+            store = {"name": "customers", "topic": avro_topic, "value_format": fmt}
+            boot[fmt].append(_bootstrap_seconds(_settings(run.bootstrap, run.registry, state, [store])))
+        seconds = boot["avro"][-1], boot["bytes"][-1]
+        print(
+            f"round {round_number}: avro {seconds[0]:.2f} s, bytes {seconds[1]:.2f} s,"
+            f" ratio {seconds[1] / seconds[0]:.2f} (load average {os.getloadavg()[0]:.1f})",
+            flush=True,
+        )
+    avro_rate = run.records / statistics.median(boot["avro"])
+    bytes_rate = run.records / statistics.median(boot["bytes"])
     print(f"bootstrap: avro {avro_rate:,.0f} records/s, bytes {bytes_rate:,.0f} records/s,", end=" ")
     print(f"ratio {avro_rate / bytes_rate:.2f} (target >= 0.70)")
+
+
+def _batch_part(run: _Run, avro_topic: str, json_topic: str, requests: int) -> None:
+    """Hot batch gets of the ``avro`` store against a ``json`` store, then projection's bytes."""
+    rates: dict[str, list[float]] = {"avro": [], "json": []}
+    stores = [
+        {"name": "avro", "topic": avro_topic, "value_format": "avro"},
+        {"name": "json", "topic": json_topic, "value_format": "json"},
+    ]
+    rng = random.Random(7)
+    keys = [f"c{rng.randrange(run.records):09d}" for _ in range(1000)]
+    with _served(_settings(run.bootstrap, run.registry, run.base / "served", stores)) as client:
+        for _ in range(run.repeat):
+            for store_name in ("avro", "json"):
+                rates[store_name].append(_batch_rate(client, store_name, keys, requests))
+        whole = len(client.post("/v1/stores/avro/keys:batchGet", json={"keys": keys}).content)
+        projected = len(
+            client.post(
+                "/v1/stores/avro/keys:batchGet", params={"fields": "name,city"}, json={"keys": keys}
+            ).content
+        )
     avro_keys, json_keys = statistics.median(rates["avro"]), statistics.median(rates["json"])
     print(
         f"hot batch get, JSON answers: avro {avro_keys:,.0f} keys/s, json {json_keys:,.0f} keys/s,", end=" "
@@ -175,6 +186,30 @@ def main(argv: list[str] | None = None) -> int:
     print(f"ratio {avro_keys / json_keys:.2f} (target >= 0.90)")
     print(f"projection 2 of 20 fields: {projected:,} bytes against {whole:,} whole,", end=" ")
     print(f"ratio {projected / whole:.2f} (target <= 0.20)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--records", type=int, default=200_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument(
+        "--parts", default="bootstrap,batch", help="bootstrap and/or batch (batch also measures projection)"
+    )
+    args = parser.parse_args(argv)
+    parts = set(args.parts.split(","))
+    with LocalBroker() as broker, schema_registry() as registry, ExitStack() as stack:
+        bootstrap = broker.bootstrap_servers
+        print(f"producing {args.records:,} records twice (Avro, JSON)...", flush=True)
+        avro_topic, json_topic = _produce(bootstrap, registry, args.records)
+        base = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        run = _Run(bootstrap, registry, base, args.records, args.repeat)
+        if "bootstrap" in parts:
+            _bootstrap_part(run, avro_topic)
+        if "batch" in parts:
+            _batch_part(run, avro_topic, json_topic, args.requests)
     return 0
 
 

@@ -262,11 +262,24 @@ def partitioner(name: str) -> Partitioner:
         raise ValueError(f"unknown partitioner {name!r}; use one of {', '.join(PARTITIONER_NAMES)}") from None
 
 
+_PLACE_ONE_BY_ONE = 4096
+"""Up to this many keys, ``place`` hashes them one by one: a store checks samples of about a
+thousand keys (a few milliseconds so), and an Arrow array built from a list would make pyarrow
+import pandas, about a second of CPU in each restore worker process."""
+
+
 def place(name: str, keys: Sequence[bytes], partitions: int) -> list[int]:
     """The partition of every key under the partitioner ``name``, as a list.
 
     What a store is given to check its records (``functools.partial(place, name)``): a plain
     module-level function, so it pickles by reference into a store's restore worker processes.
     """
-    placed: list[int] = partitioner(name).partitions(keys, partitions).to_pylist()
-    return placed
+    chosen = partitioner(name)
+    if len(keys) > _PLACE_ONE_BY_ONE:
+        placed: list[int] = chosen.partitions(keys, partitions).to_pylist()
+        return placed
+    if partitions < 1:
+        raise ValueError(f"a topic has at least one partition, got {partitions}")
+    if any(key is None for key in keys):
+        raise ValueError("a null key has no partition; drop null keys before routing")
+    return [chosen.partition(key, partitions) for key in keys]

@@ -56,8 +56,10 @@ class ValueCodec(Codec, Protocol):
 
     def worker_codec(self) -> ValueCodec:
         """A copy for a restore worker (picklable): the same schemas, its shape taken afresh from
-        the cached latest version, counting its own undecodable values. This codec takes its
-        shape afresh too, so both decode alike (a worker may have moved the latest version on)."""
+        the cached latest version, counting its own undecodable values. The latest version and
+        its schema are cached first (``SchemaSource.warm``), so copies need no registry client
+        for records of that version. This codec takes its shape afresh too, so both decode alike
+        (a worker may have moved the latest version on)."""
         ...
 
     def count_undecodable(self, count: int, example: str | None) -> None:

@@ -117,6 +117,7 @@ class AvroValues:
         return [field["name"] for field in writer["fields"]] == self._fields
 
     def worker_codec(self) -> AvroValues:
+        self._schemas.warm()
         self._fields, self._latest_id, self._in_shape = None, None, set()
         return AvroValues(self._schemas, self._store)
 

@@ -59,6 +59,7 @@ class JsonSchemaValues:
         return payload
 
     def worker_codec(self) -> JsonSchemaValues:
+        self._schemas.warm()
         return JsonSchemaValues(self._schemas, self._store)
 
     def count_undecodable(self, count: int, example: str | None) -> None:

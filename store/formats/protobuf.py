@@ -120,6 +120,7 @@ class ProtobufValues:
         return orjson.dumps(record)
 
     def worker_codec(self) -> ProtobufValues:
+        self._schemas.warm()
         self._latest, self._latest_id, self._shapes = None, None, {}
         return ProtobufValues(self._schemas, self._store)
 

@@ -8,6 +8,7 @@ record names a schema id not seen before (a version registered while serving).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -16,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from store.formats.errors import RegistryUnavailableError, UnknownSchemaError
+from store.formats.errors import FormatError, RegistryUnavailableError, UnknownSchemaError
 
 if TYPE_CHECKING:
     # Imported when the registry is first asked: a restore worker decoding with schemas already
@@ -117,6 +118,17 @@ class SchemaSource:
         latest = int(registered.schema_id), {"schema": schema.schema_str, "schemaType": schema.schema_type}
         self._write(path, {"id": latest[0], "schema": latest[1]})
         return latest
+
+    def warm(self) -> None:
+        """Have the latest version and its schema cached now, before copies of this source go to
+        a bulk restore's workers: they then decode the common case (every record written under the
+        latest version) without a registry client of their own, whose import and start cost each
+        worker about a second of CPU. The registry unavailable or not knowing the schema, nothing
+        more is cached and a copy asks the registry itself, as before."""
+        latest = self.latest()
+        if latest is not None:
+            with contextlib.suppress(FormatError):
+                self.schema(latest[0])
 
     def _fetch(self, schema_id: int) -> dict[str, Any]:
         from confluent_kafka.schema_registry import SchemaRegistryError  # noqa: PLC0415

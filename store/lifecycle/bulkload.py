@@ -112,7 +112,9 @@ class BulkRestore:
         to check a sample of each chunk's records against (``None``: no check); ``json_values``:
         the workers check each value kept as JSON (``store.json_values``); ``with_times``: chunks
         report each partition's newest record timestamp (stores keeping history); ``value_codec``:
-        the workers decode each value kept with a copy of it (picklable, ``store.formats``)."""
+        the store's codec, the workers decode each value kept with a copy of it
+        (``ValueCodec.worker_codec``), made once their process is starting: caching its schemas
+        (a registry call on a bootstrap from nothing) overlaps that process's imports."""
         self._directory = directory
         self._events: queue.Queue[RestoreEvent | BulkLoadError | BulkVolumeFullError | RebuildRequired] = (
             queue.Queue()
@@ -123,7 +125,7 @@ class BulkRestore:
         config["queued.max.messages.kbytes"] = max(
             32 * 1024, int(config.get("queued.max.messages.kbytes", 65536)) // len(shares)
         )
-        jobs = [
+        jobs: list[dict[str, Any]] = [
             {
                 "consumer_config": config,
                 "topic": topic,
@@ -137,7 +139,7 @@ class BulkRestore:
                 "with_times": with_times,
                 "directory": str(directory),
                 "json_values": json_values,
-                "value_codec": value_codec,
+                "value_codec": None,
                 # Unique per store process: a worker orphaned by a crashed store may still be
                 # finishing a file.
                 "file_prefix": f"chunk-{os.getpid()}-{number}",
@@ -154,12 +156,19 @@ class BulkRestore:
             raise BulkLoadError(f"cannot create the bulk-load directory {directory}: {exc}") from exc
         self._process = ChildProcess(_WORKER_MODULE)
         try:
+            if value_codec is not None:
+                copy = value_codec.worker_codec()
+                for job in jobs:
+                    job["value_codec"] = copy
             # The jobs go through the pipe, never the command line: they hold credentials.
             pickle.dump(jobs, self._process.stdin, protocol=pickle.HIGHEST_PROTOCOL)
             self._process.stdin.close()
         except OSError as exc:
             self.close()
             raise BulkLoadError(f"the restore workers exited with code {self._process.poll()}") from exc
+        except BaseException:
+            self.close()
+            raise
         threading.Thread(
             target=self._read, args=(self._process.stdout,), name="restore-workers", daemon=True
         ).start()
@@ -277,7 +286,7 @@ class BulkPhase:
                 (placer, count) if placer is not None and count is not None else None,
                 json_values=config.json_values,
                 with_times=writer.keeps_history,
-                value_codec=config.value_codec.worker_codec() if config.value_codec is not None else None,
+                value_codec=config.value_codec,
             )
             try:
                 progress.restore_mode = RestoreMode.BULK

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import random
+import subprocess
+import sys
 
 import pyarrow as pa
 import pytest
@@ -21,6 +23,7 @@ from clients.partitioners import (
     murmur2,
     murmur2_partition,
     partitioner,
+    place,
 )
 from service.local.broker import LocalBroker
 from tests.support.kafka import create_topic, landed_partitions, produce_keyed, unique_topic
@@ -97,6 +100,29 @@ def test_arrays_of_one_length_and_with_long_keys(name: str) -> None:
 def test_null_keys_have_no_partition() -> None:
     with pytest.raises(ValueError, match="null key"):
         PARTITIONERS["murmur2"].partitions(pa.array([b"a", None], pa.binary()), 3)
+    with pytest.raises(ValueError, match="null key"):
+        place("murmur2", [b"a", None], 3)  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="at least one partition"):
+        place("murmur2", [b"a"], 0)
+
+
+@pytest.mark.parametrize("name", sorted(PARTITIONERS))
+def test_place_puts_samples_and_large_batches_where_each_key_goes(name: str) -> None:
+    rng = random.Random(11)
+    for count in (1_000, 5_000):  # a store's sample, hashed one by one; more, as an Arrow array
+        keys = [rng.randbytes(rng.randint(0, 40)) for _ in range(count)]
+        assert place(name, keys, 7) == [PARTITIONERS[name](key, 7) for key in keys]
+
+
+def test_placing_a_sample_does_not_import_pandas() -> None:
+    # A restore worker checks a sample of every chunk: pyarrow would import pandas for it.
+    code = (
+        "import sys; from clients.partitioners import place;"
+        " place('murmur2', [b'key-%d' % i for i in range(1024)], 3);"
+        " print('pandas' in sys.modules)"
+    )
+    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert found.stdout.strip() == "False"
 
 
 def sample_keys() -> list[bytes]:

@@ -90,3 +90,23 @@ def test_a_workers_copy_decodes_as_the_store_and_its_count_is_added_to_the_store
     assert [r.getMessage().count("values of a bulk restore cannot be decoded") for r in store_records] == [1]
     # The store's own codec still decodes alike after handing out a copy.
     assert codec.decode(values[:3]) == wanted
+
+
+@pytest.mark.parametrize("fmt", sorted(CASES))
+def test_a_copy_made_before_any_value_was_decoded_needs_no_registry_for_the_latest_version(
+    fmt: str, registry: FakeSchemaRegistry, tmp_path: Path
+) -> None:
+    # A bootstrap from nothing: the store hands out copies before it decoded a value, and the
+    # workers then decode the latest version's records with the schemas cached when it did.
+    produce, make = CASES[fmt]
+    values = produce(SchemaRegistryClient({"url": registry.url}))
+    serialized = "serialized" if fmt == "protobuf" else None
+    codec = make(SchemaSource({"url": registry.url}, f"{TOPIC}-value", tmp_path / "schemas", fmt=serialized))
+
+    copy = pickle.loads(pickle.dumps(codec.worker_codec()))
+    registry.down()
+    decoded = copy.decode(values)  # raises RegistryUnavailableError if a copy had to ask
+    registry.up()
+    assert copy.undecodable_count == 0
+    assert decoded == codec.decode(values)
+    assert all(value is not None and not value.startswith(b"\x00statestore") for value in decoded)
