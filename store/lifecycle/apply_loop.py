@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 from store.formats import decode_until_done
 from store.formats.errors import ShapeChangedError
+from store.formats.keys import schema_id
 from store.json_values import checked_json
 from store.kafka.batch import RecordBatch
 from store.kafka.catchup import CatchUp, PartitionCatchUp
@@ -89,7 +90,8 @@ class ApplyLoop:
         writer = self._copies.writer
         check_written_copy(writer)
         placement = self._reporter.placement
-        poll = self._source.poll(writer.keeps_history, placement.active)
+        # Natural keys under several key schema ids are resolved by each record's time and offset.
+        poll = self._source.poll(writer.keeps_history or self._config.key_codec is not None, placement.active)
         records = poll.records
         self._reporter.fetch_events(poll.events, catch_up)
         catch_up.read(records.next_offsets)
@@ -131,6 +133,8 @@ class ApplyLoop:
                 raise RebuildRequired(str(exc)) from exc
             if decoded is None:
                 return False
+            if field == "keys":
+                records.schema_ids = [schema_id(key) for key in column]
             setattr(records, field, decoded)
         if self._config.json_values and records.values:
             records.values = checked_json(records.values)
