@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import Producer
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
@@ -22,6 +22,7 @@ from store.formats.keys import RegistryKeys
 from store.formats.schemas import SchemaSource
 from store.table import winners
 from store.table.winners import Entry, Winners
+from tests.support.kafka import produce_timed
 from tests.support.schema_registry import FakeSchemaRegistry, schema_registry
 from tests.support.stores import FAST, bulk_tuning
 from wire.position import Position
@@ -37,28 +38,6 @@ Written = tuple[
 def registry() -> Iterator[FakeSchemaRegistry]:
     with schema_registry() as running:
         yield running
-
-
-def _produce(producer: Producer, topic: str, records: list[tuple[bytes, bytes | None, int]]) -> list[Message]:
-    """Produce ``(key, value, timestamp)`` records keyed by the producer's partitioner; the delivered
-    messages in production order."""
-    delivered: dict[int, Message] = {}
-    errors: list[KafkaError] = []
-
-    def report(number: int) -> Callable[[KafkaError | None, Message], None]:
-        def done(error: KafkaError | None, message: Message) -> None:
-            if error is not None:
-                errors.append(error)
-            delivered[number] = message
-
-        return done
-
-    for number, (key, value, timestamp) in enumerate(records):
-        producer.produce(topic, key=key, value=value, timestamp=timestamp, on_delivery=report(number))
-        producer.poll(0)
-    assert producer.flush(30) == 0
-    assert not errors, errors
-    return [delivered[n] for n in range(len(records))]
 
 
 def _model(written: list[Written]) -> dict[bytes, bytes]:
@@ -107,7 +86,9 @@ def test_the_latest_write_across_key_schema_ids_answers_in_any_read_order_and_af
         natural, version = rng.randrange(300), rng.randrange(3)
         value = None if rng.randrange(6) == 0 else b"%d@%d" % (natural, n)
         planned.append((natural, version, value, 1_700_000_000_000 + rng.randrange(5_000)))
-    messages = _produce(producer, topic, [(versions[v](k, context), value, t) for k, v, value, t in planned])
+    messages = produce_timed(
+        producer, topic, [(versions[v](k, context), value, t) for k, v, value, t in planned]
+    )
     written: list[Written] = []
     for (natural, version, value, timestamp), message in zip(planned, messages, strict=True):
         assert message.timestamp()[1] == timestamp  # the broker keeps the producer's time
@@ -136,7 +117,9 @@ def test_the_latest_write_across_key_schema_ids_answers_in_any_read_order_and_af
         (n % 300, rng.randrange(3), b"more %d" % n, 1_700_000_000_000 + rng.randrange(6_000))
         for n in range(200)
     ]
-    messages = _produce(producer, topic, [(versions[v](k, context), value, t) for k, v, value, t in more])
+    messages = produce_timed(
+        producer, topic, [(versions[v](k, context), value, t) for k, v, value, t in more]
+    )
     for (natural, version, value, timestamp), message in zip(more, messages, strict=True):
         written.append(
             (natural, ids[version], timestamp, value, message.partition() or 0, message.offset() or 0)
