@@ -118,6 +118,14 @@ class RecordBatch:
         if partitions is not None and self.partitions is not None:
             self.partitions.extend(partitions)  # type: ignore[arg-type]  # a record always has one
 
+    def keep(self, kept: list[int]) -> None:
+        """Keep only the records at positions ``kept`` (the next offsets stay: every record was read)."""
+        self.keys = [self.keys[i] for i in kept]
+        self.values = [self.values[i] for i in kept]
+        self.metas = _kept(self.metas, kept)
+        self.partitions = _kept(self.partitions, kept)
+        self.schema_ids = _kept(self.schema_ids, kept)
+
     def newest_times(self) -> dict[int, int] | None:
         """The greatest record timestamp of each partition (``None`` without ``metas``): it bounds
         the times of the records a store keeping history restores (``store.table.timed``)."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+from collections.abc import Sequence
 
 from store.kafka.batch import Placement, Placer, RecordBatch
 from store.protocol import ShardingStatus
@@ -31,6 +32,10 @@ class StoreSharding:
     shard: int = 0
     partitioner: str = "murmur2"
     placer: Placer | None = dataclasses.field(default=None, repr=False, compare=False)
+    # Keys stored by natural value (keys written through the Schema Registry): one natural key is
+    # several producers' keys, one per key schema id, so possibly on several shards' partitions.
+    # Such a store reads every partition and keeps the natural keys that hash to its shard.
+    by_natural_key: bool = False
 
     def __post_init__(self) -> None:
         if self.shards < 1 or not 0 <= self.shard < self.shards:
@@ -43,11 +48,22 @@ class StoreSharding:
         return self.shards > 1
 
     def holds(self, partition: int) -> bool:
-        return partition % self.shards == self.shard
+        return self.by_natural_key or partition % self.shards == self.shard
 
     def own(self, topic_partitions: int) -> list[int]:
-        """This shard's partitions of a topic with ``topic_partitions`` partitions."""
+        """This shard's partitions of a topic with ``topic_partitions`` partitions (all of them when
+        it keeps natural keys by their own hash)."""
         return [p for p in range(topic_partitions) if self.holds(p)]
+
+    def kept(self, natural_keys: Sequence[bytes], topic_partitions: int) -> list[int] | None:
+        """The positions of the natural keys this shard keeps, or ``None`` when it keeps every key:
+        those whose bytes hash (``placer``, over ``topic_partitions``) to a partition of this shard,
+        as if a plain serializer had written them, which is how clients route them."""
+        if not (self.by_natural_key and self.sharded):
+            return None
+        assert self.placer is not None, "a store sharded by natural key needs the producers' placer"
+        partitions = self.placer(natural_keys, topic_partitions)
+        return [i for i, p in enumerate(partitions) if p % self.shards == self.shard]
 
 
 class PlacementCheck:
@@ -115,6 +131,7 @@ class PlacementCheck:
             shard=sharding.shard,
             partitioner=sharding.partitioner,
             topic_partitions=self.topic_partitions,
+            by_natural_key=sharding.by_natural_key and sharding.sharded,
             records_checked=self.checked,
             misplaced_records=self.misplaced,
         )
