@@ -7,6 +7,7 @@ find every customer on one shard, with the latest write across the schema ids as
 from __future__ import annotations
 
 import json
+import struct
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +21,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from pyspark.sql import SparkSession
 
 from clients import StatestoreClient
-from clients.spark import lookup_join
+from clients.spark import lookup_join, read_store
 from service.local.broker import LocalBroker
 from service.local.shards import LocalShards
 from tests.clients.conftest import wait_until_ready
@@ -32,6 +33,7 @@ from wire.position import Position
 PARTITIONS = 6
 SHARDS = 3
 CUSTOMERS = 120
+LONG = struct.Struct(">q")
 
 
 def _value(n: int, version: int) -> dict[str, str]:
@@ -168,3 +170,14 @@ def test_a_spark_lookup_join_finds_every_customer(sharded: tuple[str, Position],
     assert got == {
         n: (model[n]["name"], model[n]["city"]) if n in model else (None, None) for n in range(CUSTOMERS + 10)
     }
+    whole = read_store(
+        spark,
+        store="customers",
+        url=url,
+        partitions=3,
+        binary_keys=True,
+        value_schema="name string, city string",
+    )
+    assert sorted((LONG.unpack(row["key"])[0], row["name"], row["city"]) for row in whole.collect()) == [
+        (n, value["name"], value["city"]) for n, value in sorted(model.items())
+    ]
