@@ -41,7 +41,7 @@ def registry() -> Iterator[FakeSchemaRegistry]:
         yield running
 
 
-def _model(written: list[Written]) -> dict[bytes, bytes]:
+def model_of(written: list[Written]) -> dict[bytes, bytes]:
     """Per natural key: per schema id its last record (by offset), then the greatest (time, offset,
     partition) across schema ids; absent when that one is a tombstone."""
     latest: dict[tuple[int, int], Written] = {}
@@ -99,7 +99,7 @@ def test_the_latest_write_across_key_schema_ids_answers_in_any_read_order_and_af
             (natural, ids[version], timestamp, value, message.partition() or 0, message.offset() or 0)
         )
     end = Position({p: 1 + max(w[5] for w in written if w[4] == p) for p in {w[4] for w in written}})
-    model = _model(written)
+    model = model_of(written)
     assert len(model) > 100
 
     def keys_codec(name: str) -> RegistryKeys:
@@ -134,7 +134,7 @@ def test_the_latest_write_across_key_schema_ids_answers_in_any_read_order_and_af
     again = make_store(topic, tuning=tuning, key_codec=keys_codec("s"))
     assert again.wait_until_ready(120), again.status()
     assert again.wait_for_position(end, 60)
-    assert _table(again, everything) == _model(written)
+    assert _table(again, everything) == model_of(written)
 
 
 def test_a_winner_replaced_by_an_older_record_of_its_schema_id_gives_way_to_the_next_best() -> None:
