@@ -5,7 +5,7 @@ family        keys, and the module that owns their layout
 ============  ===============================================================================
 ``default``   the table: row key → latest value (``store.table.engine``)
 ``meta``      small keys of several owners, each under its own prefix: ``offset/``, ``topic``,
-              ``topic_id``, ``format_version``, ``values_checked`` (``store.table.engine``);
+              ``topic_id``, ``format_version``, ``values_checked``, ``natural_keys`` (``store.table.engine``);
               ``index/`` (``store.table.indexes``); ``history_start/``, ``history_time/``
               (``store.table.history``); ``history_layout`` (``store.table.history_layout``);
               ``history_pretime/``, ``history_time_floor`` (``store.table.timed``); ``natural/``
