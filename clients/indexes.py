@@ -205,11 +205,16 @@ def row_key(key: bytes, binary_keys: bool, key_format: str = "bytes") -> Key:
 
 
 def grouped_rows(
-    table: pa.Table, values: Sequence[IndexValue], texts: Sequence[str], binary_keys: bool, key_format: str
+    table: pa.Table,
+    values: Sequence[IndexValue],
+    texts: Sequence[str],
+    binary_keys: bool,
+    key_format: str = "bytes",
 ) -> dict[IndexValue, list[tuple[Key, Any]]]:
     """An ``index_arrow`` answer as ``{value: [(row key, decoded JSON value), ...]}``.
 
-    ``texts`` are the index texts of ``values``, in the same order.
+    ``texts`` are the index texts of ``values``, in the same order; row keys are read as
+    :func:`row_key` reads them under the store's ``key_format``.
     """
     rows: dict[str, list[tuple[Key, Any]]] = {text: [] for text in texts}
     columns = (table.column(name).to_pylist() for name in ("value", "key", "row"))
