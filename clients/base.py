@@ -497,11 +497,15 @@ class BaseClient(ShardRouting, ABC, Generic[HttpT, TransportT, RowsT]):
         _, as_of = pinned_at(read)
         text = indexes.index_text(value)
 
+        key_format = yield from self._key_format_flow(store)
+
         def pager_of(sharding: Sharding, shard: int) -> Pager[bytes]:
             pager = self._index_pager(store, index, text, page_size, sharding.part(as_of, shard))
-            return pager.with_items(lambda item: (indexes.row_key(item[0], binary_keys), item[1]))
+            return pager.with_items(lambda item: (indexes.row_key(item[0], binary_keys, key_format), item[1]))
 
-        yield from self._listing_flow(store, read, pager_of, lambda item: wire.key_bytes(item[0]))
+        numbers = key_format in NUMBER_FORMATS and not binary_keys
+        order = scan_order(key_format) if numbers else (lambda item: wire.key_bytes(item[0]))
+        yield from self._listing_flow(store, read, pager_of, order)
 
     def _index_arrow_flow(
         self, store: str, index: str, values: pa.Array, read: IndexReadAt
@@ -570,7 +574,8 @@ class BaseClient(ShardRouting, ABC, Generic[HttpT, TransportT, RowsT]):
         texts = [indexes.index_text(v) for v in values]
         unique = pa.array(list(dict.fromkeys(texts)), pa.string())
         table = yield from self._index_arrow_flow(store, index, unique, read)
-        return indexes.grouped_rows(table, values, texts, read.get("binary_keys", False))
+        key_format = yield from self._key_format_flow(store)
+        return indexes.grouped_rows(table, values, texts, read.get("binary_keys", False), key_format)
 
 
 def scan_order(key_format: str) -> Callable[[Any], Any]:

@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from clients.exceptions import UnexpectedResponseError, ValueDecodeError
+from clients.natural_keys import NUMBER_FORMATS
 from clients.wire import ARROW_STREAM, Call, Key, decode_value, read_params, store_path
 from wire.position import PositionLike
 
@@ -187,10 +188,14 @@ def continued_values(table: pa.Table) -> list[tuple[str, bytes]]:
     return list(zip(values, cursors.filter(has_more).to_pylist(), strict=True))
 
 
-def row_key(key: bytes, binary_keys: bool) -> Key:
-    """A row key as the caller asked for it: ``bytes``, or UTF-8 text."""
+def row_key(key: bytes, binary_keys: bool, key_format: str = "bytes") -> Key:
+    """A row key as the caller asked for it: ``bytes``, or as text: the decimal text of a ``long``
+    or ``int`` key (as scans answer it), else UTF-8."""
     if binary_keys:
         return key
+    packer = NUMBER_FORMATS.get(key_format)
+    if packer is not None and len(key) == packer.size:
+        return str(packer.unpack(key)[0])
     try:
         return key.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -200,17 +205,22 @@ def row_key(key: bytes, binary_keys: bool) -> Key:
 
 
 def grouped_rows(
-    table: pa.Table, values: Sequence[IndexValue], texts: Sequence[str], binary_keys: bool
+    table: pa.Table,
+    values: Sequence[IndexValue],
+    texts: Sequence[str],
+    binary_keys: bool,
+    key_format: str = "bytes",
 ) -> dict[IndexValue, list[tuple[Key, Any]]]:
     """An ``index_arrow`` answer as ``{value: [(row key, decoded JSON value), ...]}``.
 
-    ``texts`` are the index texts of ``values``, in the same order.
+    ``texts`` are the index texts of ``values``, in the same order; row keys are read as
+    :func:`row_key` reads them under the store's ``key_format``.
     """
     rows: dict[str, list[tuple[Key, Any]]] = {text: [] for text in texts}
     columns = (table.column(name).to_pylist() for name in ("value", "key", "row"))
     for value, key, row in zip(*columns, strict=True):
         if key is not None:
-            rows[value].append((row_key(key, binary_keys), decode_value(row, "json")))
+            rows[value].append((row_key(key, binary_keys, key_format), decode_value(row, "json")))
     return {value: rows[text] for value, text in zip(values, texts, strict=True)}
 
 

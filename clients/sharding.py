@@ -4,7 +4,10 @@ A sharded deployment runs ``shards`` services; shard ``s`` materializes the topi
 with ``p % shards == s``. A key lives on the partition its producer chose (the store's
 ``partitioner`` over the topic's ``topic_partitions``), hence on that partition's shard. Every shard
 reports this in ``GET /v1/stores/{store}`` (``"sharding"``); an unsharded service is one shard
-holding every partition.
+holding every partition. A store whose keys were written through the Schema Registry reports
+``"routing": "natural_key"``: each of its shards reads every partition and keeps the natural keys
+whose own bytes hash to it (one natural key is a producer's key per key schema id, on as many
+partitions), so the same rule over the natural key's bytes finds its one shard.
 
 Positions name partitions, so they compose across shards: the table's position is the union of the
 shards' positions, and each shard is sent its part of a ``min_position`` / ``as_of``.
@@ -38,6 +41,9 @@ class Sharding:
     shards: int = 1
     partitioner: Partitioner = PARTITIONERS["murmur2"]
     topic_partitions: int | None = None
+    # Keys written through the Schema Registry: every shard reads every partition and keeps the
+    # natural keys whose own bytes hash to it, so a position is sent whole to each shard.
+    by_natural_key: bool = False
 
     @classmethod
     def from_info(cls, raw: Mapping[str, Any]) -> Sharding:
@@ -52,6 +58,7 @@ class Sharding:
                 shards=shards,
                 partitioner=PARTITIONERS[str(member.get("partitioner", "murmur2"))],
                 topic_partitions=None if count is None else int(count),
+                by_natural_key=member.get("routing") == "natural_key",
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise UnexpectedResponseError(
@@ -83,8 +90,9 @@ class Sharding:
         return pc.subtract(partitions, pc.multiply(pc.divide(partitions, shards), shards))
 
     def part(self, position: PositionLike | None, shard: int) -> PositionLike | None:
-        """The entries of ``position`` that name partitions of ``shard`` (one shard: all, as given)."""
-        if position is None or self.shards == 1:
+        """The entries of ``position`` that name partitions of ``shard`` (one shard, or a store of
+        natural keys whose shards read every partition: all, as given)."""
+        if position is None or self.shards == 1 or self.by_natural_key:
             return position
         return Position({p: o for p, o in Position.of(position).items() if p % self.shards == shard})
 

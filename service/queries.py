@@ -124,7 +124,11 @@ _NO_WAIT = ReadOptions()
 
 
 def read_options(
-    query: Query, scope: Scope, limits: LimitSettings, sharding: ShardingSettings
+    query: Query,
+    scope: Scope,
+    limits: LimitSettings,
+    sharding: ShardingSettings,
+    every_partition: bool = False,
 ) -> ReadOptions:
     """The read options of ``query``: ``min_position``, ``as_of`` and ``timeout_ms``, all checked."""
     if query.empty:  # the most frequent read: it waits for nothing, so needs no deadline
@@ -143,8 +147,8 @@ def read_options(
     limit = limits.min_position_timeout_seconds
     return ReadOptions(
         # Of a sharded store, entries naming other shards' partitions are not this shard's to read.
-        minimum=shard_part(raw_minimum, sharding),
-        as_of=shard_part(raw_as_of, sharding),
+        minimum=shard_part(raw_minimum, sharding, every_partition),
+        as_of=shard_part(raw_as_of, sharding, every_partition),
         as_of_time=as_of_time,
         timeout=limit if timeout_ms is None else min(limit, timeout_ms / 1000),
         deadline=deadline,

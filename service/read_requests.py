@@ -122,8 +122,10 @@ class ReadRequests:
         """The store named in the path, once the caller may read it."""
         return find_store(self.registry, self.auth, request)
 
-    def options(self, query: Query, request: Request) -> ReadOptions:
-        return read_options(query, request.scope, self.limits, self.sharding)
+    def options(self, query: Query, request: Request, served: ServedStore) -> ReadOptions:
+        # A store of natural keys reads every partition: a position's entries are all its own.
+        every_partition = served.natural_keys is not None
+        return read_options(query, request.scope, self.limits, self.sharding, every_partition)
 
     def common(
         self, served: ServedStore, query: Query, request: Request
@@ -131,7 +133,7 @@ class ReadRequests:
         """What every read request holds (:class:`StoreRead`): its store, read options, answer
         bound and ``fields=``, checked."""
         projection = Projection.parse(query.get("fields"), served.value_format)
-        return served, self.options(query, request), self.limits.max_answer_bytes, projection
+        return served, self.options(query, request, served), self.limits.max_answer_bytes, projection
 
     def key(self, request: Request) -> KeyRead:
         served = self.store(request)
@@ -145,7 +147,7 @@ class ReadRequests:
         check_key_length("the key", key, self.limits.max_key_bytes)
         self.check_keys(served, [key])
         projection = Projection.parse(query.get("fields"), served.value_format)
-        return KeyRead(served, self.options(query, request), projection, key)
+        return KeyRead(served, self.options(query, request, served), projection, key)
 
     async def batch(self, request: Request) -> BatchRead:
         served = self.store(request)

@@ -239,13 +239,6 @@ class Settings(BaseSettings):
                         f"store {store.name!r} has {what}: {fmt}, which needs a Schema Registry:"
                         " set schema_registry.url (STATESTORE_SCHEMA_REGISTRY__URL)"
                     )
-        for store in self.stores:
-            if store.key_format in REGISTRY_FORMATS and self.sharding.shards > 1:
-                raise ValueError(
-                    f"store {store.name!r}: key_format {store.key_format} is not served sharded (a"
-                    " natural key's shard depends on the producer's key schema id): run one shard"
-                    " (sharding.shards: 1) or serve the keys as bytes"
-                )
 
     def _check_credentials(self, names: list[str]) -> None:
         """Every token and certificate names only configured stores."""
@@ -337,6 +330,7 @@ def store_configs(settings: Settings) -> list[StoreConfig]:
                 shard=settings.sharding.shard,
                 partitioner=s.partitioner,
                 placer=functools.partial(place, s.partitioner),
+                by_natural_key=s.key_format in REGISTRY_FORMATS,
             ),
             value_codec=value_codec(settings, s),
             json_values=s.value_format == "json",

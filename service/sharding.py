@@ -7,6 +7,12 @@ naming the shard that holds it, never 404. Scans and index lookups need no key: 
 them from its own keys, and the client merges. Entries of a ``min_position`` or ``as_of`` naming
 another shard's partitions are ignored, so a client may send a whole table position to every shard.
 One shard (the default) serves every partition and checks nothing.
+
+A store whose keys were written through the Schema Registry is served by natural key: one natural
+key is a producer's key per key schema id, so it may sit on several shards' partitions. Each shard
+of such a store reads every partition and keeps the natural keys whose own bytes hash (the same
+``partitioner``) to a partition of its shard; the check above, on the natural key, then finds it on
+exactly one shard, and positions name every partition on every shard.
 """
 
 from __future__ import annotations
@@ -33,7 +39,9 @@ def sharding_of(registry: StoreRegistry, served: ServedStore, status: StoreStatu
     """The store's sharding: as its ``status`` reports it, else as configured (count unknown)."""
     if status is not None and status.sharding is not None:
         return status.sharding
-    return ShardingStatus(registry.sharding.shards, registry.sharding.shard, served.partitioner, None)
+    shards, shard = registry.sharding.shards, registry.sharding.shard
+    natural = served.natural_keys is not None and shards > 1
+    return ShardingStatus(shards, shard, served.partitioner, None, by_natural_key=natural)
 
 
 def sharding_info(registry: StoreRegistry, served: ServedStore, status: StoreStatus | None) -> dict[str, Any]:
@@ -44,15 +52,21 @@ def sharding_info(registry: StoreRegistry, served: ServedStore, status: StoreSta
         "shard": sharding.shard,
         "partitions": list(sharding.partitions),
         "partitioner": sharding.partitioner,
+        # How keys are routed: by the partition the producer's bytes hash to, or (keys written
+        # through the Schema Registry) by the partition the natural key's own bytes hash to.
+        "routing": "natural_key" if served.natural_keys is not None else "partition",
         "topic_partitions": sharding.topic_partitions,
         "records_checked": sharding.records_checked,
         "misplaced_records": sharding.misplaced_records,
     }
 
 
-def shard_part(position: Position | None, sharding: ShardingSettings) -> Position | None:
-    """The entries of ``position`` naming this shard's partitions (the others are ignored)."""
-    if position is None or sharding.shards == 1:
+def shard_part(
+    position: Position | None, sharding: ShardingSettings, every_partition: bool = False
+) -> Position | None:
+    """The entries of ``position`` naming this shard's partitions (the others are ignored); all of
+    them when the store reads ``every_partition`` (natural keys kept by their own hash)."""
+    if position is None or sharding.shards == 1 or every_partition:
         return position
     return Position({p: o for p, o in position.items() if p % sharding.shards == sharding.shard})
 

@@ -140,7 +140,9 @@ class StoreSettings(BaseModel):
         description=(
             "how keys are written (Kafka's serializers: `long` = LongSerializer, `int` = IntegerSerializer, "
             "`string` = StringSerializer; `avro`, `protobuf`, `json_schema` = Confluent's serializers via "
-            "the Schema Registry, stored by their natural value); reads take and answer them by value"
+            "the Schema Registry, stored by their natural value, the latest write across key schema ids "
+            "answering; sharded, each shard reads every partition and keeps the natural keys that hash to "
+            "it); reads take and answer them by value"
         ),
     )
     partitioner: PartitionerName = Field(

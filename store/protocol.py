@@ -156,9 +156,11 @@ class ShardingStatus:
     """Which of its topic's partitions a store materializes, and whether its records sit where their
     keys hash to: a sharded store's clients find a key on the shard of the partition it hashes to.
 
-    The store holds the partitions ``p`` with ``p % shards == shard`` (one shard: every partition).
-    ``records_checked`` counts the records whose partition was compared with the one their key hashes
-    to under ``partitioner``; ``misplaced_records`` those that differ.
+    The store holds the partitions ``p`` with ``p % shards == shard`` (one shard: every partition);
+    with ``by_natural_key`` it reads every partition and holds the natural keys whose own bytes hash
+    to a partition of its shard (keys written through the Schema Registry). ``records_checked``
+    counts the records whose partition was compared with the one their key hashes to under
+    ``partitioner``; ``misplaced_records`` those that differ.
     """
 
     shards: int
@@ -167,9 +169,11 @@ class ShardingStatus:
     topic_partitions: int | None  # the topic's partition count; None until its metadata was read
     records_checked: int = 0
     misplaced_records: int = 0
+    # Keys stored by natural value, kept by the shard their natural bytes hash to: every partition read.
+    by_natural_key: bool = False
 
     def holds(self, partition: int) -> bool:
-        return partition % self.shards == self.shard
+        return self.by_natural_key or partition % self.shards == self.shard
 
     @property
     def partitions(self) -> tuple[int, ...]:

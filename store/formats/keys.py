@@ -11,9 +11,10 @@ value. The subject's latest key schema decides the natural key format the store 
 - anything else: ``string``, the UTF-8 text of a string key, the decimal text of a number, and for a
   record, message or object the compact JSON of its fields with the names sorted.
 
-Keys written under older and newer key schema versions of one natural value are one stored key
-(the record applied last wins). A key that cannot be decoded is kept under the producer's bytes as
-they are (readable with ``key_encoding=base64``), counted and logged.
+Keys written under older and newer key schema versions of one natural value are one stored key:
+the latest write across the schema ids answers (``store.table.winners``). A key that cannot be
+decoded is kept under the producer's bytes as they are (readable with ``key_encoding=base64``),
+counted and logged.
 """
 
 from __future__ import annotations
@@ -111,6 +112,13 @@ def _json_default(value: Any) -> Any:
     if isinstance(value, bytes):
         return base64.b64encode(value).decode("ascii")
     return str(value)
+
+
+def schema_id(key: bytes | None) -> int | None:
+    """The key schema id a producer's Confluent-framed key bytes name (``None``: not framed)."""
+    if key is None or len(key) < _HEADER.size or key[0] != 0:
+        return None
+    return int(_HEADER.unpack_from(key)[1])
 
 
 class RegistryKeys:

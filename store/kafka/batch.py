@@ -54,7 +54,9 @@ class RecordBatch:
     out-of-order timestamps), ``None`` when none has one. ``metas`` is
     ``None`` unless asked for (a store keeping history needs each record's partition, offset and
     timestamp), and so is ``partitions`` (each record's partition, to check it against its key).
-    Records with a null key are dropped and counted in ``null_keys``.
+    Records with a null key are dropped and counted in ``null_keys``. ``schema_ids`` holds each
+    record's key schema id once keys written through the Schema Registry are decoded (``None``
+    otherwise: ``store.table.winners`` resolves a natural key written under several).
     """
 
     keys: list[bytes] = dataclasses.field(default_factory=list)
@@ -64,6 +66,7 @@ class RecordBatch:
     null_keys: int = 0
     partitions: list[int] | None = None
     oldest_timestamp_ms: int | None = None
+    schema_ids: list[int | None] | None = None
 
     @classmethod
     def collecting(cls, with_metas: bool, with_partitions: bool = False) -> RecordBatch:
@@ -114,6 +117,14 @@ class RecordBatch:
             self.metas.extend(metas)  # type: ignore[arg-type]  # a record always has its partition
         if partitions is not None and self.partitions is not None:
             self.partitions.extend(partitions)  # type: ignore[arg-type]  # a record always has one
+
+    def keep(self, kept: list[int]) -> None:
+        """Keep only the records at positions ``kept`` (the next offsets stay: every record was read)."""
+        self.keys = [self.keys[i] for i in kept]
+        self.values = [self.values[i] for i in kept]
+        self.metas = _kept(self.metas, kept)
+        self.partitions = _kept(self.partitions, kept)
+        self.schema_ids = _kept(self.schema_ids, kept)
 
     def newest_times(self) -> dict[int, int] | None:
         """The greatest record timestamp of each partition (``None`` without ``metas``): it bounds

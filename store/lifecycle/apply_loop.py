@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 from store.formats import decode_until_done
 from store.formats.errors import ShapeChangedError
+from store.formats.keys import schema_id
 from store.json_values import checked_json
 from store.kafka.batch import RecordBatch
 from store.kafka.catchup import CatchUp, PartitionCatchUp
@@ -89,23 +90,24 @@ class ApplyLoop:
         writer = self._copies.writer
         check_written_copy(writer)
         placement = self._reporter.placement
-        poll = self._source.poll(writer.keeps_history, placement.active)
+        # Natural keys under several key schema ids are resolved by each record's time and offset.
+        poll = self._source.poll(writer.keeps_history or self._config.key_codec is not None, placement.active)
         records = poll.records
         self._reporter.fetch_events(poll.events, catch_up)
         catch_up.read(records.next_offsets)
         if poll.messages:
             progress.last_contact = time.monotonic()
         self._reporter.null_keys(records.null_keys)
-        produced_keys = records.keys  # the producers' bytes: what placement is checked on
+        # The producers' bytes, before keys are decoded: what placement is checked on.
+        produced = dataclasses.replace(records) if self._config.key_codec is not None else records
         if not self._values_as_stored(records):
             return False  # stopped while waiting: nothing of this poll was written
         if records.next_offsets:
             writer.apply(records)
             if not self.restoring:
                 progress.freshness.observe(records.oldest_timestamp_ms, time.time())
-            progress.count(len(records))
-            rekeyed = produced_keys is not records.keys
-            placement.batch(dataclasses.replace(records, keys=produced_keys) if rekeyed else records)
+            progress.count(len(produced))
+            placement.batch(produced)
         if poll.messages:
             # Records (or an end of partition) arrived and were taken: earlier errors are over.
             progress.note_healthy(polled_at)
@@ -121,7 +123,8 @@ class ApplyLoop:
         """Turn ``records``' keys and values into what the store keeps: decoded (``key_codec``,
         ``value_codec``), values checked as JSON (``json_values``); ``False`` when stopped while a
         codec waited for its registry."""
-        for codec, field in ((self._config.value_codec, "values"), (self._config.key_codec, "keys")):
+        # Keys first: a shard keeping natural keys by their own hash decodes only its values.
+        for codec, field in ((self._config.key_codec, "keys"), (self._config.value_codec, "values")):
             column = getattr(records, field)
             if codec is None or not column:
                 continue
@@ -132,6 +135,11 @@ class ApplyLoop:
             if decoded is None:
                 return False
             setattr(records, field, decoded)
+            if field == "keys":
+                records.schema_ids = [schema_id(key) for key in column]
+                kept = self._config.sharding.kept(records.keys, self._watch.partitions)
+                if kept is not None:
+                    records.keep(kept)
         if self._config.json_values and records.values:
             records.values = checked_json(records.values)
         return True

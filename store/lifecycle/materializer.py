@@ -53,7 +53,7 @@ from store.lifecycle.config import StoreConfig
 from store.lifecycle.progress import Progress
 from store.lifecycle.reporter import Reporter
 from store.lifecycle.restore_slots import RestoreSlots
-from store.lifecycle.sharding import PlacementCheck
+from store.lifecycle.sharding import PlacementCheck, natural_keys_reason
 from store.lifecycle.timing import Backoff
 from store.lifecycle.write_errors import WriteErrors
 from store.lifecycle.writer import StoreCopies, TableWriter, check_written_copy
@@ -269,6 +269,10 @@ class Materializer:
         unchecked = unchecked_reason(writer.engine, bool(stored), self._config.json_values)
         if unchecked is not None:
             raise RebuildRequired(unchecked)
+        wanted = self._config.sharding.natural_layout(self._config.key_codec is not None)
+        kept_otherwise = natural_keys_reason(writer.engine, bool(stored), wanted)
+        if kept_otherwise is not None:
+            raise RebuildRequired(kept_otherwise)
         if (stored_topic, stored_id) != (info.name, info.topic_id):
             writer.engine.set_topic_identity(info.name, info.topic_id)
         return stored

@@ -13,6 +13,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+from collections.abc import Sequence
+from typing import Protocol
 
 from store.kafka.batch import Placement, Placer, RecordBatch
 from store.protocol import ShardingStatus
@@ -31,6 +33,10 @@ class StoreSharding:
     shard: int = 0
     partitioner: str = "murmur2"
     placer: Placer | None = dataclasses.field(default=None, repr=False, compare=False)
+    # Keys stored by natural value (keys written through the Schema Registry): one natural key is
+    # several producers' keys, one per key schema id, so possibly on several shards' partitions.
+    # Such a store reads every partition and keeps the natural keys that hash to its shard.
+    by_natural_key: bool = False
 
     def __post_init__(self) -> None:
         if self.shards < 1 or not 0 <= self.shard < self.shards:
@@ -43,11 +49,59 @@ class StoreSharding:
         return self.shards > 1
 
     def holds(self, partition: int) -> bool:
-        return partition % self.shards == self.shard
+        return self.by_natural_key or partition % self.shards == self.shard
 
     def own(self, topic_partitions: int) -> list[int]:
-        """This shard's partitions of a topic with ``topic_partitions`` partitions."""
+        """This shard's partitions of a topic with ``topic_partitions`` partitions (all of them when
+        it keeps natural keys by their own hash)."""
         return [p for p in range(topic_partitions) if self.holds(p)]
+
+    def natural_layout(self, natural_keys: bool) -> bytes | None:
+        """How a store keeps its keys, as recorded with its data: ``None`` as read; by natural value
+        with one entry per key schema id (``store.table.winners``), and for a shard keeping natural
+        keys by their own hash, which share of them. A copy kept otherwise is rebuilt."""
+        if not natural_keys:
+            return None
+        if not (self.by_natural_key and self.sharded):
+            return b"winners"
+        return f"winners; shard {self.shard} of {self.shards} by {self.partitioner}".encode()
+
+    def kept(self, natural_keys: Sequence[bytes], topic_partitions: int) -> list[int] | None:
+        """The positions of the natural keys this shard keeps, or ``None`` when it keeps every key:
+        those whose bytes hash (``placer``, over ``topic_partitions``) to a partition of this shard,
+        as if a plain serializer had written them, which is how clients route them."""
+        if not (self.by_natural_key and self.sharded):
+            return None
+        assert self.placer is not None, "a store sharded by natural key needs the producers' placer"
+        partitions = self.placer(natural_keys, topic_partitions)
+        return [i for i, p in enumerate(partitions) if p % self.shards == self.shard]
+
+
+class NaturalKeysRecord(Protocol):
+    """Where a copy records how its keys were kept (``store.table.engine.Engine``)."""
+
+    def natural_keys(self) -> bytes | None: ...
+
+    def set_natural_keys(self, layout: bytes | None) -> None: ...
+
+
+def natural_keys_reason(record: NaturalKeysRecord, holds_data: bool, wanted: bytes | None) -> str | None:
+    """Why a copy about to be written must first be rebuilt from the topic, or ``None``; records
+    how its keys are kept from now on (``StoreSharding.natural_layout``).
+
+    A copy whose keys were kept otherwise (as read; by natural value without the entries of their
+    key schema ids; or for another shard's share of natural keys) would answer wrongly: rebuilt."""
+    recorded = record.natural_keys()
+    if recorded == wanted:
+        return None
+    if holds_data:
+        return f"its keys were kept {_layout_text(recorded)} and are now kept {_layout_text(wanted)}"
+    record.set_natural_keys(wanted)
+    return None
+
+
+def _layout_text(layout: bytes | None) -> str:
+    return "as read" if layout is None else f"by natural value ({layout.decode(errors='replace')})"
 
 
 class PlacementCheck:
@@ -115,6 +169,7 @@ class PlacementCheck:
             shard=sharding.shard,
             partitioner=sharding.partitioner,
             topic_partitions=self.topic_partitions,
+            by_natural_key=sharding.by_natural_key and sharding.sharded,
             records_checked=self.checked,
             misplaced_records=self.misplaced,
         )

@@ -16,6 +16,7 @@ from typing import Protocol
 from store.exceptions import StoreReadError
 from store.json_values import CheckRecord
 from store.kafka.client import RebuildRequired
+from store.lifecycle.sharding import NaturalKeysRecord
 from store.protocol import CorruptionReport
 from store.state import StoreState
 from store.table.corruption import FINDERS
@@ -23,7 +24,7 @@ from store.table.seams import Changes
 from wire.position import Position
 
 
-class TableFiles(CheckRecord, Protocol):
+class TableFiles(CheckRecord, NaturalKeysRecord, Protocol):
     """The database under the copy being written (``store.table.engine.Engine``): what the
     materializer asks of RocksDB itself, beside writing records."""
 

@@ -53,6 +53,7 @@ _TOPIC_KEY = b"topic"
 _TOPIC_ID_KEY = b"topic_id"
 _FORMAT_KEY = b"format_version"
 _VALUES_CHECKED_KEY = b"values_checked"
+_NATURAL_KEYS_KEY = b"natural_keys"
 _OFFSET = struct.Struct(">q")
 _PARTITION = struct.Struct(">i")
 
@@ -171,6 +172,21 @@ class Engine:
             batch.delete(_VALUES_CHECKED_KEY, self._meta_handle)
         else:
             batch.put(_VALUES_CHECKED_KEY, check, self._meta_handle)
+        self.write(batch)
+
+    def natural_keys(self) -> bytes | None:
+        """How the stored keys were kept by natural value (``store.lifecycle.sharding``), or ``None``
+        for keys stored as read."""
+        layout: bytes | None = family_get(self._meta, _NATURAL_KEYS_KEY)
+        return layout
+
+    def set_natural_keys(self, layout: bytes | None) -> None:
+        """Record how the keys written from now on are kept (``None``: as read)."""
+        batch = self.new_batch()
+        if layout is None:
+            batch.delete(_NATURAL_KEYS_KEY, self._meta_handle)
+        else:
+            batch.put(_NATURAL_KEYS_KEY, layout, self._meta_handle)
         self.write(batch)
 
     # -- generic access to the column families ---------------------------------------------

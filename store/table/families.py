@@ -5,10 +5,11 @@ family        keys, and the module that owns their layout
 ============  ===============================================================================
 ``default``   the table: row key → latest value (``store.table.engine``)
 ``meta``      small keys of several owners, each under its own prefix: ``offset/``, ``topic``,
-              ``topic_id``, ``format_version``, ``values_checked`` (``store.table.engine``);
+              ``topic_id``, ``format_version``, ``values_checked``, ``natural_keys`` (``store.table.engine``);
               ``index/`` (``store.table.indexes``); ``history_start/``, ``history_time/``
               (``store.table.history``); ``history_layout`` (``store.table.history_layout``);
-              ``history_pretime/``, ``history_time_floor`` (``store.table.timed``)
+              ``history_pretime/``, ``history_time_floor`` (``store.table.timed``); ``natural/``
+              (``store.table.winners``: a natural key's record per key schema id)
 ``index``     secondary index entries (``store.table.indexes``)
 ``history``   versions of rows, for reads as of a position (``store.table.history``)
 ``changes``   the change log that drives history pruning and ``as_of`` index reads (``store.table.history``)

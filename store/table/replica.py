@@ -37,6 +37,7 @@ from store.table.timed import TimeBounds, newest_per_partition
 from store.table.timed_reader import TimedReader
 from store.table.timelines import Timelines
 from store.table.volume import destroy
+from store.table.winners import Winners
 from wire.position import Position
 
 logger = logging.getLogger(__name__)
@@ -244,6 +245,12 @@ class Replica:
         engine = self.engine
         keys, values = records.keys, records.values
         batch = engine.new_batch()
+        metas = records.metas
+        if records.schema_ids is not None and keys:
+            assert metas is not None, "records under natural keys need their metadata"
+            # Made per batch: nothing may hold the engine's families once the copy is closed.
+            resolver = Winners(engine.family(families.META), engine.handle(families.META), engine.get)
+            keys, values, metas = resolver.resolve(batch, keys, values, metas, records.schema_ids)
         for key, value in zip(keys, values, strict=True):
             if value is None:
                 batch.delete(key)
@@ -252,11 +259,11 @@ class Replica:
         if self.ready_indexes and keys:
             self._maintain_indexes(batch, keys, values)
         if self.history is not None and keys:
-            assert records.metas is not None, "records of a store that keeps history need their metadata"
+            assert metas is not None, "records of a store that keeps history need their metadata"
             if self.history_start:
-                self.history.record(engine, batch, keys, values, records.metas)
+                self.history.record(engine, batch, keys, values, metas)
             else:
-                self._bound_base_times(batch, records.metas)
+                self._bound_base_times(batch, metas)
         engine.put_offsets(batch, records.next_offsets)
         with self._changed:
             engine.write(batch)

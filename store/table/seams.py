@@ -42,4 +42,10 @@ class Changes(Protocol):
     def metas(self) -> Sequence[tuple[int, int, int]] | None: ...
 
     @property
+    def schema_ids(self) -> Sequence[int | None] | None:
+        """Each record's key schema id when keys are stored by natural value (``None`` for a key
+        that could not be decoded), resolved by ``store.table.winners``; ``None`` otherwise."""
+        ...
+
+    @property
     def next_offsets(self) -> Mapping[int, int]: ...

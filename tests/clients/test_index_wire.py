@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import struct
 
 import pyarrow as pa
 import pytest
@@ -145,3 +146,12 @@ def test_shards_answers_merge_per_value_in_request_order_and_row_key_order() -> 
         ("A", b"a5"),
         ("C", None),
     ]
+
+
+def test_row_keys_of_number_stores_are_answered_as_their_decimal_text() -> None:
+    assert indexes.row_key(struct.pack(">q", -42), binary_keys=False, key_format="long") == "-42"
+    assert indexes.row_key(struct.pack(">i", 7), binary_keys=False, key_format="int") == "7"
+    assert indexes.row_key(struct.pack(">q", 42), binary_keys=True, key_format="long") == struct.pack(
+        ">q", 42
+    )
+    assert indexes.row_key(b"p-1", binary_keys=False, key_format="string") == "p-1"

@@ -151,6 +151,7 @@ def test_each_shard_holds_its_partitions_and_says_so(deployment: Deployment, sto
             "shard": shard,
             "partitions": [shard, shard + SHARDS],
             "partitioner": "murmur2" if store == "profiles" else "crc32",
+            "routing": "partition",
             "topic_partitions": PARTITIONS,
             "records_checked": info["sharding"]["records_checked"],
             "misplaced_records": 0,

@@ -195,16 +195,6 @@ def test_protobuf_and_json_schema_keys_are_found_by_their_value(
         assert [item["key"] for item in scan["items"]] == ["T-1", "T-2"]
 
 
-def test_a_registry_key_format_on_a_sharded_store_is_refused_at_start(registry: FakeSchemaRegistry) -> None:
-    with pytest.raises(ValueError, match="not served sharded"):
-        Settings(
-            kafka={"bootstrap_servers": "127.0.0.1:9"},
-            schema_registry={"url": registry.url},
-            sharding={"shards": 2, "shard": 0},
-            stores=[{"name": "customers", "topic": "customers", "key_format": "avro"}],
-        )
-
-
 def test_the_key_format_is_pending_until_the_first_key_is_decoded(
     broker: LocalBroker, make_topic: Callable[..., str], registry: FakeSchemaRegistry, tmp_path: Path
 ) -> None:

@@ -56,6 +56,7 @@ def test_store_info_says_which_partitions_the_shard_holds(shard: Service) -> Non
         "shard": 1,
         "partitions": [1, 4],
         "partitioner": "crc32",
+        "routing": "partition",
         "topic_partitions": 6,
         "records_checked": 40,
         "misplaced_records": 2,

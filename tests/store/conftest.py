@@ -19,7 +19,7 @@ from store import (
     StoreSharding,
     StoreTuning,
 )
-from store.formats import ValueCodec
+from store.formats import Codec, ValueCodec
 from tests.support.kafka import TestProducer, close_producer, close_producers, make_producer
 from tests.support.stores import FAST
 
@@ -49,6 +49,7 @@ def make_store(broker: LocalBroker, state_dir: Path) -> Iterator[Callable[..., S
         sharding: StoreSharding | None = None,
         json_values: bool = False,
         value_codec: ValueCodec | None = None,
+        key_codec: Codec | None = None,
     ) -> Store:
         config = StoreConfig(
             name=name,
@@ -61,6 +62,7 @@ def make_store(broker: LocalBroker, state_dir: Path) -> Iterator[Callable[..., S
             sharding=sharding or StoreSharding(),
             json_values=json_values,
             value_codec=value_codec,
+            key_codec=key_codec,
         )
         store = Store(config, restore_slots or slots)
         stores.append(store)

@@ -6,9 +6,9 @@ import itertools
 import time
 import uuid
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 from store import Position
@@ -214,3 +214,38 @@ def landed_partitions(bootstrap_servers: str, topic: str) -> dict[bytes, set[int
         return found
     finally:
         consumer.close()
+
+
+def produce_timed(
+    producer: Producer, topic: str, records: list[tuple[bytes, bytes | None, int]]
+) -> list[Message]:
+    """Produce ``(key, value, timestamp ms)`` records placed by the producer's partitioner; flush.
+    Returns the delivered messages (partition, offset, timestamp) in production order."""
+    delivered: dict[int, Message] = {}
+    errors: list[KafkaError] = []
+
+    def report(number: int) -> Callable[[KafkaError | None, Message], None]:
+        def done(error: KafkaError | None, message: Message) -> None:
+            if error is not None:
+                errors.append(error)
+            delivered[number] = message
+
+        return done
+
+    for number, (key, value, timestamp) in enumerate(records):
+        producer.produce(topic, key=key, value=value, timestamp=timestamp, on_delivery=report(number))
+        producer.poll(0)
+    assert producer.flush(30) == 0, "records were not delivered"
+    assert not errors, errors
+    return [delivered[n] for n in range(len(records))]
+
+
+def end_of(messages: Iterable[Message]) -> dict[int, int]:
+    """The next offset of every partition ``messages`` were delivered to."""
+    ends: dict[int, int] = {}
+    for message in messages:
+        partition, offset = message.partition(), message.offset()
+        assert partition is not None
+        assert offset is not None
+        ends[partition] = max(ends.get(partition, 0), offset + 1)
+    return ends

@@ -1,0 +1,179 @@
+"""One natural key written under several key schema ids: which record the table answers.
+
+A store whose keys go through the Schema Registry (``key_format: avro | protobuf | json_schema``)
+keeps every record under its key's natural value (``store.formats.keys``). The producer's key bytes
+also hold the key schema id, so natural key ``42`` written under key schema v1 and again under v2 is
+two keys to Kafka: compaction keeps the latest record of each, and the two may sit on different
+partitions, read in any interleaving. The table resolves them, the same way whatever the order it
+reads them in:
+
+- per ``(natural key, schema id)`` it keeps an entry: the latest record's timestamp, partition,
+  offset, and whether it is a tombstone (the latest by offset: that is Kafka's own rule for one
+  byte key);
+- the natural key answers the *winner*: the entry with the greatest ``(timestamp, offset,
+  partition)`` across its schema ids. A tombstone deletes the natural key only when it is the
+  winner; a tombstone under a schema id whose record was not the winner changes no answer.
+
+The entries live in the ``meta`` column family under ``natural/`` + the natural key, written in the
+write batch of the row they decide, so a crash loses both or neither. A live entry that is not the
+winner keeps its value there (the table's row holds the winner's), so that it can answer again
+when the winner is replaced by an older record or a tombstone of its own schema id.
+
+The rows, their indexes and their history see only the changes of the winner: a record that does
+not change the answer (an older write under another schema id) is not applied to them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+from collections.abc import Sequence
+from typing import Any
+
+from store.table.corruption import family_get
+
+PREFIX = b"natural/"
+"""The prefix of the entries' keys in the ``meta`` column family."""
+
+_ENTRY = struct.Struct(">iqiqB")  # schema id, timestamp, partition, offset, kind
+_LENGTH = struct.Struct(">I")
+_TOMBSTONE, _LIVE, _KEPT = 0, 1, 2  # _KEPT: a live entry that is not the winner, its value follows
+
+Meta = tuple[int, int, int]  # (partition, offset, timestamp in ms) of one record
+
+
+@dataclasses.dataclass(slots=True)
+class Entry:
+    """The latest record of one natural key under one key schema id."""
+
+    schema_id: int
+    timestamp: int
+    partition: int
+    offset: int
+    live: bool
+    value: bytes | None = None  # set only for a live entry that is not the winner
+
+    def rank(self) -> tuple[int, int, int]:
+        """What the winner is chosen by: the greatest ``(timestamp, offset, partition)``."""
+        return self.timestamp, self.offset, self.partition
+
+
+def winner(entries: dict[int, Entry]) -> Entry | None:
+    """The entry the natural key answers (``None``: no entry)."""
+    return max(entries.values(), key=Entry.rank, default=None)
+
+
+def encode(entries: dict[int, Entry]) -> bytes:
+    """The stored form of a natural key's entries."""
+    parts = []
+    for entry in entries.values():
+        kind = _KEPT if entry.value is not None else (_LIVE if entry.live else _TOMBSTONE)
+        parts.append(_ENTRY.pack(entry.schema_id, entry.timestamp, entry.partition, entry.offset, kind))
+        if entry.value is not None:
+            parts.append(_LENGTH.pack(len(entry.value)))
+            parts.append(entry.value)
+    return b"".join(parts)
+
+
+def decode(stored: bytes | None) -> dict[int, Entry]:
+    """A natural key's entries from their stored form (``None``: none yet)."""
+    entries: dict[int, Entry] = {}
+    at = 0
+    while stored is not None and at < len(stored):
+        schema_id, timestamp, partition, offset, kind = _ENTRY.unpack_from(stored, at)
+        at += _ENTRY.size
+        value = None
+        if kind == _KEPT:
+            (length,) = _LENGTH.unpack_from(stored, at)
+            at += _LENGTH.size
+            value = stored[at : at + length]
+            at += length
+        entries[schema_id] = Entry(schema_id, timestamp, partition, offset, kind != _TOMBSTONE, value)
+    return entries
+
+
+def stored_entries(meta_family: Any, key: bytes) -> dict[int, Entry]:
+    """The entries of natural key ``key`` as stored (for reads and tests)."""
+    return decode(family_get(meta_family, PREFIX + key))
+
+
+Changed = tuple[list[bytes], list[bytes | None], list[Meta]]
+
+
+class Winners:
+    """Resolves a batch of records under natural keys into the changes of their winners.
+
+    ``current`` answers a row's value as stored before the batch (the materializer is the only
+    writer, so no snapshot is needed); it is asked only when a winner loses to another schema id's
+    record and its value must move into its entry.
+    """
+
+    def __init__(self, meta_family: Any, meta_handle: Any, current: Any) -> None:
+        self._family = meta_family
+        self._handle = meta_handle
+        self._current = current
+
+    def resolve(
+        self,
+        batch: Any,
+        keys: Sequence[bytes],
+        values: Sequence[bytes | None],
+        metas: Sequence[Meta],
+        schema_ids: Sequence[int | None],
+    ) -> Changed:
+        """The records to apply to rows, indexes and history; the entries' changes go to ``batch``.
+
+        A record without a schema id (a key that could not be decoded, kept under the producer's
+        bytes) is applied as it is.
+        """
+        named = list(dict.fromkeys(key for key, sid in zip(keys, schema_ids, strict=True) if sid is not None))
+        stored = family_get(self._family, [PREFIX + key for key in named]) if named else []
+        state = {key: decode(raw) for key, raw in zip(named, stored, strict=True)}
+        rows: dict[bytes, tuple[bytes | None]] = {}
+        out_keys: list[bytes] = []
+        out_values: list[bytes | None] = []
+        out_metas: list[Meta] = []
+        for key, value, meta, schema_id in zip(keys, values, metas, schema_ids, strict=True):
+            if schema_id is None:
+                out_keys.append(key)
+                out_values.append(value)
+                out_metas.append(meta)
+                continue
+            change = self._one(state[key], rows, key, value, meta, schema_id)
+            if change is not None:
+                rows[key] = change
+                out_keys.append(key)
+                out_values.append(change[0])
+                out_metas.append(meta)
+        for key, entries in state.items():
+            batch.put(PREFIX + key, encode(entries), self._handle)
+        return out_keys, out_values, out_metas
+
+    def _one(
+        self,
+        entries: dict[int, Entry],
+        rows: dict[bytes, tuple[bytes | None]],
+        key: bytes,
+        value: bytes | None,
+        meta: Meta,
+        schema_id: int,
+    ) -> tuple[bytes | None] | None:
+        """The row's new value (a 1-tuple: ``(None,)`` deletes it), or ``None`` when it stays."""
+        partition, offset, timestamp = meta
+        before = winner(entries)
+        new = Entry(schema_id, timestamp, partition, offset, value is not None)
+        entries[schema_id] = new
+        after = winner(entries)
+        if after is new:
+            if before is not None and before.schema_id != schema_id and before.live:
+                # The old winner's value leaves the row: its entry keeps it from now on.
+                held = rows.get(key)
+                before.value = held[0] if held is not None else self._current(key)
+            return (value,)
+        new.value = value
+        if before is None or before.schema_id != schema_id:
+            return None  # an older write under another schema id: the answer stays
+        # The winner's own schema id wrote an older record: the next best entry answers.
+        assert after is not None
+        promoted, after.value = after.value, None
+        return (promoted if after.live else None,)
