@@ -13,6 +13,7 @@ import array
 import re
 import struct
 import sys
+from collections.abc import Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -89,3 +90,18 @@ def _packed(keys: pa.Array, key_format: str, size: int) -> pa.Array:
     if keys.null_count:
         packed = pc.if_else(keys.is_valid(), packed, pa.scalar(None, pa.binary()))
     return packed
+
+
+def natural_key_texts(keys: Sequence[bytes], key_format: str) -> pa.Array:
+    """Stored keys as the text callers use for them: the decimal text of ``long`` and ``int`` keys
+    (as scans and index rows answer them), else the keys as UTF-8 (``ArrowInvalid`` if not UTF-8)."""
+    packer = NUMBER_FORMATS.get(key_format)
+    if packer is None:
+        return pa.array(keys, pa.binary()).cast(pa.string())
+    if any(len(key) != packer.size for key in keys):
+        raise KeyFormatError(f"a stored key of this {key_format} store is not {packer.size} bytes long")
+    machine = array.array("q" if packer.size == 8 else "i")
+    machine.frombytes(b"".join(keys))
+    if sys.byteorder == "little":
+        machine.byteswap()
+    return pa.array(machine, pa.int64() if packer.size == 8 else pa.int32()).cast(pa.string())

@@ -28,6 +28,7 @@ from clients.base import ReadAt, Row
 from clients.client import StatestoreClient
 from clients.exceptions import SchemaMismatchError, StatestoreClientError, ValueDecodeError
 from clients.lookup import decode
+from clients.natural_keys import natural_key_texts
 from clients.options import ClientOptions
 from clients.spark.compat import parse_struct
 from clients.spark.options import client_options
@@ -65,6 +66,7 @@ class ScanSpec:
     page_size: int = 1000
     binary_keys: bool = False
     misfit_flag: bool = False
+    key_format: str = "bytes"
 
     def rows(
         self, client: StatestoreClient, after: bytes | None, page_size: int | None = None
@@ -154,10 +156,11 @@ def read_range(client: StatestoreClient, spec: ScanSpec, key_range: KeyRange) ->
 
 def rows_batch(spec: ScanSpec, items: list[tuple[bytes, Any]]) -> pa.RecordBatch:
     """Scan items as one batch: key, then the value column(s), then the misfit flag if asked."""
-    keys = pa.array([key for key, _ in items], pa.binary())
+    raw_keys = [key for key, _ in items]
+    keys = pa.array(raw_keys, pa.binary())
     if not spec.binary_keys:
         try:
-            keys = keys.cast(pa.string())
+            keys = natural_key_texts(raw_keys, spec.key_format)
         except pa.ArrowInvalid as exc:
             raise ValueDecodeError(
                 f"store {spec.store!r} holds keys that are not UTF-8 text; read it with binary_keys=True"
@@ -234,7 +237,7 @@ def plan_read(
         arrow_type = pa.struct(list(to_arrow_schema(value_schema))) if value_schema is not None else None
         spec = ScanSpec(
             options, store, info.value_format, str(pinned), consistent, arrow_type, prefix, page_size,
-            binary_keys, misfit_column is not None,
+            binary_keys, misfit_column is not None, info.key_format,
         )  # fmt: skip
         try:  # a first page proves the position can be read (history kept, not expired)
             next(iter(spec.rows(client, None, 1)), None)
@@ -320,7 +323,8 @@ def read_store(
 ) -> DataFrame:
     """Every row of ``store`` (whose key starts with ``prefix``) as a DataFrame, read at one position.
 
-    Columns: ``key_column`` (text, or binary with ``binary_keys``), then the fields of
+    Columns: ``key_column`` (text: a ``long`` or ``int`` key as its decimal text; binary with
+    ``binary_keys``), then the fields of
     ``value_schema`` (a JSON store), else one ``value_column`` (string, or binary for bytes stores);
     values that do not fit the schema are null (``misfit_column=`` marks them). ``position``
     defaults to the store's position now; with ``consistent`` (the default) every page is read
