@@ -27,9 +27,12 @@ def arrow_times(column: pa.Array) -> list[int]:
     if column.null_count:
         raise malformed("the 'as_of_time' column holds nulls; every key needs its time")
     if pa.types.is_timestamp(column.type):
-        column = pc.floor_temporal(column, unit="millisecond") if column.type.unit in ("us", "ns") else column
-        column = column.cast(pa.timestamp("ms", tz=column.type.tz)).cast(pa.int64())
-    times: list[int] = column.to_pylist()
+        if column.type.unit != "ms":
+            if column.type.unit in ("us", "ns"):
+                column = pc.floor_temporal(column, unit="millisecond")
+            column = column.cast(pa.timestamp("ms", tz=column.type.tz))
+        column = column.view(pa.int64())  # epoch ms already: the same buffer, read as integers
+    times: list[int] = column.to_numpy().tolist()
     return times
 
 
