@@ -141,7 +141,10 @@ class Replica:
             logger.warning('store "%s": cannot mark the copy at %s corrupt: %s', self.name, self.path, exc)
 
     def memory(self) -> MemoryUsage:
-        return self.engine.memory(len(self._cache))
+        usage = self.engine.memory(len(self._cache))
+        with self._changed:  # the timelines' two figures change together, under the lock
+            entries, size = len(self.timelines), self.timelines.size
+        return dataclasses.replace(usage, timeline_entries=entries, timeline_bytes=size)
 
     def close(self, flush: bool = True) -> None:
         if flush:

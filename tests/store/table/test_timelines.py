@@ -55,3 +55,34 @@ def test_a_write_drops_the_timeline_of_its_key_and_an_older_view_keeps_none(
         at = times * len(KEYS)
         assert older.get_many_at(keys, at) == [value_at(records, k, t) for k, t in zip(keys, at, strict=True)]
     answers(store, records + later, times)
+
+
+def kept_timelines(store: Store) -> tuple[int, int]:
+    memory = store.status().memory
+    assert memory is not None
+    return memory.timeline_entries, memory.timeline_bytes
+
+
+def test_the_memory_report_counts_the_kept_timelines_and_a_write_uncounts_its_key(
+    make_topic: Callable[..., str], make_store: Callable[..., Store], producer: Producer
+) -> None:
+    topic = make_topic(partitions=1)
+    store = make_store(topic, name="hot", tuning=FAST, history=HistorySpec(retention_offsets=10**6))
+    assert store.wait_until_ready(60), store.status()
+    records = produce_stamped(
+        producer,
+        topic,
+        [(b"a", b"a1", 1_000, 0), (b"b", b"b1", 1_500, 0), (b"a", b"a22", 3_000, 0), (b"c", None, 2_000, 0)],
+    )
+    assert store.wait_for_position(Position({0: 4}), 60)
+    assert kept_timelines(store) == (0, 0)
+    answers(store, records, [999, 2_000, 9_000])
+    # Each version: its 16 bytes of time and offset fields and its value. Every key also has its
+    # base version (absent before history began): a: base, a1, a22; b: base, b1; c: base, tombstone.
+    assert kept_timelines(store) == (3, 3 * 16 + 2 + 3 + 2 * 16 + 2 + 2 * 16)
+
+    later = produce_stamped(producer, topic, [(b"a", b"a3", 2_000, 0)])
+    assert store.wait_for_position(Position({0: 5}), 60)
+    assert kept_timelines(store) == (2, 2 * 16 + 2 + 2 * 16)
+    answers(store, records + later, [999, 2_000, 9_000])
+    assert kept_timelines(store) == (3, 4 * 16 + 2 + 3 + 2 + 2 * 16 + 2 + 2 * 16)
