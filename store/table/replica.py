@@ -175,10 +175,11 @@ class Replica:
         )
         if as_of is None:
             return _CachedReader(self, latest, self.generation)
+        history_snapshot = engine.history_snapshot()
         parts = ViewParts(
             latest,
-            engine.history_snapshot().iter(),
-            engine.history_snapshot().iter(),
+            history_snapshot.iter(),
+            history_snapshot.iter(),
             engine.changes_snapshot().iter(),
             engine.index_snapshot().iter() if self.indexes else None,
             dict(self.ready_indexes),
@@ -204,7 +205,7 @@ class Replica:
                 f'store "{self.name}" keeps no history; configure its history retention to read as_of'
             )
         position = self.position
-        if not position.reaches(as_of):
+        if as_of is not position and not position.reaches(as_of):
             raise PositionNotReachedError(f'store "{self.name}" is at {position}, not yet at {as_of}')
         # A read as of a time at the copy's position asks that very position: nothing to rebuild.
         pinned = as_of if as_of is position else Position({p: as_of.get(p, 0) for p in position})

@@ -93,12 +93,12 @@ def answer(
     hits = cast(list[Timeline], cached)  # no MISS left
     fields: list[bytes] = list(map(_fields_of, hits))
     counts = np.fromiter(map(len, fields), np.int64, len(fields)) >> 4
-    starts = np.cumsum(counts) - counts
+    starts = counts.cumsum() - counts
     versions = np.frombuffer(b"".join(fields), _FIELDS).reshape(-1, 2)
     stamps = versions[:, 0]
     # ``~at`` of each time, in unsigned 64-bit arithmetic: ``_TIME_TOP - at`` for any time at all.
     asked = np.uint64(_TIME_TOP) - np.fromiter(times, np.int64, len(times)).view(np.uint64)
-    newer = stamps < np.repeat(asked, counts)
+    newer = stamps < asked.repeat(counts)
     within = np.add.reduceat(newer.view(np.uint8), starts, dtype=np.int64)
     inside = within < counts
     within[~inside] = 0  # past a key's versions: no answer here (any version to index)
@@ -108,7 +108,7 @@ def answer(
     found: list[bytes | None] = list(map(getitem, hits, (within + 1).tolist()))
     if places is None:
         values[:] = found
-        for place in np.flatnonzero(~settles).tolist():  # few: a version stamped below a base's bound
+        for place in (~settles).nonzero()[0].tolist():  # few: a version stamped below a base's bound
             values[place] = None
             unsettled.append(place)
     else:
