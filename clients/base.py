@@ -320,7 +320,7 @@ class BaseClient(ShardRouting, ABC, Generic[HttpT, TransportT, RowsT]):
             # A key asked at two times is two reads: pairs are deduped, not keys.
             pairs, index = wire.dedupe(list(zip(stored_keys, times_ms(times), strict=True)))
             unique_keys = pa.array([k for k, _ in pairs], type=pa.binary())
-            unique_times = pa.array([t for _, t in pairs], pa.int64()).cast(pa.timestamp("ms"))
+            unique_times = pa.array([t for _, t in pairs], pa.timestamp("ms"))  # epoch ms as they are
             array, position = yield from self._get_arrow_answer_flow(
                 store, unique_keys, read, unique_times, stored=stored
             )

@@ -27,6 +27,6 @@ def time_ms(time: TimeLike) -> int:
 
 def times_ms(times: Sequence[TimeLike]) -> list[int]:
     """Epoch milliseconds of each of ``times`` (see :func:`time_ms`)."""
-    if all(type(t) is int for t in times):  # the usual list, epoch ms: nothing to convert
+    if set(map(type, times)) <= {int}:  # the usual list, epoch ms: nothing to convert (checked in C)
         return list(times)  # type: ignore[arg-type]  # every one an int, checked above
     return [time_ms(t) for t in times]

@@ -108,6 +108,16 @@ _STORE_GAUGES: tuple[tuple[str, str, Callable[[StoreStatus], float | None]], ...
         "Hot keys cached in front of RocksDB (at most engine.read_cache_entries)",
         lambda s: s.memory.read_cache_entries if s.memory else None,
     ),
+    (
+        "statestore_timeline_entries",
+        "Hot keys whose versions are kept for reads as of a time (at most engine.read_cache_entries / 16)",
+        lambda s: s.memory.timeline_entries if s.memory else None,
+    ),
+    (
+        "statestore_timeline_bytes",
+        "Bytes of the versions kept for hot keys' reads as of a time (fields and values)",
+        lambda s: s.memory.timeline_bytes if s.memory else None,
+    ),
 )
 
 

@@ -204,6 +204,8 @@ STORE_INFO_SCHEMA: dict[str, Any] = {
                 "block_cache_usage_bytes": {"type": "integer"},
                 "memtable_bytes": {"type": "integer"},
                 "read_cache_entries": {"type": "integer"},
+                "timeline_entries": {"type": "integer"},
+                "timeline_bytes": {"type": "integer"},
             },
         },
         "indexes": {"type": "object", "additionalProperties": {"type": "object"}},

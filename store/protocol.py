@@ -132,6 +132,8 @@ class MemoryUsage:
     block_cache_usage_bytes: int  # of which in use
     memtable_bytes: int  # writes not yet flushed, every column family
     read_cache_entries: int  # hot keys cached in front of RocksDB
+    timeline_entries: int = 0  # hot keys whose versions are kept for reads as of a time
+    timeline_bytes: int = 0  # the fields and values those versions hold
 
     def __add__(self, other: MemoryUsage) -> MemoryUsage:
         return MemoryUsage(
@@ -139,6 +141,8 @@ class MemoryUsage:
             self.block_cache_usage_bytes + other.block_cache_usage_bytes,
             self.memtable_bytes + other.memtable_bytes,
             self.read_cache_entries + other.read_cache_entries,
+            self.timeline_entries + other.timeline_entries,
+            self.timeline_bytes + other.timeline_bytes,
         )
 
 

@@ -10,7 +10,7 @@ one type.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import ItemsView, Iterator, Mapping
 
 from wire.exceptions import InvalidPositionError
 
@@ -81,6 +81,10 @@ class Position(Mapping[int, int]):
 
     def __len__(self) -> int:
         return len(self._offsets)
+
+    def items(self) -> ItemsView[int, int]:
+        # The dict's own view: Mapping's would call __getitem__ for every partition.
+        return self._offsets.items()
 
     def __hash__(self) -> int:
         return hash(tuple(self._offsets.items()))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any
@@ -35,36 +36,44 @@ def historic_keys(history: Any, prefix: bytes, start: bytes | None = None) -> It
     return (unescape(key) for key, _ in iterate(history, history_start, prefix_upper_bound(escaped)))
 
 
-class AsOfReader:
-    """Implements ``ReadOnlyKeyValueStore`` as of ``as_of`` (which must be at or above the floor).
+@dataclasses.dataclass(frozen=True, slots=True)
+class ViewParts:
+    """What a view as of a position reads, all taken together while the store's lock holds writes
+    back, so that every read sees the same version of every column family.
 
-    ``indexes`` are the ready indexes; ``building`` names the configured ones still being built.
-
-    ``history`` (point lookups), ``history_scan`` (prefix scans), ``changes`` and ``index`` are
-    iterators created when the view was taken (with the store lock held), so every read sees the
-    same version of every column family. One view's reads must not run on two threads at once:
-    they share the iterators.
+    ``latest``: the table's snapshot at the copy's position. ``history`` (point lookups),
+    ``history_scan`` (prefix scans), ``changes`` and ``index`` (``None`` without indexes) are
+    iterators of those column families (rocksdict's iterators read the version current when they
+    are created). ``indexes`` are the ready indexes; ``building`` names the configured ones still
+    being built. ``as_of`` names every partition of the copy.
     """
 
-    def __init__(
-        self,
-        latest: SnapshotReader,
-        history: Any,
-        history_scan: Any,
-        changes: Any,
-        index: Any,
-        indexes: Mapping[str, IndexSpec],
-        as_of: Position,
-        building: Collection[str] = (),
-    ) -> None:
-        self._latest = latest
-        self._history = history
-        self._history_scan = history_scan
-        self._changes = changes
-        self._index = index
-        self._indexes = indexes
-        self._as_of = as_of
-        self._building = building
+    latest: SnapshotReader
+    history: Any
+    history_scan: Any
+    changes: Any
+    index: Any
+    indexes: Mapping[str, IndexSpec]
+    as_of: Position
+    building: Collection[str] = ()
+
+
+class AsOfReader:
+    """Implements ``ReadOnlyKeyValueStore`` as of ``parts.as_of`` (which must be at or above the
+    floor), from the :class:`ViewParts` taken with the view.
+
+    One view's reads must not run on two threads at once: they share the iterators.
+    """
+
+    def __init__(self, parts: ViewParts) -> None:
+        self._latest = parts.latest
+        self._history = parts.history
+        self._history_scan = parts.history_scan
+        self._changes = parts.changes
+        self._index = parts.index
+        self._indexes = parts.indexes
+        self._as_of = parts.as_of
+        self._building = parts.building
 
     def release(self) -> None:
         self._latest.release()

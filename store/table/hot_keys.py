@@ -98,18 +98,22 @@ class HotKeyCache(Generic[ValueT]):
             values = [*values[start : start + take], *values[:wrapped]]
         self.put(keys, values)
 
-    def put(self, keys: Sequence[bytes], values: Sequence[ValueT]) -> None:
-        """Keep ``values`` for ``keys`` (admitted already), evicting the oldest entries."""
+    def put(self, keys: Sequence[bytes], values: Sequence[ValueT]) -> list[ValueT]:
+        """Keep ``values`` for ``keys`` (admitted already, none of them held), evicting the oldest
+        entries; returns the values let go: those evicted, and those offered past the capacity."""
         if self.capacity <= 0:
-            return
+            return list(values)
+        let_go: list[ValueT] = []
         if len(keys) > self.capacity:
+            let_go += values[: -self.capacity]
             keys, values = keys[-self.capacity :], values[-self.capacity :]
         entries = self._entries
         overflow = len(entries) + len(keys) - self.capacity
         if overflow > 0:
             for old in list(itertools.islice(entries, overflow)):
-                del entries[old]
+                let_go.append(entries.pop(old))
         entries.update(zip(keys, values, strict=True))
+        return let_go
 
     def drop(self, keys: Sequence[bytes]) -> None:
         """Forget ``keys`` (they were just written)."""
@@ -117,6 +121,14 @@ class HotKeyCache(Generic[ValueT]):
         if entries:
             for key in keys:
                 entries.pop(key, None)
+
+    def remove(self, keys: Sequence[bytes]) -> list[ValueT]:
+        """:meth:`drop`, returning the values held for ``keys``."""
+        entries = self._entries
+        if not entries:
+            return []
+        removed = [entries.pop(key, MISS) for key in keys]
+        return [value for value in removed if value is not MISS]  # type: ignore[misc]
 
     def clear(self) -> None:
         self._entries.clear()

@@ -25,7 +25,7 @@ from store.exceptions import (
 )
 from store.protocol import MAX_SCAN_LIMIT, CorruptionReport, MemoryUsage, ScanPage
 from store.table import families, history, history_layout, timed
-from store.table.asof import AsOfReader
+from store.table.asof import AsOfReader, ViewParts
 from store.table.corruption import drop_engine_references
 from store.table.engine import Engine
 from store.table.history import HistoryRecorder, floor_from
@@ -142,7 +142,10 @@ class Replica:
             logger.warning('store "%s": cannot mark the copy at %s corrupt: %s', self.name, self.path, exc)
 
     def memory(self) -> MemoryUsage:
-        return self.engine.memory(len(self._cache))
+        usage = self.engine.memory(len(self._cache))
+        with self._changed:  # the timelines' two figures change together, under the lock
+            entries, size = len(self.timelines), self.timelines.size
+        return dataclasses.replace(usage, timeline_entries=entries, timeline_bytes=size)
 
     def close(self, flush: bool = True) -> None:
         if flush:
@@ -161,7 +164,7 @@ class Replica:
         if as_of is not None:
             # Checked before any snapshot is taken: a refused view must pin nothing (a traceback
             # kept by the caller would otherwise hold the database open past ``stop()``).
-            self._check_as_of(as_of)
+            as_of = self._check_as_of(as_of)
         if at_time is not None:
             timed.check_time(self.name, at_time, self.time_bounds)
         engine = self.engine
@@ -173,39 +176,44 @@ class Replica:
         )
         if as_of is None:
             return _CachedReader(self, latest, self.generation)
-        parts = (
+        history_snapshot = engine.history_snapshot()
+        parts = ViewParts(
             latest,
-            engine.history_snapshot().iter(),
-            engine.history_snapshot().iter(),
+            history_snapshot.iter(),
+            history_snapshot.iter(),
             engine.changes_snapshot().iter(),
             engine.index_snapshot().iter() if self.indexes else None,
             dict(self.ready_indexes),
-            Position({p: as_of.get(p, 0) for p in self.position}),
+            as_of,
+            frozenset(self.indexes.keys() - self.ready_indexes.keys()),
         )
-        building = frozenset(self.indexes.keys() - self.ready_indexes.keys())
         if at_time is None:
-            return AsOfReader(*parts, building=building)
+            return AsOfReader(parts)
         # Timelines hold every version: they answer a view at the copy's position only.
         timelines = self.timelines if self.timelines.enabled and as_of == self.position else None
         return TimedReader(
-            *parts,
-            building=building,
+            parts,
             at_time=at_time,
             bounds=self.time_bounds,
             store=self.name,
             timelines=None if timelines is None else (timelines, timelines.generation),
         )
 
-    def _check_as_of(self, as_of: Position) -> None:
+    def _check_as_of(self, as_of: Position) -> Position:
+        """``as_of`` on every partition of the copy (0 where it names none), once it is answered."""
         if self.history is None:
             raise HistoryNotKeptError(
                 f'store "{self.name}" keeps no history; configure its history retention to read as_of'
             )
-        if not self.position.reaches(as_of):
-            raise PositionNotReachedError(f'store "{self.name}" is at {self.position}, not yet at {as_of}')
+        position = self.position
+        if as_of is not position and not position.reaches(as_of):
+            raise PositionNotReachedError(f'store "{self.name}" is at {position}, not yet at {as_of}')
+        # A read as of a time at the copy's position asks that very position: nothing to rebuild.
+        pinned = as_of if as_of is position else Position({p: as_of.get(p, 0) for p in position})
         floor = self.history_floor
-        if floor is None or not Position({p: as_of.get(p, 0) for p in self.position}).reaches(floor):
+        if floor is None or not pinned.reaches(floor):
             raise HistoryExpiredError(self.name, as_of, floor if floor is not None else "no position yet")
+        return pinned
 
     def latest(self, key: bytes) -> bytes | None:
         """The value of ``key`` now (``None``: absent): the hot-key cache's, else the table's, then

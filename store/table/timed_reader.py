@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 import struct
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from store.exceptions import TimeExpiredError
 from store.table import timed
-from store.table.asof import AsOfReader, historic_keys
+from store.table.asof import AsOfReader, ViewParts, historic_keys
 from store.table.corruption import check_status
 from store.table.history import PUT, escape, time_seek_keys
 from store.table.hot_keys import MISS
 from store.table.indexes import IndexSpec
-from store.table.snapshot_reader import SnapshotReader
 from store.table.timelines import Timelines, answer, read_timeline
-from wire.position import Position
 
 
 class TimedReader(AsOfReader):
@@ -29,21 +27,14 @@ class TimedReader(AsOfReader):
 
     def __init__(
         self,
-        latest: SnapshotReader,
-        history: Any,
-        history_scan: Any,
-        changes: Any,
-        index: Any,
-        indexes: Mapping[str, IndexSpec],
-        as_of: Position,
+        parts: ViewParts,
         *,
-        building: Collection[str] = (),
         at_time: int,
         bounds: timed.TimeBounds,
         store: str,
         timelines: tuple[Timelines, int] | None = None,
     ) -> None:
-        super().__init__(latest, history, history_scan, changes, index, indexes, as_of, building)
+        super().__init__(parts)
         self.at_time = at_time
         self._bounds = bounds
         self._store = store
@@ -57,16 +48,36 @@ class TimedReader(AsOfReader):
         if times:  # the floor holds for every time once it holds for the earliest
             timed.check_time(self._store, min(times), self._bounds)
         # At the view's own position, every version its iterator sees counts: no offset to compare.
-        as_of = None if self._as_of == self._latest.position() else dict(self._as_of)
+        pinned, position = self._as_of, self._latest.position()
+        as_of = None if pinned is position or pinned == position else dict(pinned)
         # A version stamped at or above every pre-history bound is newer than any base version.
-        settled = _TIME_FIELD.pack(_TIME_TOP - max(self._bounds.base_times.values(), default=timed.NO_TIME))
+        settled = _TIME_TOP - max(self._bounds.base_times.values(), default=timed.NO_TIME)
         values: list[bytes | None] = [None] * len(keys)
         unsettled: list[int] = []
         rest: Sequence[int] = range(len(keys))
         if as_of is None and self._timelines is not None:
             rest = self._from_timelines(keys, times, settled, values, unsettled)
-        # The hot path of a point-in-time join: one seek a key lands on its answer (the history
-        # layout, ``store.table.history``), the seeks in key order (each near the one before).
+        if rest:
+            self._seek(keys, times, rest, as_of, _TIME_FIELD.pack(settled), values, unsettled)
+        if unsettled:
+            self._settle(keys, times, values, unsettled, as_of, _TIME_FIELD.pack(settled))
+        return values
+
+    def _seek(
+        self,
+        keys: Sequence[bytes],
+        times: Sequence[int],
+        rest: Sequence[int],
+        as_of: Mapping[int, int] | None,
+        settled: bytes,
+        values: list[bytes | None],
+        unsettled: list[int],
+    ) -> None:
+        """Fill in ``values`` at the places ``rest`` where one seek lands on the answer; the
+        others go to ``unsettled``.
+
+        The hot path of a point-in-time join: one seek a key lands on its answer (the history
+        layout, ``store.table.history``), the seeks in key order (each near the one before)."""
         targets = time_seek_keys([keys[i] for i in rest], [times[i] for i in rest])
         iterator = self._history
         seek, valid, key_of, value_of = iterator.seek, iterator.valid, iterator.key, iterator.value
@@ -83,15 +94,12 @@ class TimedReader(AsOfReader):
                     values[rest[j]] = stored[9:] if stored[:1] == PUT else None
                     continue
             unsettled.append(rest[j])
-        if unsettled:
-            self._settle(keys, times, values, unsettled, as_of, settled)
-        return values
 
     def _from_timelines(
         self,
         keys: Sequence[bytes],
         times: Sequence[int],
-        settled: bytes,
+        settled: int,
         values: list[bytes | None],
         unsettled: list[int],
     ) -> Sequence[int]:
@@ -100,11 +108,12 @@ class TimedReader(AsOfReader):
         leaves its place in ``unsettled``."""
         assert self._timelines is not None
         timelines, generation = self._timelines
-        cached = timelines.lookup(generation, keys)
-        if cached is None:  # written since the view was taken: its snapshot is older than them
+        found = timelines.lookup(generation, keys)
+        if found is None:  # written since the view was taken: its snapshot is older than them
             return range(len(keys))
-        missed = [key for key, timeline in zip(keys, cached, strict=True) if timeline is MISS]
-        if missed:
+        cached, complete = found
+        if not complete:
+            missed = [key for key, timeline in zip(keys, cached, strict=True) if timeline is MISS]
             # Timelines for the keys admitted (each read once), kept if no write came meanwhile.
             admitted = sorted(timelines.admitted(list(dict.fromkeys(missed))))
             read = [read_timeline(self._history, escape(key)) for key in admitted]
@@ -114,7 +123,8 @@ class TimedReader(AsOfReader):
                 kept.get(key, MISS) if timeline is MISS else timeline
                 for key, timeline in zip(keys, cached, strict=True)
             ]
-        return answer(cached, times, settled, values, unsettled)
+            complete = MISS not in cached
+        return answer(cached, complete, times, settled, values, unsettled)
 
     def _settle(
         self,

@@ -149,6 +149,13 @@ def test_every_read_as_of_a_time_equals_the_model(
     assert as_arrow.status_code == 200, as_arrow.text
     answer = pa.ipc.open_stream(as_arrow.content).read_all()
     assert [decoded(v) for v in answer["value"].to_pylist()] == expected_values
+    # Keys asked again are answered from their timelines, which the memory report counts.
+    memory = client.get("/v1/stores/prices").json()["memory"]
+    assert 0 < memory["timeline_entries"] <= len(KEYS)
+    assert memory["timeline_bytes"] >= 16 * memory["timeline_entries"]
+    gauges = dict(line.rsplit(" ", 1) for line in client.get("/metrics").text.splitlines() if " " in line)
+    assert float(gauges['statestore_timeline_entries{store="prices"}']) == memory["timeline_entries"]
+    assert float(gauges['statestore_timeline_bytes{store="prices"}']) == memory["timeline_bytes"]
 
     expired = client.get("/v1/stores/prices/keys/k1", params={"as_of_time": str(floor - 1)})
     problem = assert_problem(expired, 410, "history-expired")

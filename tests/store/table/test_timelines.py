@@ -29,18 +29,27 @@ def answers(store: Store, records: list[Stamped], times: list[int]) -> None:
             ]
 
 
-def test_a_write_drops_the_timeline_of_its_key_and_an_older_view_keeps_none(
-    make_topic: Callable[..., str], make_store: Callable[..., Store], producer: Producer
-) -> None:
+def hot_store(
+    make_topic: Callable[..., str], make_store: Callable[..., Store], producer: Producer, a2: bytes
+) -> tuple[Store, str, list[Stamped]]:
+    """A READY store keeping history, its topic, and the four records produced to it since: "a"
+    twice (its second value ``a2``), "b" once, "c" deleted."""
     topic = make_topic(partitions=1)
     store = make_store(topic, name="hot", tuning=FAST, history=HistorySpec(retention_offsets=10**6))
     assert store.wait_until_ready(60), store.status()
     records = produce_stamped(
         producer,
         topic,
-        [(b"a", b"a1", 1_000, 0), (b"b", b"b1", 1_500, 0), (b"a", b"a2", 3_000, 0), (b"c", None, 2_000, 0)],
+        [(b"a", b"a1", 1_000, 0), (b"b", b"b1", 1_500, 0), (b"a", a2, 3_000, 0), (b"c", None, 2_000, 0)],
     )
     assert store.wait_for_position(Position({0: 4}), 60)
+    return store, topic, records
+
+
+def test_a_write_drops_the_timeline_of_its_key_and_an_older_view_keeps_none(
+    make_topic: Callable[..., str], make_store: Callable[..., Store], producer: Producer
+) -> None:
+    store, topic, records = hot_store(make_topic, make_store, producer, b"a2")
     times = [999, 1_000, 1_499, 1_500, 2_000, 2_500, 3_000, 9_000]
     answers(store, records, times)
 
@@ -55,3 +64,26 @@ def test_a_write_drops_the_timeline_of_its_key_and_an_older_view_keeps_none(
         at = times * len(KEYS)
         assert older.get_many_at(keys, at) == [value_at(records, k, t) for k, t in zip(keys, at, strict=True)]
     answers(store, records + later, times)
+
+
+def kept_timelines(store: Store) -> tuple[int, int]:
+    memory = store.status().memory
+    assert memory is not None
+    return memory.timeline_entries, memory.timeline_bytes
+
+
+def test_the_memory_report_counts_the_kept_timelines_and_a_write_uncounts_its_key(
+    make_topic: Callable[..., str], make_store: Callable[..., Store], producer: Producer
+) -> None:
+    store, topic, records = hot_store(make_topic, make_store, producer, b"a22")
+    assert kept_timelines(store) == (0, 0)
+    answers(store, records, [999, 2_000, 9_000])
+    # Each version: its 16 bytes of time and offset fields and its value. Every key also has its
+    # base version (absent before history began): a: base, a1, a22; b: base, b1; c: base, tombstone.
+    assert kept_timelines(store) == (3, 3 * 16 + 2 + 3 + 2 * 16 + 2 + 2 * 16)
+
+    later = produce_stamped(producer, topic, [(b"a", b"a3", 2_000, 0)])
+    assert store.wait_for_position(Position({0: 5}), 60)
+    assert kept_timelines(store) == (2, 2 * 16 + 2 + 2 * 16)
+    answers(store, records + later, [999, 2_000, 9_000])
+    assert kept_timelines(store) == (3, 4 * 16 + 2 + 3 + 2 + 2 * 16 + 2 + 2 * 16)
