@@ -20,6 +20,7 @@ import pyarrow.json as pa_json
 from clients.client import StatestoreClient
 from clients.natural_keys import PENDING_KEY_FORMATS, stored_key_array
 from clients.options import ClientOptions
+from clients.store_files import COLUMNS, StoreFile, file_name, share_dir
 from clients.whole_store import DEFAULT_SCAN_BYTES, SharedStores, read_whole, worth_scanning
 from clients.wire import ValueFormat
 
@@ -130,6 +131,21 @@ class KnownValues:
         self.found = pa.concat_arrays([self.found, found])
         self.misfit = pa.concat_arrays([self.misfit, misfit])
 
+    def table(self) -> pa.Table:
+        """The known keys and values as a table (``clients.store_files.COLUMNS``)."""
+        return pa.Table.from_arrays([self.keys, self.values, self.found, self.misfit], names=list(COLUMNS))
+
+    @classmethod
+    def whole(cls, table: pa.Table, max_bytes: int) -> KnownValues:
+        """Every key of a store and its values, as :meth:`table` gave them (nothing copied)."""
+        columns = [
+            column.chunk(0) if column.num_chunks == 1 else column.combine_chunks() for column in table.columns
+        ]
+        known = cls(columns[1].type, max_bytes)
+        known.keys, known.values, known.found, known.misfit = columns
+        known.complete = True
+        return known
+
 
 whole_stores: SharedStores[KnownValues] = SharedStores()
 """Stores read whole by this process's lookups, for its next tasks of the same lookups."""
@@ -147,8 +163,12 @@ class Lookup:
         self.known = shared or KnownValues(spec.output_type, spec.cache_bytes)
         self.keys_fetched = 0
         self.keys_scanned = 0
+        self.keys_loaded = 0  # of a store another worker of this machine read whole (clients.store_files)
         self._may_scan = spec.store_keys is not None and shared is None
         self._threads: ThreadPoolExecutor | None = None
+        self._file = self._store_file() if self._may_scan else None
+        if self._file is not None:  # read whole by a worker before: files are only ever renamed into place
+            self._loaded(self._file.load(spec.output_type))
 
     @property
     def key_format(self) -> str:
@@ -189,9 +209,62 @@ class Lookup:
         )  # fmt: skip
         return self._decoded(stored)
 
-    def _read_whole(self) -> bool:
+    def _store_file(self) -> StoreFile | None:
+        """The file the workers of this machine share this lookup's store read whole through, if any."""
+        spec = self.spec
+        directory = share_dir() if spec.lookup_id else None
+        if directory is None:
+            return None
+        identity = (spec.lookup_id, spec.options.url, spec.store, spec.position, spec.exact)
+        return StoreFile(directory, file_name(*identity, spec.value_format, str(spec.output_type)))
+
+    def _loaded(self, loaded: pa.Table | bool | None) -> bool:
+        """Take a store another worker read whole (True); False when it found it too large (this
+        lookup then never reads it whole), or there is none."""
+        if loaded is False:
+            self._may_scan = False
+        if not isinstance(loaded, pa.Table):
+            return False
+        self._keep(KnownValues.whole(loaded, self.spec.cache_bytes))
+        self.keys_loaded += loaded.num_rows
+        return True
+
+    def _keep(self, known: KnownValues) -> None:
+        self._may_scan = False
+        self.known = known
+        whole_stores.put(self.spec, known, known.nbytes, self.spec.cache_bytes)
+
+    def prefetch(self, keys: pa.Array) -> None:
+        """Read the store whole now, if ``keys`` (a task's first keys) make that worth it and no
+        other worker of this machine is reading it; else :meth:`lookup` decides when it gets there
+        (by then, that worker's file may be there to load). A task of chained lookups thus reads
+        one store while another task reads the next."""
+        if self._may_scan and self._file is not None:
+            keys = stored_key_array(keys, self.key_format)
+            if worth_scanning(pc.count_distinct(keys).as_py(), self.spec.store_keys):
+                self._read_whole(wait=False)
+
+    def _read_whole(self, wait: bool = True) -> bool:
         """Read the whole store into the known values (kept for the process's next tasks of this
-        lookup); False, and never tried again by this lookup, when it passes ``scan_bytes``."""
+        lookup, and shared with the other workers of the machine through a file); False, and never
+        tried again by this lookup, when it passes ``scan_bytes``. Without ``wait``, False (and
+        nothing decided) while another worker reads it."""
+        if self._file is None:
+            return self._scan_whole() is not None
+        with self._file.claimed(wait) as held:
+            if not held and not wait:
+                return False
+            if held and self._loaded(self._file.load(self.spec.output_type)):
+                return True
+            if not self._may_scan:  # too large, as another worker found
+                return False
+            known = self._scan_whole()
+            if held:
+                self._file.save(None if known is None else known.table(), self.spec.cache_bytes)
+            return known is not None
+
+    def _scan_whole(self) -> KnownValues | None:
+        """The store read whole by scan pages, kept as the known values; None past the bounds."""
         spec = self.spec
         self._may_scan = False
         whole = read_whole(
@@ -199,17 +272,16 @@ class Lookup:
             self._pool(),
         )  # fmt: skip
         if whole is None:
-            return False
+            return None
         keys, (values, found, misfit) = whole
         known = KnownValues(spec.output_type, spec.cache_bytes)
         known.add(keys, values, found, misfit)
         if known.full:  # decoded, more than the lookup keeps: the batch gets it is
-            return False
+            return None
         known.complete = True
-        self.known = known
         self.keys_scanned += len(keys)
-        whole_stores.put(spec, known, known.nbytes, spec.cache_bytes)
-        return True
+        self._keep(known)
+        return known
 
     def _learn(self, keys: pa.Array) -> None:
         """Fetch and decode distinct keys not known yet, ``REQUESTS_IN_FLIGHT`` batches at a time,

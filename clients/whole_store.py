@@ -10,7 +10,7 @@ lookup's ``scan_bytes`` is not read whole (the scan stops there, and the keys go
 
 A store read whole is kept by the process (:class:`SharedStores`) for the next task of the same
 lookup at the same pinned position: Spark runs the tasks of a job, and of the jobs after it, in
-reused Python workers.
+reused Python workers. The workers of a machine share it through a file (:mod:`clients.store_files`).
 """
 
 from __future__ import annotations

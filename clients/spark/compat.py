@@ -66,8 +66,30 @@ def parse_struct(session: SparkSession, ddl: str) -> StructType:
     """A DDL struct (``"name string, price double"``) as a ``StructType``.
 
     ``StructType.fromDDL`` exists from PySpark 4.0; before, the session parses it (an empty
-    DataFrame with that schema), which works on classic and Connect sessions alike.
+    DataFrame with that schema), which works on classic and Connect sessions alike. Either asks
+    Spark (a round trip to the Connect server or the JVM, tens of milliseconds under load, paid by
+    every lookup planned); a DDL string parses the same every time, so each is asked once per
+    process and session kind (a copy is answered: a ``StructType`` can be changed in place).
     """
+    parsed = _parsed_ddl(is_connect(session), ddl, session)
+    return StructType.fromJson(parsed.jsonValue())
+
+
+_PARSED: dict[tuple[bool, str], StructType] = {}
+_PARSED_MAX = 256  # distinct DDL strings kept; a process rarely plans more than a few
+
+
+def _parsed_ddl(connect: bool, ddl: str, session: SparkSession) -> StructType:
+    parsed = _PARSED.get((connect, ddl))
+    if parsed is None:
+        parsed = _parse_struct(session, ddl)
+        if len(_PARSED) >= _PARSED_MAX:
+            _PARSED.clear()
+        _PARSED[(connect, ddl)] = parsed
+    return parsed
+
+
+def _parse_struct(session: SparkSession, ddl: str) -> StructType:
     try:
         if hasattr(StructType, "fromDDL"):
             parsed: Any = StructType.fromDDL(ddl)

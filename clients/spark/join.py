@@ -156,7 +156,8 @@ def lookup_join(
     needs most of a store's keys reads the store whole, in key order, at the pinned position,
     instead of fetching its keys by batch gets, when its keys and stored values fit in
     ``scan_bytes`` (0: never); the Python worker keeps it for the lookup's next tasks at the same
-    position. The answers are the same either way.
+    position, and the other workers of the machine map the file it writes instead of reading the
+    store again (``clients.store_files``). The answers are the same either way.
 
     ``as_of_time=`` (a column name or Column: a Spark timestamp, or epoch milliseconds as a long)
     joins each row with the value valid at its own time: the key's record stamped last at or

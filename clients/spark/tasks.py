@@ -136,6 +136,19 @@ def _key_step(
     return columns, keys
 
 
+def _prefetch(steps: Sequence[JoinStep], lookups: list[Lookup | IndexLookup], group: pa.RecordBatch) -> None:
+    """Before the first group is looked up: each key step reads its store whole now if the group's
+    keys make that worth it and no other worker of the machine is reading it (that worker shares
+    it), so the tasks of a job read different stores at once. A step sees the group's rows up to
+    the first step that may drop or repeat rows."""
+    for step, lookup in zip(steps, lookups, strict=True):
+        if isinstance(lookup, IndexLookup) or step.time_index is not None:
+            return
+        lookup.prefetch(group.column(step.key_index))
+        if step.how == "inner":
+            return
+
+
 def join_task(
     steps: Sequence[JoinStep], kept: int, names: list[str]
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
@@ -148,7 +161,9 @@ def join_task(
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         with contextlib.ExitStack() as stack:
             lookups = _open_lookups(stack, [step.spec for step in steps])
-            for batch in grouped(batches):
+            for group_number, batch in enumerate(grouped(batches)):
+                if group_number == 0:
+                    _prefetch(steps, lookups, batch)
                 columns = [batch.column(i) for i in range(kept)]
                 # Every step's key, then the times of the steps that have them: they follow the rows.
                 carried = [batch.column(step.key_index) for step in steps]

@@ -14,6 +14,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from clients import StatestoreClient
+from clients.store_files import DIR_VARIABLE
 from service.app import create_app
 from service.settings import Settings
 from store import InMemoryStore, ServableStore
@@ -34,6 +35,15 @@ def json_records(rows: Mapping[str, Any], partition: int = 0) -> list[tuple[int,
 def make_settings(formats: Mapping[str, str], **overrides: Any) -> Settings:
     stores = [{"name": name, "topic": name, "value_format": fmt} for name, fmt in formats.items()]
     return Settings(stores=stores, **overrides)
+
+
+@pytest.fixture(autouse=True)
+def private_store_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Stores read whole are shared through files of this test's own directory (in this process:
+    Spark's Python workers keep the environment their session started with)."""
+    directory = tmp_path / "store-files"
+    monkeypatch.setenv(DIR_VARIABLE, str(directory))
+    return directory
 
 
 @pytest.fixture

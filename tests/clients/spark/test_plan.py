@@ -6,7 +6,10 @@ import json
 
 import pytest
 from pyspark.sql import SparkSession
+from pyspark.sql.types import IntegerType, StructType
 
+from clients.exceptions import SchemaMismatchError
+from clients.spark import compat
 from clients.spark.options import LookupOptions
 from clients.spark.plan import PROJECTION_MIN_SAVING, plan_lookup, projection
 from store import InMemoryStore
@@ -66,3 +69,28 @@ def test_a_planned_lookup_may_read_the_store_whole_only_for_whole_values(
     assert planned("large", value_schema="name string, price double")[0] is None
     with pytest.raises(ValueError, match="scan_bytes"):
         LookupOptions(store="small", scan_bytes=-1)
+
+
+def test_a_value_schema_is_parsed_by_spark_once_per_process(
+    spark: SparkSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked: list[str] = []
+    parse = compat._parse_struct
+
+    def counted(session: SparkSession, ddl: str) -> StructType:
+        asked.append(ddl)
+        return parse(session, ddl)
+
+    monkeypatch.setattr(compat, "_PARSED", {})
+    monkeypatch.setattr(compat, "_parse_struct", counted)
+    first = compat.parse_struct(spark, "name string, price double")
+    first.add("changed", IntegerType())  # a copy: what the next caller gets is not changed
+    again = compat.parse_struct(spark, "name string, price double")
+    other = compat.parse_struct(spark, "name string")
+    assert again.simpleString() == "struct<name:string,price:double>"
+    assert other.fieldNames() == ["name"]
+    assert asked == ["name string, price double", "name string"]
+    for _ in range(2):  # a failure is not kept: asked, and refused, every time
+        with pytest.raises(SchemaMismatchError):
+            compat.parse_struct(spark, "name strang,")
+    assert asked[2:] == ["name strang,", "name strang,"]
