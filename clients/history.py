@@ -1,0 +1,194 @@
+"""A point-in-time lookup that needs most of a store's keys reads its history whole and answers
+every row locally.
+
+A Spark task of a large fact table asks nearly every key of a dimension, each row at its own time.
+Asked row by row (batch gets with one time per key), that is one random history read on the
+service per row; read whole (:mod:`clients.history_scan`: the history in key order, page by page,
+at the lookup's pinned position), it is one sequential read, kept by the Python worker for the
+lookup's next tasks. Each row is then answered by a binary search: a key's rows run newest first,
+and its value as of time ``T`` is its first row at or below ``T`` (the service settled everything
+else, as its per-row read does: ``store.table.history_scan``). A row time below the store's time
+floor, or one answered by an unsettled row, raises ``HistoryExpiredError`` as the per-row read's
+``410 history-expired`` does. Memory is bounded as for :mod:`clients.whole_store`: a history whose
+pages pass ``scan_bytes``, or whose decoded values pass ``cache_bytes``, is not kept, and the rows
+go by batch gets.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import logging
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from clients.client import StatestoreClient
+from clients.exceptions import (
+    AnswerTooLargeError,
+    HistoryExpiredError,
+    PageTooLargeError,
+    UnexpectedResponseError,
+)
+from clients.history_scan import HistoryPage
+from clients.whole_store import SCAN_PAGE, Decoded
+from wire import problems
+
+log = logging.getLogger("clients.lookup")
+
+EVERY_TIME = -(2**63)
+"""A row without a time counts for every time."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class KnownHistory:
+    """Every key's rows as read whole, ready for answers as of any time (never changed once built).
+
+    ``ranked`` is, for each row, its key's place times ``len(moments)`` plus the rank of its time
+    among ``moments`` counted from the newest: non-decreasing over the rows, so the first row of a
+    key at or below a time is one binary search away.
+    """
+
+    store: str
+    keys: pa.Array  # each key once, in the rows' order
+    row_key: npt.NDArray[np.int64]  # each row's key, as a place in ``keys``
+    ranked: npt.NDArray[np.int64]
+    moments: npt.NDArray[np.int64]  # the rows' distinct times, ascending
+    unsettled: npt.NDArray[np.bool_]
+    decoded: Decoded  # each row's value: decoded, found, misfit
+    time_floor: int | None
+
+    @property
+    def nbytes(self) -> int:
+        arrays = (self.row_key, self.ranked, self.moments, self.unsettled)
+        return int(self.keys.nbytes + sum(a.nbytes for a in arrays) + sum(d.nbytes for d in self.decoded))
+
+    def rows_at(self, keys: pa.Array, times: pa.Array) -> npt.NDArray[np.int64]:
+        """For each ``(key, time)`` (``binary``, ``int64`` epoch ms), the row holding its value,
+        -1 for none (absent, or a null key or time); ``HistoryExpiredError`` as the service's
+        per-row read answers it (a time below the floor, or an unsettled row)."""
+        asked = pc.and_(pc.is_valid(keys), pc.is_valid(times)).to_numpy(zero_copy_only=False)
+        stamps = pc.fill_null(times, 0).to_numpy(zero_copy_only=False).astype(np.int64)
+        if asked.any():
+            earliest = int(stamps[asked].min())
+            if self.time_floor is None or earliest < self.time_floor:
+                raise self._expired(earliest, None)
+        if not len(self.ranked):
+            return np.full(len(keys), -1, np.int64)
+        places = pc.fill_null(pc.index_in(keys, value_set=self.keys), -1).to_numpy(zero_copy_only=False)
+        places = places.astype(np.int64)
+        span, last = len(self.moments), len(self.ranked) - 1
+        newer = span - np.searchsorted(self.moments, stamps, side="right")
+        first = np.searchsorted(self.ranked, places * span + newer, side="left")
+        inside = np.minimum(first, last)
+        found = asked & (places >= 0) & (first <= last) & (self.row_key[inside] == places)
+        refused = np.nonzero(found & self.unsettled[inside])[0]
+        if len(refused):
+            row = int(refused[0])
+            raise self._expired(int(stamps[row]), keys[row].as_py())
+        return np.where(found, first, -1).astype(np.int64)
+
+    def _expired(self, at: int, key: bytes | None) -> HistoryExpiredError:
+        """The error the service answers a per-row read of ``key`` at ``at`` with."""
+        problem: dict[str, Any] = {
+            "type": problems.HISTORY_EXPIRED.uri,
+            "title": problems.HISTORY_EXPIRED.title,
+            "status": problems.HISTORY_EXPIRED.status,
+            "store": self.store,
+            "as_of_time": at,
+            "time_floor": self.time_floor,
+        }
+        if key is None:
+            since = "no time" if self.time_floor is None else f"time {self.time_floor}"
+            problem["detail"] = f'store "{self.store}" answers as_of_time from {since} on; {at} is older'
+        else:
+            problem["key"] = base64.b64encode(key).decode()
+            problem["detail"] = (
+                f'store "{self.store}": the versions of key {key[:64]!r} do not settle as_of_time {at}'
+                " (a record applied after history began is stamped before the value history began with)"
+            )
+        return HistoryExpiredError(problem, problems.HISTORY_EXPIRED.status)
+
+
+def read_history(
+    client: StatestoreClient,
+    store: str,
+    as_of: str,
+    earliest: int,
+    max_bytes: int,
+    decode: Callable[[pa.Array], Decoded],
+    threads: ThreadPoolExecutor,
+) -> KnownHistory | None:
+    """The whole history of ``store`` exactly ``as_of``, read to answer times from ``earliest`` on
+    (below the floor: ``HistoryExpiredError``); ``None`` (the reason logged) once the pages pass
+    ``max_bytes``, or when the service refuses pages this large. Each page is decoded on
+    ``threads`` while the next one is read."""
+    pages: list[pa.RecordBatch] = []
+    decoding: list[Future[Decoded]] = []
+    floors: list[int | None] = []
+    size = 0
+    try:
+        for page in client.history_arrow(store, earliest, page_size=SCAN_PAGE, as_of=as_of):
+            assert isinstance(page, HistoryPage)
+            size += page.rows.nbytes
+            if size > max_bytes:
+                log.info(
+                    "the history of store %r is above scan_bytes=%d: rows go by batch gets", store, max_bytes
+                )
+                _drop(decoding)
+                return None
+            pages.append(page.rows)
+            floors.append(page.time_floor)
+            decoding.append(threads.submit(decode, page.rows.column(2)))
+    except (PageTooLargeError, AnswerTooLargeError) as exc:
+        log.warning("the history of store %r cannot be read whole (%s): rows go by batch gets", store, exc)
+        _drop(decoding)
+        return None
+    parts = [future.result() for future in decoding] or [decode(pa.array([], pa.binary()))]
+    decoded = tuple(pa.concat_arrays([part[i] for part in parts]) for i in range(3))
+    rows = pa.Table.from_batches(pages) if pages else None
+    # Pruning between two pages can only raise the floor: the highest one said holds for all.
+    known = [floor for floor in floors if floor is not None]
+    return _known(store, rows, decoded, max(known) if len(known) == len(floors) and known else None)
+
+
+def _known(
+    store: str, rows: pa.Table | None, decoded: tuple[pa.Array, ...], floor: int | None
+) -> KnownHistory:
+    """The pages' rows, checked and indexed (:class:`KnownHistory`)."""
+    if rows is None or rows.num_rows == 0:
+        empty = np.zeros(0, np.int64)
+        return KnownHistory(
+            store, pa.array([], pa.binary()), empty, empty, empty, np.zeros(0, np.bool_),
+            (decoded[0], decoded[1], decoded[2]), floor,
+        )  # fmt: skip
+    keys = rows.column("key").combine_chunks()
+    new_key = np.ones(len(keys), np.bool_)
+    new_key[1:] = pc.not_equal(keys.slice(1), keys.slice(0, len(keys) - 1)).to_numpy(zero_copy_only=False)
+    row_key = np.cumsum(new_key) - 1
+    distinct = keys.filter(pa.array(new_key))
+    times = rows.column("time").combine_chunks().cast(pa.int64())
+    stamps = pc.fill_null(times, EVERY_TIME).to_numpy(zero_copy_only=False).astype(np.int64)
+    moments = np.unique(stamps)
+    newer = len(moments) - 1 - np.searchsorted(moments, stamps)
+    ranked = row_key * len(moments) + newer
+    # An error, never a wrong answer: rows out of the order the search needs are refused.
+    if np.any(np.diff(ranked) < 0) or len(pc.unique(distinct)) != len(distinct):
+        raise UnexpectedResponseError(
+            f"the history of store {store!r} came with a key's rows apart or out of time order"
+        )
+    unsettled = pc.fill_null(rows.column("unsettled").combine_chunks(), False)
+    unsettled = unsettled.to_numpy(zero_copy_only=False).astype(np.bool_)
+    return KnownHistory(
+        store, distinct, row_key, ranked, moments, unsettled, (decoded[0], decoded[1], decoded[2]), floor
+    )
+
+
+def _drop(decoding: list[Future[Decoded]]) -> None:
+    for future in decoding:
+        future.cancel()
