@@ -21,7 +21,7 @@ import dataclasses
 import logging
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -36,8 +36,11 @@ from clients.exceptions import (
     UnexpectedResponseError,
 )
 from clients.history_scan import HistoryPage
-from clients.whole_store import SCAN_PAGE, Decoded
+from clients.whole_store import SCAN_PAGE, Decoded, SharedStores, worth_scanning
 from wire import problems
+
+if TYPE_CHECKING:
+    from clients.lookup import LookupSpec
 
 log = logging.getLogger("clients.lookup")
 
@@ -115,6 +118,48 @@ class KnownHistory:
         return HistoryExpiredError(problem, problems.HISTORY_EXPIRED.status)
 
 
+whole_histories: SharedStores[KnownHistory] = SharedStores()
+"""Histories read whole by this process's point-in-time lookups, for its next tasks of the same
+lookups (as ``clients.lookup.whole_stores`` keeps whole stores)."""
+
+
+class HistoryReads:
+    """One lookup's history read whole: by an earlier task of the lookup in this process, or by
+    this one once a batch asks for most of the store's keys (tried once a lookup)."""
+
+    def __init__(self, spec: LookupSpec) -> None:
+        self.spec = spec
+        self.known = whole_histories.get(spec) if spec.store_keys is not None else None
+        self._may_read = spec.store_keys is not None and spec.exact and self.known is None
+        self.versions_scanned = 0
+
+    def known_for(
+        self,
+        keys: pa.Array,
+        times: pa.Array,
+        client: StatestoreClient,
+        decode: Callable[[pa.Array], Decoded],
+        threads: Callable[[], ThreadPoolExecutor],
+    ) -> KnownHistory | None:
+        """The history to answer ``keys`` (binary) at ``times`` (int64) from; ``None``: rows go by
+        batch gets."""
+        spec = self.spec
+        if self.known is not None or not self._may_read:
+            return self.known
+        asked = pc.and_(pc.is_valid(keys), pc.is_valid(times))
+        if not worth_scanning(len(pc.unique(keys.filter(asked))), spec.store_keys):
+            return None
+        self._may_read = False
+        earliest = pc.min(times.filter(asked)).as_py()
+        known = read_history(client, spec.store, spec.position, earliest, spec.scan_bytes, decode, threads())
+        if known is None or known.nbytes > spec.cache_bytes:  # decoded, more than a lookup keeps
+            return None
+        self.known = known
+        self.versions_scanned += len(known.ranked)
+        whole_histories.put(spec, known, known.nbytes, spec.cache_bytes)
+        return known
+
+
 def read_history(
     client: StatestoreClient,
     store: str,
@@ -187,6 +232,20 @@ def _known(
     return KnownHistory(
         store, distinct, row_key, ranked, moments, unsettled, (decoded[0], decoded[1], decoded[2]), floor
     )
+
+
+def key_time_pairs(keys: pa.Array, times: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array]:
+    """The distinct ``(key, time)`` pairs of rows with both (keys, times, in first-seen order), and
+    each row's pair index (null for a row without key or time), all in Arrow: no row in Python."""
+    # One bytes value a pair: the time's decimal digits, a NUL, the key. Digits hold no NUL, so the
+    # first NUL ends the time and distinct pairs stay distinct; a null key or time gives null.
+    joined = pc.binary_join_element_wise(
+        pc.cast(times, pa.string()).cast(pa.binary()), keys.cast(pa.binary()), pa.scalar(b"\x00", pa.binary())
+    )
+    encoded = pc.dictionary_encode(joined)
+    # A pair's first row (index_in answers the first of equal values): its key and time.
+    first = pc.index_in(encoded.dictionary, value_set=joined)
+    return keys.take(first), times.take(first), encoded.indices
 
 
 def _drop(decoding: list[Future[Decoded]]) -> None:

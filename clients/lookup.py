@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
 from clients.client import StatestoreClient
-from clients.history import KnownHistory, read_history
+from clients.history import HistoryReads, key_time_pairs
 from clients.natural_keys import PENDING_KEY_FORMATS, stored_key_array
 from clients.options import ClientOptions
 from clients.whole_store import DEFAULT_SCAN_BYTES, SharedStores, read_whole, worth_scanning
@@ -135,9 +135,6 @@ class KnownValues:
 whole_stores: SharedStores[KnownValues] = SharedStores()
 """Stores read whole by this process's lookups, for its next tasks of the same lookups."""
 
-whole_histories: SharedStores[KnownHistory] = SharedStores()
-"""Histories read whole by this process's point-in-time lookups (``clients.history``), likewise."""
-
 
 class Lookup:
     """Looks up Arrow key columns for one task: one client (one connection pool), known values kept."""
@@ -153,10 +150,7 @@ class Lookup:
         self.keys_scanned = 0
         self._may_scan = spec.store_keys is not None and shared is None
         self._threads: ThreadPoolExecutor | None = None
-        # Reads as of a time: a history read whole by an earlier task of this lookup, if any.
-        self.history = whole_histories.get(spec) if spec.store_keys is not None else None
-        self._may_read_history = spec.store_keys is not None and spec.exact and self.history is None
-        self.versions_scanned = 0
+        self.history = HistoryReads(spec)  # reads as of a time, of the history read whole
 
     @property
     def key_format(self) -> str:
@@ -233,28 +227,6 @@ class Lookup:
         values, found, misfit = (pa.concat_arrays([answer[i] for answer in answers]) for i in range(3))
         self.known.add(keys, values, found, misfit)
 
-    def _whole_history(self, keys: pa.Array, times: pa.Array) -> KnownHistory | None:
-        """The store's history read whole (``clients.history``), when this lookup has it or the
-        batch asks for most of the store's keys (tried once a lookup); ``None``: rows go by batch
-        gets."""
-        spec = self.spec
-        if self.history is not None or not self._may_read_history:
-            return self.history
-        asked = pc.and_(pc.is_valid(keys), pc.is_valid(times))
-        if not worth_scanning(len(pc.unique(keys.filter(asked))), spec.store_keys):
-            return None
-        self._may_read_history = False
-        earliest = pc.min(times.filter(asked)).as_py()
-        known = read_history(
-            self.client, spec.store, spec.position, earliest, spec.scan_bytes, self._decoded, self._pool()
-        )
-        if known is None or known.nbytes > spec.cache_bytes:  # decoded, more than a lookup keeps
-            return None
-        self.history = known
-        self.versions_scanned += len(known.ranked)
-        whole_histories.put(spec, known, known.nbytes, spec.cache_bytes)
-        return known
-
     def lookup_at(self, keys: pa.Array, times: pa.Array) -> LookupResult:
         """Values for a key column, each row's as of its time (epoch ms, ``int64``), row for row.
 
@@ -265,14 +237,14 @@ class Lookup:
         """
         spec = self.spec
         keys, times = key_bytes_array(keys), times.cast(pa.int64())
-        history = self._whole_history(keys, times)
+        history = self.history.known_for(keys, times, self.client, self._decoded, self._pool)
         if history is not None:
             chosen = history.rows_at(keys, times)
             rows = pa.array(chosen, pa.int64(), mask=chosen < 0)
             values, found, misfit = (part.take(rows) for part in history.decoded)
             found, misfit = pc.fill_null(found, False), pc.fill_null(misfit, False)
             return LookupResult(values, found, pc.sum(misfit).as_py() or 0, misfit)
-        unique_keys, unique_times, rows = _pairs(keys, times)
+        unique_keys, unique_times, rows = key_time_pairs(keys, times)
         stored = self.client.get_arrow(
             spec.store, unique_keys, unique_times, min_position=spec.min_position, as_of=spec.as_of
         )
@@ -302,20 +274,6 @@ class Lookup:
         found = pc.fill_null(self.known.found.take(rows), False)
         misfit = pc.fill_null(self.known.misfit.take(rows), False)
         return LookupResult(values, found, pc.sum(misfit).as_py() or 0, misfit)
-
-
-def _pairs(keys: pa.Array, times: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array]:
-    """The distinct ``(key, time)`` pairs of rows with both (keys, times, in first-seen order), and
-    each row's pair index (null for a row without key or time), all in Arrow: no row in Python."""
-    # One bytes value a pair: the time's decimal digits, a NUL, the key. Digits hold no NUL, so the
-    # first NUL ends the time and distinct pairs stay distinct; a null key or time gives null.
-    joined = pc.binary_join_element_wise(
-        pc.cast(times, pa.string()).cast(pa.binary()), keys.cast(pa.binary()), pa.scalar(b"\x00", pa.binary())
-    )
-    encoded = pc.dictionary_encode(joined)
-    # A pair's first row (index_in answers the first of equal values): its key and time.
-    first = pc.index_in(encoded.dictionary, value_set=joined)
-    return keys.take(first), times.take(first), encoded.indices
 
 
 def decode(

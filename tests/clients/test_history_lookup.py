@@ -20,7 +20,8 @@ import pytest
 
 from clients import StatestoreClient
 from clients.exceptions import HistoryExpiredError
-from clients.lookup import Lookup, LookupSpec, whole_histories
+from clients.history import whole_histories
+from clients.lookup import Lookup, LookupSpec
 from clients.options import ClientOptions
 from service.local.broker import LocalBroker
 from tests.clients.conftest import real_service
@@ -159,7 +160,7 @@ def test_a_lookup_needing_most_keys_reads_the_history_whole_with_the_per_row_ans
     assert by_pages.batch_gets == 0
     assert by_pages.pages >= 1
     assert by_pages.as_of == by_gets.as_of == {position}
-    assert lookup.versions_scanned > len(KEYS)
+    assert lookup.history.versions_scanned > len(KEYS)
     assert by_gets.batch_gets >= 2
     assert by_gets.pages == 0
     # Before any version and on a version exactly: the model says so, the answers agree.
@@ -206,5 +207,5 @@ def test_a_history_above_scan_bytes_is_read_row_by_row(pit: dict[str, Any]) -> N
     assert answers == [model(pit, *batch, pit["end"]) for batch in batches]
     assert requests.pages == 1  # tried once, stopped at the bound, never again by this lookup
     assert requests.batch_gets >= 2
-    assert lookup.versions_scanned == 0
+    assert lookup.history.versions_scanned == 0
     assert whole_histories.get(spec) is None
