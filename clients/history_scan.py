@@ -15,12 +15,13 @@ import dataclasses
 import pyarrow as pa
 
 from clients import wire
-from clients.base import ReadAt, floor_of, pinned_at
+from clients.arrow_scan import shard_pages_flow
+from clients.base import ReadAt
 from clients.exceptions import UnexpectedResponseError
-from clients.flow import Emit, Flow
+from clients.flow import Flow
 from clients.routing import ShardRouting
 from clients.wire import ARROW_STREAM, Call
-from wire.position import PositionLike
+from wire.position import Position, PositionLike
 
 NEXT_AFTER = b"next_after"
 TIME_FLOOR = b"time_floor"
@@ -82,23 +83,9 @@ def history_pages_flow(
     client: ShardRouting, store: str, page_size: int, as_of_time: int, read: ReadAt
 ) -> Flow[None]:
     """Every page of the store's history (:class:`HistoryPage`), each shard's in key order, one shard
-    after another. Later pages of a shard demand at least the positions its earlier pages were
-    read at, unless every page is read exactly ``as_of``; ``deadline=`` bounds each page."""
-    min_position, as_of = pinned_at(read)
-    seconds = read.get("deadline")
-    sharding = yield from client._routing_flow(store, client._deadline(seconds))
-    for shard in range(sharding.shards):
-        send = client._sender(seconds, client._target(shard))
-        exact = sharding.part(as_of, shard)
-        floor = floor_of(sharding.part(min_position, shard))
-        after: str | None = None
-        while True:
-            call = history_call(store, after, page_size, as_of_time, floor, exact)
-            response = yield from send(call)
-            page, after = decode_history_page(response.content)
-            yield Emit([page])
-            if after is None:
-                break
-            seen = wire.position_of(response)
-            if exact is None and seen is not None:
-                floor = seen if floor is None else floor.merged(seen)
+    after another, positions as :func:`clients.arrow_scan.arrow_pages_flow` reads them."""
+
+    def call(after: str | None, floor: Position | None, exact: PositionLike | None) -> Call:
+        return history_call(store, after, page_size, as_of_time, floor, exact)
+
+    return shard_pages_flow(client, store, read, call, decode_history_page)
