@@ -34,6 +34,7 @@ from typing import Any
 
 import httpx
 import pandas as pd
+import pyarrow as pa
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql import DataFrame
@@ -169,6 +170,28 @@ def _reads(url: str, keys: int, versions: int, rounds: int) -> tuple[dict[str, f
     return best, statistics.median(ratios)
 
 
+def _pages(url: str, keys: int, versions: int, rounds: int) -> tuple[dict[str, float], int]:
+    """Best seconds of one client reading the whole history (every version, Arrow pages) and of the
+    same number of rows asked one time per key (Arrow batch gets), alternating; and the rows."""
+    rng = random.Random(5)
+    best = {"history read whole": float("inf"), "the same rows, row by row": float("inf")}
+    rows = 0
+    with StatestoreClient(url, deadline=600) as client:
+        position = client.store("dim").position
+        for _ in range(rounds):
+            started = time.perf_counter()
+            pages = client.history_arrow("dim", START_MS, page_size=10_000, as_of=position)
+            rows = sum(page.rows.num_rows for page in pages)
+            best["history read whole"] = min(best["history read whole"], time.perf_counter() - started)
+            asked = pa.array([b"k%08d" % rng.randrange(keys) for _ in range(rows)], pa.binary())
+            times = pa.array([START_MS + rng.randrange(versions * STEP_MS) for _ in range(rows)], pa.int64())
+            started = time.perf_counter()
+            client.get_arrow("dim", asked, times, as_of=position)
+            seconds = time.perf_counter() - started
+            best["the same rows, row by row"] = min(best["the same rows, row by row"], seconds)
+    return best, rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench point_in_time", description=__doc__.splitlines()[0]
@@ -178,7 +201,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--facts", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument(
-        "--parts", default="joins,reads", help="which figures: joins (Spark), reads (HTTP batches), or both"
+        "--parts",
+        default="joins,reads",
+        help="which figures: joins (Spark), reads (HTTP batches), pages (the history read whole over"
+        " HTTP against as many rows read one by one), comma-separated",
     )
     args = parser.parse_args(argv)
     records = _versions(args.keys, args.versions, random.Random(29))
@@ -212,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
                 else {}
             )
             reads = _reads(url, args.keys, args.versions, args.rounds) if "reads" in parts else None
+            pages = _pages(url, args.keys, args.versions, args.rounds) if "pages" in parts else None
     print(
         f"\n{args.facts:,} facts, {args.keys:,} keys x {args.versions} versions"
         " (figures need a quiet machine)"
@@ -220,6 +247,12 @@ def main(argv: list[str] | None = None) -> int:
         _print_joins(joins, args.facts)
     if reads is not None:
         _print_reads(*reads)
+    if pages is not None:
+        best, rows = pages
+        for name, seconds in best.items():
+            print(
+                f"  {name:<28} {seconds:7.2f} s  {rows / seconds / 1e6:6.2f} M rows/s (best, {rows:,} rows)"
+            )
     return 0
 
 

@@ -219,7 +219,9 @@ def _known(
     distinct = keys.filter(pa.array(new_key))
     times = rows.column("time").combine_chunks().cast(pa.int64())
     stamps = pc.fill_null(times, EVERY_TIME).to_numpy(zero_copy_only=False).astype(np.int64)
-    moments = np.unique(stamps)
+    # Distinct times by a sort: numpy's ``unique`` hashes first, several times slower on 1M times.
+    ordered = np.sort(stamps)
+    moments = ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))]
     newer = len(moments) - 1 - np.searchsorted(moments, stamps)
     ranked = row_key * len(moments) + newer
     # An error, never a wrong answer: rows out of the order the search needs are refused.
