@@ -19,9 +19,9 @@ from __future__ import annotations
 import base64
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -39,8 +39,24 @@ from clients.history_scan import HistoryPage
 from clients.whole_store import SCAN_PAGE, Decoded, SharedStores, worth_scanning
 from wire import problems
 
-if TYPE_CHECKING:
-    from clients.lookup import LookupSpec
+
+class PlannedLookup(Hashable, Protocol):
+    """What :class:`HistoryReads` needs of a lookup's spec (``clients.lookup.LookupSpec``), which
+    also keys the histories kept (a hashable, frozen value)."""
+
+    @property
+    def store(self) -> str: ...
+    @property
+    def position(self) -> str: ...
+    @property
+    def exact(self) -> bool: ...
+    @property
+    def store_keys(self) -> int | None: ...
+    @property
+    def scan_bytes(self) -> int: ...
+    @property
+    def cache_bytes(self) -> int: ...
+
 
 log = logging.getLogger("clients.lookup")
 
@@ -127,7 +143,7 @@ class HistoryReads:
     """One lookup's history read whole: by an earlier task of the lookup in this process, or by
     this one once a batch asks for most of the store's keys (tried once a lookup)."""
 
-    def __init__(self, spec: LookupSpec) -> None:
+    def __init__(self, spec: PlannedLookup) -> None:
         self.spec = spec
         self.known = whole_histories.get(spec) if spec.store_keys is not None else None
         self._may_read = spec.store_keys is not None and spec.exact and self.known is None
