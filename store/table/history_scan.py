@@ -78,7 +78,7 @@ def history_page(
         end = walked[-1][0]
         versions.cut(end)
     rows = _rows(versions, dict(walked), as_of, bounds)
-    if sum(len(value) for value in rows.values if value is not None) > max_bytes:
+    if sum(map(len, filter(None, rows.values))) > max_bytes:
         return None
     return HistoryRows(rows.keys, rows.counts, rows.times, rows.values, rows.unsettled, end, bounds.floor)
 
@@ -205,8 +205,13 @@ def _rows(
     rows.counts = np.bincount(ranks, minlength=len(order_of)).astype(np.int64)
     rows.times = np.concatenate([times[kept], np.full(len(plain), _NO_TIME)])[order]
     rows.unsettled = np.concatenate([unsettled[kept], np.zeros(len(plain), np.bool_)])[order]
-    values = [_put_value(stored[i]) for i in kept.tolist()] + [table[key] for key in plain]
-    rows.values = [values[i] for i in order.tolist()]
+    # A stored version's value (``1 | timestamp | value``; a tombstone: ``0 | timestamp``), inline:
+    # this runs once for every version read.
+    values = [v[9:] if v[:1] == PUT else None for v in map(stored.__getitem__, kept.tolist())]
+    if plain:  # else every row is a version's, already in key order
+        values += [table[key] for key in plain]
+        values = [values[i] for i in order.tolist()]
+    rows.values = values
     return rows
 
 
@@ -235,8 +240,3 @@ def _settled(
     unsettled = counted & ~is_base & (times < bound[group_of])
     kept = counted & (~is_base | (place == first_base[group_of]))
     return np.nonzero(kept)[0], unsettled
-
-
-def _put_value(stored: bytes) -> bytes | None:
-    """The value of a stored version (``store.table.history``), ``None`` for a tombstone."""
-    return stored[9:] if stored[:1] == PUT else None
