@@ -68,23 +68,26 @@ EVERY_TIME = -(2**63)
 class KnownHistory:
     """Every key's rows as read whole, ready for answers as of any time (never changed once built).
 
-    ``ranked`` is, for each row, its key's place times ``len(moments)`` plus the rank of its time
-    among ``moments`` counted from the newest: non-decreasing over the rows, so the first row of a
-    key at or below a time is one binary search away.
+    The rows of the key at place ``i`` of ``keys`` are ``starts[i]`` to ``starts[i + 1]``, their
+    ``times`` non-increasing (newest first): the first one at or below a time is a binary search
+    within them away, done for every row of a batch at once.
     """
 
     store: str
     keys: pa.Array  # each key once, in the rows' order
-    row_key: npt.NDArray[np.int64]  # each row's key, as a place in ``keys``
-    ranked: npt.NDArray[np.int64]
-    moments: npt.NDArray[np.int64]  # the rows' distinct times, ascending
+    starts: npt.NDArray[np.int64]  # each key's first row, then the number of rows
+    times: npt.NDArray[np.int64]  # each row's time (``EVERY_TIME``: every time)
     unsettled: npt.NDArray[np.bool_]
     decoded: Decoded  # each row's value: decoded, found, misfit
     time_floor: int | None
 
     @property
+    def rows(self) -> int:
+        return len(self.times)
+
+    @property
     def nbytes(self) -> int:
-        arrays = (self.row_key, self.ranked, self.moments, self.unsettled)
+        arrays = (self.starts, self.times, self.unsettled)
         return int(self.keys.nbytes + sum(a.nbytes for a in arrays) + sum(d.nbytes for d in self.decoded))
 
     def rows_at(self, keys: pa.Array, times: pa.Array) -> npt.NDArray[np.int64]:
@@ -97,20 +100,25 @@ class KnownHistory:
             earliest = int(stamps[asked].min())
             if self.time_floor is None or earliest < self.time_floor:
                 raise self._expired(earliest, None)
-        if not len(self.ranked):
-            return np.full(len(keys), -1, np.int64)
         places = pc.fill_null(pc.index_in(keys, value_set=self.keys), -1).to_numpy(zero_copy_only=False)
-        places = places.astype(np.int64)
-        span, last = len(self.moments), len(self.ranked) - 1
-        newer = span - np.searchsorted(self.moments, stamps, side="right")
-        first = np.searchsorted(self.ranked, places * span + newer, side="left")
-        inside = np.minimum(first, last)
-        found = asked & (places >= 0) & (first <= last) & (self.row_key[inside] == places)
-        refused = np.nonzero(found & self.unsettled[inside])[0]
+        wanted = asked & (places >= 0)
+        places = np.where(wanted, places, 0).astype(np.int64)
+        if not self.rows:
+            return np.full(len(keys), -1, np.int64)
+        low, high = self.starts[places], self.starts[places + 1]
+        end = high.copy()
+        # The first row of the key at or below the time: rows run newest first within a key.
+        for _ in range(int(np.max(high - low, initial=0)).bit_length()):
+            middle = (low + high) // 2
+            newer = (middle < high) & (self.times[np.minimum(middle, self.rows - 1)] > stamps)
+            low = np.where(newer, middle + 1, low)
+            high = np.where(newer, high, middle)
+        found = wanted & (low < end)
+        refused = np.nonzero(found & self.unsettled[np.minimum(low, self.rows - 1)])[0]
         if len(refused):
             row = int(refused[0])
             raise self._expired(int(stamps[row]), keys[row].as_py())
-        return np.where(found, first, -1).astype(np.int64)
+        return np.where(found, low, -1).astype(np.int64)
 
     def _expired(self, at: int, key: bytes | None) -> HistoryExpiredError:
         """The error the service answers a per-row read of ``key`` at ``at`` with."""
@@ -171,7 +179,7 @@ class HistoryReads:
         if known is None or known.nbytes > spec.cache_bytes:  # decoded, more than a lookup keeps
             return None
         self.known = known
-        self.versions_scanned += len(known.ranked)
+        self.versions_scanned += known.rows
         whole_histories.put(spec, known, known.nbytes, spec.cache_bytes)
         return known
 
@@ -223,32 +231,26 @@ def _known(
 ) -> KnownHistory:
     """The pages' rows, checked and indexed (:class:`KnownHistory`)."""
     if rows is None or rows.num_rows == 0:
-        empty = np.zeros(0, np.int64)
         return KnownHistory(
-            store, pa.array([], pa.binary()), empty, empty, empty, np.zeros(0, np.bool_),
-            (decoded[0], decoded[1], decoded[2]), floor,
+            store, pa.array([], pa.binary()), np.zeros(1, np.int64), np.zeros(0, np.int64),
+            np.zeros(0, np.bool_), (decoded[0], decoded[1], decoded[2]), floor,
         )  # fmt: skip
     keys = rows.column("key").combine_chunks()
     new_key = np.ones(len(keys), np.bool_)
     new_key[1:] = pc.not_equal(keys.slice(1), keys.slice(0, len(keys) - 1)).to_numpy(zero_copy_only=False)
-    row_key = np.cumsum(new_key) - 1
+    starts = np.append(np.nonzero(new_key)[0], len(keys)).astype(np.int64)
     distinct = keys.filter(pa.array(new_key))
     times = rows.column("time").combine_chunks().cast(pa.int64())
     stamps = pc.fill_null(times, EVERY_TIME).to_numpy(zero_copy_only=False).astype(np.int64)
-    # Distinct times by a sort: numpy's ``unique`` hashes first, several times slower on 1M times.
-    ordered = np.sort(stamps)
-    moments = ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))]
-    newer = len(moments) - 1 - np.searchsorted(moments, stamps)
-    ranked = row_key * len(moments) + newer
     # An error, never a wrong answer: rows out of the order the search needs are refused.
-    if np.any(np.diff(ranked) < 0) or len(pc.unique(distinct)) != len(distinct):
+    if np.any((stamps[1:] > stamps[:-1]) & ~new_key[1:]) or len(pc.unique(distinct)) != len(distinct):
         raise UnexpectedResponseError(
             f"the history of store {store!r} came with a key's rows apart or out of time order"
         )
     unsettled = pc.fill_null(rows.column("unsettled").combine_chunks(), False)
     unsettled = unsettled.to_numpy(zero_copy_only=False).astype(np.bool_)
     return KnownHistory(
-        store, distinct, row_key, ranked, moments, unsettled, (decoded[0], decoded[1], decoded[2]), floor
+        store, distinct, starts, stamps, unsettled, (decoded[0], decoded[1], decoded[2]), floor
     )
 
 
