@@ -231,6 +231,9 @@ def main(argv: list[str] | None = None) -> int:
             # Produced once the store is READY: every version is in its history.
             _produce(broker.bootstrap_servers, records)
             _wait_applied(url, len(records))
+            # A task reads the store (or its history) whole once its keys reach half of this
+            # estimate, which counts overwrites not yet compacted: print it with the figures.
+            estimate = httpx.get(f"{url}/v1/stores/dim", timeout=10).json()["approximate_num_keys"]
             parts = args.parts.split(",")
             joins = (
                 _joins(url, folder, args.facts, args.keys, args.versions, args.rounds)
@@ -241,7 +244,8 @@ def main(argv: list[str] | None = None) -> int:
             pages = _pages(url, args.keys, args.versions, args.rounds) if "pages" in parts else None
     print(
         f"\n{args.facts:,} facts, {args.keys:,} keys x {args.versions} versions"
-        " (figures need a quiet machine)"
+        f" (the service's key estimate when the joins were planned: {estimate:,};"
+        " figures need a quiet machine)"
     )
     if joins:
         _print_joins(joins, args.facts)
