@@ -25,7 +25,6 @@ from clients.spark import lookup_join, lookups
 from service.local.broker import LocalBroker
 from service.local.shards import LocalShards
 from tests.clients.conftest import real_service, wait_until_ready
-from tests.clients.spark.test_lookups import BATCH_GETS, requests_of
 from tests.clients.spark_matrix.test_joins import fail_first_attempts
 from tests.support.kafka import create_topic, make_producer, unique_topic
 from tests.support.timed import Stamped, compacted, produce_stamped, value_at
@@ -33,7 +32,6 @@ from tests.support.timed import Stamped, compacted, produce_stamped, value_at
 PARTITIONS = 3
 KEYS = [f"sku-{i:02d}" for i in range(12)]
 HISTORY = {"retention_offsets": 1_000_000}
-HISTORY_PAGES = "/v1/stores/{store}/history"
 
 
 def partition_of(key: str) -> int:
@@ -253,25 +251,3 @@ def test_a_fact_older_than_the_history_fails_the_join(spark: SparkSession, dimen
     )
     with pytest.raises(Exception, match=r"history-expired|HistoryExpired|as_of_time"):
         joined.collect()
-
-
-def test_a_point_in_time_join_needing_most_keys_reads_the_history_whole_with_the_same_rows(
-    spark: SparkSession, dimension: dict[str, Any]
-) -> None:
-    url, log = dimension["url"], dimension["log"]
-    end = {p: max(r.offset for r in log if r.partition == p) + 1 for p in range(PARTITIONS)}
-    with StatestoreClient(url) as client:  # every record produced so far applied (earlier tests add some)
-        client.get_many("prices", KEYS, min_position=",".join(f"{p}:{o}" for p, o in end.items()))
-    facts = facts_frame(dimension, 3_000)
-    df = spark.createDataFrame(facts).repartition(2)
-    expected = expected_join(facts, log)["expected"].tolist()
-    for scan_bytes in (1 << 20, 0):
-        joined = lookup_join(
-            df, store="prices", on="sku", url=url, value_schema="price double", as_of_time="at",
-            scan_bytes=scan_bytes,
-        )  # fmt: skip
-        got, answered = requests_of(url, joined.toPandas)
-        assert got.sort_values("fact")["price"].tolist() == pytest.approx(expected, nan_ok=True)
-        # Each task asks most of the keys: it reads the history whole, unless scan_bytes=0.
-        assert answered[HISTORY_PAGES if scan_bytes else BATCH_GETS] >= 1
-        assert answered[BATCH_GETS if scan_bytes else HISTORY_PAGES] == 0

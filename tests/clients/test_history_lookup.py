@@ -3,7 +3,7 @@ row locally: the same answers as the per-row reads and the brute-force model (ou
 timestamps, tombstones, re-inserts, several partitions, times exactly on a version, before the
 first version, pinned older positions), the same errors (below the floor, a time the versions do
 not settle), counted in requests: history pages instead of batch gets (real broker, real RocksDB,
-real uvicorn, no Spark)."""
+real uvicorn); a Spark join reading it whole equals pandas ``merge_asof`` (real Spark local[2])."""
 
 from __future__ import annotations
 
@@ -12,19 +12,25 @@ import json
 import random
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
+import pandas as pd
 import pyarrow as pa
 import pytest
+from pyspark.sql import SparkSession
 
 from clients import StatestoreClient
 from clients.exceptions import HistoryExpiredError
 from clients.history import whole_histories
 from clients.lookup import Lookup, LookupSpec
 from clients.options import ClientOptions
+from clients.spark import lookup_join
 from service.local.broker import LocalBroker
 from tests.clients.conftest import real_service
+from tests.clients.spark.test_lookups import BATCH_GETS, requests_of
+from tests.clients.test_as_of_time import expected_join
 from tests.support.kafka import create_topic, make_producer, unique_topic
 from tests.support.timed import Stamped, compacted, produce_stamped, value_at
 
@@ -209,3 +215,56 @@ def test_a_history_above_scan_bytes_is_read_row_by_row(pit: dict[str, Any]) -> N
     assert requests.batch_gets >= 2
     assert lookup.history.versions_scanned == 0
     assert whole_histories.get(spec) is None
+
+
+HISTORY_PAGES = "/v1/stores/{store}/history"
+
+
+def test_a_point_in_time_join_needing_most_keys_reads_the_history_whole_with_the_rows_of_merge_asof(
+    spark: SparkSession, broker: LocalBroker, tmp_path: Path
+) -> None:
+    # 400 keys written once, a tenth of them again: the service's key estimate (which counts
+    # overwrites not yet compacted) stays below 500, so a task asking most keys reads whole.
+    rng = random.Random(7)
+    topic = unique_topic("wide")
+    create_topic(broker.bootstrap_servers, topic, PARTITIONS)
+    producer = make_producer(broker.bootstrap_servers)
+    keys = [f"w{i:03d}" for i in range(400)]
+    history = {"wide": {"history": {"retention_offsets": 1_000_000}}}
+    with real_service(
+        broker.bootstrap_servers, tmp_path / "state", {"wide": (topic, "json")}, history
+    ) as url:
+        first = [
+            (k.encode(), b'{"price": %d}' % i, rng.randint(1_000, 5_000), i % PARTITIONS)
+            for i, k in enumerate(keys)
+        ]
+        again = [
+            (
+                k.encode(),
+                None if i % 3 == 0 else b'{"price": -%d}' % i,
+                rng.randint(1_000, 5_000),
+                keys.index(k) % PARTITIONS,
+            )
+            for i, k in enumerate(keys[::10])
+        ]
+        log = produce_stamped(producer, topic, first) + produce_stamped(producer, topic, again)
+        with StatestoreClient(url, deadline=30) as client:
+            client.get_many("wide", keys, min_position=position_of(log))
+        facts = pd.DataFrame(
+            {
+                "fact": range(3_000),
+                "sku": [rng.choice([*keys, "never"]) for _ in range(3_000)],
+                "at": [rng.randint(500, 6_000) for _ in range(3_000)],
+            }
+        )
+        expected = expected_join(facts, log)["expected"].tolist()
+        df = spark.createDataFrame(facts).repartition(2)
+        for scan_bytes in (1 << 20, 0):
+            joined = lookup_join(
+                df, store="wide", on="sku", url=url, value_schema="price double", as_of_time="at",
+                scan_bytes=scan_bytes,
+            )  # fmt: skip
+            got, answered = requests_of(url, joined.toPandas)
+            assert got.sort_values("fact")["price"].tolist() == pytest.approx(expected, nan_ok=True)
+            assert answered[HISTORY_PAGES if scan_bytes else BATCH_GETS] >= 1
+            assert answered[BATCH_GETS if scan_bytes else HISTORY_PAGES] == 0
