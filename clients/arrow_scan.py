@@ -10,6 +10,8 @@ needs most of it (:mod:`clients.lookup`).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from typing import Any
 
 import pyarrow as pa
 
@@ -19,7 +21,7 @@ from clients.exceptions import UnexpectedResponseError
 from clients.flow import Emit, Flow
 from clients.routing import ShardRouting
 from clients.wire import ARROW_STREAM, Call
-from wire.position import PositionLike
+from wire.position import Position, PositionLike
 
 NEXT_AFTER = b"next_after"
 
@@ -65,6 +67,25 @@ def arrow_pages_flow(
     Later pages of a shard demand at least the positions its earlier pages were read at, unless
     every page is read exactly ``as_of``; ``deadline=`` bounds each page.
     """
+
+    def call(after: str | None, floor: Position | None, exact: PositionLike | None) -> Call:
+        return arrow_scan_call(store, prefix, after, page_size, floor, exact)
+
+    return shard_pages_flow(client, store, read, call, decode_arrow_page)
+
+
+def shard_pages_flow(
+    client: ShardRouting,
+    store: str,
+    read: ReadAt,
+    call: Callable[[str | None, Position | None, PositionLike | None], Call],
+    decode: Callable[[bytes], tuple[Any, str | None]],
+) -> Flow[None]:
+    """Every page a paged read answers, decoded and emitted, each shard's in order, one shard after
+    another: ``call(after, min_position, as_of)`` asks a page after the cursor ``after``, ``decode``
+    gives the page and the next cursor (``None``: the last page). Later pages of a shard demand at
+    least the positions its earlier pages were read at, unless every page is read exactly
+    ``as_of``; ``deadline=`` bounds each page."""
     min_position, as_of = pinned_at(read)
     seconds = read.get("deadline")
     sharding = yield from client._routing_flow(store, client._deadline(seconds))
@@ -74,8 +95,8 @@ def arrow_pages_flow(
         floor = floor_of(sharding.part(min_position, shard))
         after: str | None = None
         while True:
-            response = yield from send(arrow_scan_call(store, prefix, after, page_size, floor, exact))
-            page, after = decode_arrow_page(response.content)
+            response = yield from send(call(after, floor, exact))
+            page, after = decode(response.content)
             yield Emit([page])
             if after is None:
                 break

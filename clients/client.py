@@ -20,8 +20,9 @@ from clients.answer import Answer
 from clients.arrow_scan import arrow_pages_flow
 from clients.base import BaseClient, IndexReadAt, IndexRowsAt, ReadAt, Row
 from clients.flow import Attempt, Emit, Flow, Sleep, Step, Thrown, Together, Walk, gathered
+from clients.history_scan import HistoryPage, history_pages_flow
 from clients.indexes import IndexValue
-from clients.times import TimeLike
+from clients.times import TimeLike, time_ms
 from clients.views import AtLeast, Exact, View
 from clients.wire import Key, StoreInfo, ValueFormat
 from wire.position import Position, PositionLike
@@ -223,6 +224,18 @@ class StatestoreClient(BaseClient[httpx.Client, httpx.BaseTransport, Iterator[Ro
         return cast(
             Iterator[pa.RecordBatch], self._rows(arrow_pages_flow(self, store, prefix, page_size, read))
         )
+
+    def history_arrow(
+        self, store: str, as_of_time: TimeLike, *, page_size: int = 10_000, **read: Unpack[ReadAt]
+    ) -> Iterator[HistoryPage]:
+        """The store's whole history as Arrow pages (:mod:`clients.history_scan`), read to answer
+        any time from ``as_of_time`` on (below the store's time floor: ``HistoryExpiredError``).
+
+        Pages come in key order and are fetched as the caller reaches them; pass ``as_of=`` (a
+        position) to read every page from one version of the history.
+        """
+        flow = history_pages_flow(self, store, page_size, time_ms(as_of_time), read)
+        return cast(Iterator[HistoryPage], self._rows(flow))
 
     def index_arrow(self, store: str, index: str, values: pa.Array, **read: Unpack[IndexReadAt]) -> pa.Table:
         """The rows of many distinct indexed values: a table ``value: string, key: binary, row: binary``.

@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
 from clients.client import StatestoreClient
+from clients.history import HistoryReads, key_time_pairs
 from clients.natural_keys import PENDING_KEY_FORMATS, stored_key_array
 from clients.options import ClientOptions
 from clients.store_files import COLUMNS, StoreFile, file_name, share_dir
@@ -169,6 +170,7 @@ class Lookup:
         self._file = self._store_file() if self._may_scan else None
         if self._file is not None:  # read whole by a worker before: files are only ever renamed into place
             self._loaded(self._file.load(spec.output_type))
+        self.history = HistoryReads(spec)  # reads as of a time, of the history read whole
 
     @property
     def key_format(self) -> str:
@@ -300,11 +302,21 @@ class Lookup:
     def lookup_at(self, keys: pa.Array, times: pa.Array) -> LookupResult:
         """Values for a key column, each row's as of its time (epoch ms, ``int64``), row for row.
 
-        Each distinct ``(key, time)`` of the batch is asked once; no cache across batches (a key's
-        value depends on the time asked). Rows with a null key or time find nothing.
+        Answered from the store's history read whole when the lookup needs most of its keys
+        (``clients.history``); else each distinct ``(key, time)`` of the batch is asked once, no
+        cache across batches (a key's value depends on the time asked). Rows with a null key or
+        time find nothing.
         """
         spec = self.spec
-        unique_keys, unique_times, rows = _pairs(key_bytes_array(keys), times.cast(pa.int64()))
+        keys, times = key_bytes_array(keys), times.cast(pa.int64())
+        history = self.history.known_for(keys, times, self.client, self._decoded, self._pool)
+        if history is not None:
+            chosen = history.rows_at(keys, times)
+            rows = pa.array(chosen, pa.int64(), mask=chosen < 0)
+            values, found, misfit = (part.take(rows) for part in history.decoded)
+            found, misfit = pc.fill_null(found, False), pc.fill_null(misfit, False)
+            return LookupResult(values, found, pc.sum(misfit).as_py() or 0, misfit)
+        unique_keys, unique_times, rows = key_time_pairs(keys, times)
         stored = self.client.get_arrow(
             spec.store, unique_keys, unique_times, min_position=spec.min_position, as_of=spec.as_of
         )
@@ -334,20 +346,6 @@ class Lookup:
         found = pc.fill_null(self.known.found.take(rows), False)
         misfit = pc.fill_null(self.known.misfit.take(rows), False)
         return LookupResult(values, found, pc.sum(misfit).as_py() or 0, misfit)
-
-
-def _pairs(keys: pa.Array, times: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array]:
-    """The distinct ``(key, time)`` pairs of rows with both (keys, times, in first-seen order), and
-    each row's pair index (null for a row without key or time), all in Arrow: no row in Python."""
-    # One bytes value a pair: the time's decimal digits, a NUL, the key. Digits hold no NUL, so the
-    # first NUL ends the time and distinct pairs stay distinct; a null key or time gives null.
-    joined = pc.binary_join_element_wise(
-        pc.cast(times, pa.string()).cast(pa.binary()), keys.cast(pa.binary()), pa.scalar(b"\x00", pa.binary())
-    )
-    encoded = pc.dictionary_encode(joined)
-    # A pair's first row (index_in answers the first of equal values): its key and time.
-    first = pc.index_in(encoded.dictionary, value_set=joined)
-    return keys.take(first), times.take(first), encoded.indices
 
 
 def decode(

@@ -58,7 +58,9 @@ def deployment_document(document: dict[str, Any], settings: Settings) -> dict[st
             paths[path] = copy.deepcopy(operations)
             continue
         for store in settings.stores:
-            if "{index}" in path and not store.indexes:
+            if ("{index}" in path and not store.indexes) or (
+                path.endswith("/history") and store.history is None
+            ):
                 continue
             paths[path.replace("{store}", store.name)] = {
                 method: _for_store(operation, store, settings) for method, operation in operations.items()
@@ -77,6 +79,7 @@ def _for_store(operation: dict[str, Any], store: StoreSettings, settings: Settin
     written["tags"] = [store.name]
     parameters = []
     query: dict[str, Any] = {}
+    required: list[str] = []
     for parameter in written.get("parameters", []):
         name = parameter["name"]
         if name == "store" or (name in _HISTORY_PARAMS and store.history is None):
@@ -90,10 +93,12 @@ def _for_store(operation: dict[str, Any], store: StoreSettings, settings: Settin
             schema["maximum"] = settings.limits.max_scan_limit
         if parameter["in"] == "query":
             query[name] = {**schema, "description": parameter["description"]}
+            if parameter.get("required"):
+                required.append(name)
         else:
             parameters.append(parameter)
     if query:
-        parameters.append(_options(query))
+        parameters.append(_options(query, required))
     written["parameters"] = parameters
     body = written.get("requestBody", {}).get("content", {}).get("application/json", {}).get("schema")
     if body is not None:
@@ -114,7 +119,7 @@ def _max_length(operation: dict[str, Any], settings: Settings) -> int:
     )
 
 
-def _options(query: dict[str, Any]) -> dict[str, Any]:
+def _options(query: dict[str, Any], required: list[str]) -> dict[str, Any]:
     """The query parameters as one form-exploded object (on the wire: ``?limit=10&as_of=0:5``)
     whose schema says which exclude each other and how ``key_encoding`` shapes the keys."""
     rules: list[dict[str, Any]] = []
@@ -134,13 +139,15 @@ def _options(query: dict[str, Any]) -> dict[str, Any]:
     # Other query parameters are ignored, but each parameter may be given once (a repeated one,
     # known or not, gets 422 invalid-parameter): the document lists only those the route reads.
     schema: dict[str, Any] = {"type": "object", "properties": query, "additionalProperties": False}
+    if required:
+        schema["required"] = required
     if rules:
         schema["allOf"] = rules
     names = ", ".join(query)
     return {
         "name": OPTIONS,
         "in": "query",
-        "required": False,
+        "required": bool(required),
         "style": "form",
         "explode": True,
         "schema": schema,

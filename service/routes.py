@@ -18,6 +18,7 @@ from service.arrow_arrays import binary_array, value_array
 from service.auth import Auth
 from service.bodies import JSON
 from service.codec import KeyEncoding, encode_key
+from service.history_routes import add_history_routes
 from service.index_routes import add_index_routes
 from service.key_path import KeyReader
 from service.read_requests import ReadRequests
@@ -248,4 +249,5 @@ def add_store_routes(
         return Response(answer.document(document), media_type=JSON, headers={POSITION: str(position)})
 
     add_index_routes(app, requests, reader, bad_values)
+    add_history_routes(app, requests, reader)
     return keys

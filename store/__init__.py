@@ -46,8 +46,10 @@ from store.exceptions import (
     UnknownIndexError,
 )
 from store.protocol import (
+    EVERY_TIME,
     MAX_SCAN_LIMIT,
     CorruptionReport,
+    HistoryRows,
     IndexStatus,
     MemoryUsage,
     ReadOnlyKeyValueStore,
@@ -101,11 +103,13 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "EVERY_TIME",
     "MAX_SCAN_LIMIT",
     "ConsumerTuning",
     "CorruptionReport",
     "HistoryExpiredError",
     "HistoryNotKeptError",
+    "HistoryRows",
     "HistorySpec",
     "InMemoryStore",
     "IndexNotReadyError",

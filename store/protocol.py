@@ -11,6 +11,9 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Literal, Protocol, runtime_checkable
 
+import numpy as np
+import numpy.typing as npt
+
 from store.freshness import FreshnessSnapshot
 from store.state import RestoreMode, StoreState
 from wire.position import Position
@@ -88,6 +91,38 @@ class TimedKeyValueStore(ReadOnlyKeyValueStore, Protocol):
         Raises ``TimeExpiredError`` for a time below the store's time floor.
         """
         ...
+
+    def history_page(self, after: bytes | None, limit: int, max_bytes: int) -> HistoryRows | None:
+        """The rows of the keys after ``after`` that answer each of them as of any time at or above
+        the time floor (``store.table.history_scan``), about ``limit`` of them, whole keys only;
+        ``None`` once their values pass ``max_bytes``."""
+        ...
+
+
+EVERY_TIME = -(2**63)
+"""The time of a history row that counts for every time (``HistoryRows``)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class HistoryRows:
+    """One page of a store's history, read to answer its keys as of any time (a point-in-time join
+    reading the store whole).
+
+    ``keys`` in byte order; ``counts`` how many rows each has; then one entry a row, each key's rows
+    together, newest first: ``times`` (epoch ms, ``EVERY_TIME``: every time),
+    ``values`` (``None``: absent) and ``unsettled``. As of time ``T`` a key's answer is its first row
+    whose time is at or below ``T`` (none: absent); an unsettled one is refused (``TimeExpiredError``).
+    ``next_after``: the cursor of the next page (``None``: the last page). ``time_floor``: the
+    oldest time the rows answer (``None``: none).
+    """
+
+    keys: list[bytes]
+    counts: npt.NDArray[np.int64]
+    times: npt.NDArray[np.int64]
+    values: list[bytes | None]
+    unsettled: npt.NDArray[np.bool_]
+    next_after: bytes | None
+    time_floor: int | None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

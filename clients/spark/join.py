@@ -176,6 +176,7 @@ def lookup_join(
         min_position=min_position, consistent=consistent, as_of=as_of, index=index,
         batch_size=batch_size, timeout=timeout, deadline=deadline,
         planning_deadline=planning_deadline, cache_bytes=cache_bytes, scan_bytes=scan_bytes,
+        at_times=as_of_time is not None,
     )  # fmt: skip
     plan = plan_lookup(
         options,

@@ -27,8 +27,9 @@ class LookupOptions:
     ``consistent`` (or an explicit ``as_of``) makes every read exactly as of the pinned position;
     otherwise reads demand at least it (and ``min_position``, when given). ``index`` makes the
     lookup one-to-many through that index. ``cache_bytes`` bounds the decoded values a task keeps;
-    ``scan_bytes`` the stored keys and values a task reads a whole store into when it needs most of
-    its keys (``clients.whole_store``; 0: keys are always fetched by batch gets).
+    ``scan_bytes`` the stored keys and values a task reads a whole store (or, with ``at_times``, its
+    history) into when it needs most of its keys (``clients.whole_store``, ``clients.history``; 0:
+    keys are always fetched by batch gets). ``at_times``: each row is read as of its own time.
     """
 
     store: str
@@ -47,6 +48,7 @@ class LookupOptions:
     planning_deadline: float = 10.0
     cache_bytes: int = DEFAULT_CACHE_BYTES
     scan_bytes: int = DEFAULT_SCAN_BYTES
+    at_times: bool = False
 
     def __post_init__(self) -> None:
         if self.as_of is not None and self.min_position is not None:

@@ -280,7 +280,9 @@ def plan_lookup(
             exact,
             index,
             key_format=info.key_format,
-            fields=_needed_fields(schema, index),
+            # Reads as of a time answer whole values (their tasks decode them); so does a history
+            # read whole, which is what the task may read instead.
+            fields=None if options.at_times else _needed_fields(schema, index),
         )
         _check_reads(client, spec)
         if schema is not None:
@@ -308,9 +310,10 @@ def plan_lookup(
 
 
 def whole_store_keys(info: StoreInfo, spec: LookupSpec) -> int | None:
-    """The store's approximate key count, when its tasks may read it whole (``clients.whole_store``):
-    key lookups on one service, of whole values as stored (no ``fields=``, not typed by the service);
-    ``None``: keys always go by batch gets. (Reads by time, ``as_of_time``, never read a store whole.)"""
+    """The store's approximate key count, when its tasks may read it whole (``clients.whole_store``;
+    a lookup by time reads its history whole, ``clients.history``): key lookups on one service, of
+    whole values as stored (no ``fields=``, not typed by the service); ``None``: keys always go by
+    batch gets (for a sharded store, each row's key and time by batch gets)."""
     keys = info.raw.get("approximate_num_keys")
     if (
         spec.index is not None

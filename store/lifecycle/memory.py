@@ -10,6 +10,8 @@ import bisect
 import contextlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
+import numpy as np
+
 from store.exceptions import (
     HistoryExpiredError,
     HistoryNotKeptError,
@@ -24,6 +26,7 @@ from store.lifecycle.listeners import ListenedCondition
 from store.protocol import (
     MAX_SCAN_LIMIT,
     CorruptionReport,
+    HistoryRows,
     IndexStatus,
     ReadOnlyKeyValueStore,
     ScanPage,
@@ -113,11 +116,13 @@ class _TimedView(_FrozenView):
         indexes: Mapping[str, IndexSpec],
         at: int,
         check_time: Callable[[int], None],
+        time_floor: int | None = None,
     ) -> None:
         super().__init__(_values_at(versions, at), position, indexes)
         self._versions = versions
         self._check_time = check_time
         self._at = at
+        self._time_floor = time_floor
 
     def get_many_at(self, keys: Sequence[bytes], times: Sequence[int]) -> list[bytes | None]:
         tables = {self._at: self._data}
@@ -125,6 +130,42 @@ class _TimedView(_FrozenView):
             self._check_time(at)
             tables[at] = _values_at(self._versions, at)
         return [tables[at].get(key) for key, at in zip(keys, times, strict=True)]
+
+    def history_page(self, after: bytes | None, limit: int, max_bytes: int) -> HistoryRows | None:
+        """Every key's versions, newest first, whole keys of about ``limit`` rows a page (this
+        store keeps every record since offset 0: no base versions, nothing unsettled)."""
+        by_key: dict[bytes, list[_Version]] = {}
+        for version in self._versions:
+            by_key.setdefault(version[2], []).append(version)
+        keys, rows = _whole_keys(by_key, after, limit)
+        values = [value for _p, _o, _k, value, _t in rows]
+        if sum(len(value) for value in values if value is not None) > max_bytes:
+            return None
+        more = any(k > keys[-1] for k in by_key) if keys else False
+        return HistoryRows(
+            keys,
+            np.asarray([len(by_key[key]) for key in keys], np.int64),
+            np.asarray([timestamp for *_, timestamp in rows], np.int64),
+            values,
+            np.zeros(len(rows), np.bool_),
+            keys[-1] if more else None,
+            self._time_floor,
+        )
+
+
+def _whole_keys(
+    by_key: dict[bytes, list[_Version]], after: bytes | None, limit: int
+) -> tuple[list[bytes], list[_Version]]:
+    """The keys after ``after`` whose versions make about ``limit`` rows, and those rows, each
+    key's newest first (ties: newest offset, then lowest partition)."""
+    keys: list[bytes] = []
+    rows: list[_Version] = []
+    for key in sorted(k for k in by_key if after is None or k > after):
+        if keys and len(rows) + len(by_key[key]) > limit:
+            break
+        keys.append(key)
+        rows += sorted(by_key[key], key=lambda v: (-v[4], -v[1], v[0]))
+    return keys, rows
 
 
 class InMemoryStore:
@@ -270,7 +311,7 @@ class InMemoryStore:
             for (partition, offset, key, value), timestamp in zip(self._log, self._times, strict=True)
             if offset < position.get(partition, 0) and timestamp is not None
         ]
-        return _TimedView(versions, position, self._indexes, at, check_time)
+        return _TimedView(versions, position, self._indexes, at, check_time, floor)
 
     def _time_floor(self) -> int | None:
         """The oldest time answered exactly; ``None`` when a record came without its timestamp."""

@@ -7,10 +7,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from store.exceptions import TimeExpiredError
+from store.protocol import HistoryRows
 from store.table import timed
 from store.table.asof import AsOfReader, ViewParts, historic_keys
 from store.table.corruption import check_status
 from store.table.history import PUT, escape, time_seek_keys
+from store.table.history_scan import history_page
 from store.table.hot_keys import MISS
 from store.table.indexes import IndexSpec
 from store.table.timelines import Timelines, answer, read_timeline
@@ -94,6 +96,13 @@ class TimedReader(AsOfReader):
                     values[rest[j]] = stored[9:] if stored[:1] == PUT else None
                     continue
             unsettled.append(rest[j])
+
+    def history_page(self, after: bytes | None, limit: int, max_bytes: int) -> HistoryRows | None:
+        """Rows answering the keys after ``after`` as of any time (``TimedKeyValueStore``)."""
+        as_of = None if self._as_of == self._latest.position() else dict(self._as_of)
+        return history_page(
+            self._history_scan, self._latest.iterator, as_of, self._bounds, after, limit, max_bytes
+        )
 
     def _from_timelines(
         self,

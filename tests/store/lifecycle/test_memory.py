@@ -70,3 +70,22 @@ def test_records_without_timestamps_or_history_answer_no_time() -> None:
     assert refused.value.floor is None
     with pytest.raises(HistoryNotKeptError), InMemoryStore("s").view(at_time=100):
         pass
+
+
+def test_its_history_read_whole_holds_each_key_newest_first_by_whole_keys() -> None:
+    with timed_store().view(at_time=0) as view:
+        assert isinstance(view, TimedKeyValueStore)
+        first = view.history_page(None, 3, 10_000)
+        assert first is not None
+        # p1's three versions fill the page; p2 comes next.
+        assert (first.keys, first.counts.tolist(), first.next_after) == ([b"p1"], [3], b"p1")
+        assert first.times.tolist() == [30, 20, 10]
+        assert first.values == [b'{"t":"c"}', b'{"t":"d"}', b'{"t":"a"}']
+        assert first.time_floor == -(2**63)
+        last = view.history_page(b"p1", 3, 10_000)
+        assert last is not None
+        assert (last.keys, last.times.tolist(), last.values, last.next_after) == (
+            [b"p2"], [25, 15], [None, b'{"t":"b"}'], None,
+        )  # fmt: skip
+        assert not last.unsettled.any()
+        assert view.history_page(None, 10, 10) is None  # past max_bytes
