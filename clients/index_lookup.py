@@ -14,7 +14,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from clients.client import StatestoreClient
-from clients.lookup import LookupSpec, decode
+from clients.lookup import LookupSpec
+from clients.value_decoding import decode
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from clients.lookup import decode_json
+from clients.value_decoding import decode_json
 from service.projection import Projection
 from service.registry import ServedStore
 from store.formats import undecodable_reason

@@ -27,10 +27,11 @@ from clients.exceptions import (
     UnauthorizedError,
     UnsupportedSparkError,
 )
-from clients.lookup import LookupSpec, decode_json
+from clients.lookup import LookupSpec
 from clients.options import Cert, Verify
 from clients.spark.compat import Counter, conf_value, is_connect, new_counter, parse_struct
 from clients.spark.options import LookupOptions, client_options
+from clients.value_decoding import decode_json
 from clients.wire import StoreInfo
 from wire.position import Position, PositionLike
 

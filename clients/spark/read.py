@@ -27,12 +27,12 @@ from clients import wire
 from clients.base import ReadAt, Row
 from clients.client import StatestoreClient
 from clients.exceptions import SchemaMismatchError, StatestoreClientError, ValueDecodeError
-from clients.lookup import decode
 from clients.natural_keys import natural_key_texts
 from clients.options import ClientOptions
 from clients.spark.compat import parse_struct
 from clients.spark.options import client_options
 from clients.spark.plan import client_tls, connection
+from clients.value_decoding import decode
 from clients.wire import ValueFormat
 from wire.position import Position, PositionLike
 

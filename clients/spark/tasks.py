@@ -17,9 +17,10 @@ import pyarrow.compute as pc
 
 from clients.client import StatestoreClient
 from clients.index_lookup import IndexLookup
-from clients.lookup import Lookup, LookupSpec, decode
+from clients.lookup import Lookup, LookupSpec
 from clients.natural_keys import stored_key_array
 from clients.options import ClientOptions
+from clients.value_decoding import decode
 
 log = logging.getLogger("clients.spark")
 

@@ -8,8 +8,9 @@ import httpx
 import pyarrow as pa
 
 from clients import StatestoreClient
-from clients.lookup import KnownValues, Lookup, LookupSpec, decode, decode_json, key_bytes_array
+from clients.lookup import KnownValues, Lookup, LookupSpec, key_bytes_array
 from clients.options import ClientOptions
+from clients.value_decoding import decode, decode_json
 from store import InMemoryStore
 from tests.clients.conftest import ServeStores
 
