@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pyarrow as pa
 import pytest
+from confluent_kafka import Producer
 
 from service.app import create_app
 from service.local.broker import LocalBroker
@@ -68,6 +69,18 @@ def records(rng: random.Random, n: int, low: int, high: int) -> list[tuple[bytes
     return out
 
 
+def produce_after_ready(
+    producer: Producer, topic: str, rng: random.Random, before: list[Stamped]
+) -> tuple[list[Stamped], str]:
+    """Three more rounds of records, out of order across rounds (some stamped below the last ones):
+    the topic's log as a compacted store keeps it from ``before`` on, and the position past it."""
+    log: list[Stamped] = compacted(before)
+    for low in (4_000, 2_500, 6_000):
+        log += produce_stamped(producer, topic, records(rng, 20, low, low + 2_500))
+    end = ",".join(f"{p}:{max(r.offset for r in log if r.partition == p) + 1}" for p in range(PARTITIONS))
+    return log, end
+
+
 def rfc3339(ms: int) -> str:
     moment = datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
@@ -100,10 +113,7 @@ def test_every_read_as_of_a_time_equals_the_model(
         tmp_path / "state",
     )
     wait_ready(client)
-    log: list[Stamped] = compacted(before)
-    for low in (4_000, 2_500, 6_000):
-        log += produce_stamped(producer, topic, records(rng, 20, low, low + 2_500))
-    end = ",".join(f"{p}:{max(r.offset for r in log if r.partition == p) + 1}" for p in range(PARTITIONS))
+    log, end = produce_after_ready(producer, topic, rng, before)
     times = sorted({floor, *(r.timestamp for r in log if r.timestamp >= floor), 10_000})
     wait = {"min_position": end, "timeout_ms": 20_000}
 

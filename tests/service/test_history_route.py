@@ -15,10 +15,10 @@ import pyarrow as pa
 from service.local.broker import LocalBroker
 from store import EVERY_TIME
 from tests.service.conftest import assert_problem
-from tests.service.test_as_of_time import KEYS, PARTITIONS, records, serve  # noqa: F401  (fixture)
+from tests.service.test_as_of_time import KEYS, PARTITIONS, produce_after_ready, records, serve  # noqa: F401  (fixture)
 from tests.service.test_integration import wait_ready
 from tests.support.kafka import make_producer
-from tests.support.timed import Stamped, compacted, produce_stamped, value_at
+from tests.support.timed import produce_stamped, value_at
 
 ARROW = "application/vnd.apache.arrow.stream"
 Rows = dict[bytes, list[tuple[int, bytes | None, bool]]]
@@ -83,10 +83,7 @@ def test_the_history_pages_answer_every_key_as_of_every_time(
         tmp_path / "state",
     )
     wait_ready(client)
-    log: list[Stamped] = compacted(before)
-    for low in (4_000, 2_500, 6_000):
-        log += produce_stamped(producer, topic, records(rng, 20, low, low + 2_500))
-    end = ",".join(f"{p}:{max(r.offset for r in log if r.partition == p) + 1}" for p in range(PARTITIONS))
+    log, end = produce_after_ready(producer, topic, rng, before)
     wait = {"min_position": end, "timeout_ms": "20000"}
     client.get("/v1/stores/prices", params=wait)
     rows, metadata, pages = read_pages(client, {**wait, "as_of_time": str(floor)}, limit=3)
