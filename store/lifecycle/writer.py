@@ -115,6 +115,10 @@ class TableWriter(Protocol):
         """Move the history floor as retention passes and drop versions below it."""
         ...
 
+    def maintain_winners(self) -> int:
+        """Drop the entries of natural keys deleted under every key schema id long enough ago."""
+        ...
+
 
 class StoreCopies(Protocol):
     """The store's side of materializing: its state, and the copy the materializer writes."""

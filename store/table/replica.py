@@ -24,7 +24,7 @@ from store.exceptions import (
     StoreWriteError,
 )
 from store.protocol import MAX_SCAN_LIMIT, CorruptionReport, MemoryUsage, ScanPage
-from store.table import families, history, history_layout, timed
+from store.table import families, history, history_layout, timed, winners
 from store.table.asof import AsOfReader, ViewParts
 from store.table.corruption import drop_engine_references
 from store.table.engine import Engine
@@ -83,6 +83,7 @@ class Replica:
         self.history_floor: Position | None = None
         self.time_bounds = TimeBounds({})
         self._load_history_state()
+        self._winners_cursor: bytes | None = None  # where pruning natural keys' entries goes on
 
     @property
     def name(self) -> str:
@@ -537,6 +538,25 @@ class Replica:
             self.history_floor = floor if self.history_floor is None else self.history_floor.merged(floor)
         while self.history.prune(self.engine, floor, time_floor=self._raise_time_floor) >= 10_000:
             pass
+
+    def maintain_winners(self, budget: int = 10_000) -> int:
+        """Drop the entries of natural keys deleted long enough ago (``store.table.winners``), at most
+        ``budget`` natural keys looked at a call, going on where the last call stopped; how many."""
+        if self.engine.natural_keys() is None:
+            return 0
+        engine = self.engine
+        batch = engine.new_batch()
+        dropped, self._winners_cursor = winners.prune(
+            engine.family(families.META),
+            engine.handle(families.META),
+            batch,
+            start=self._winners_cursor or b"",
+            budget=budget,
+            grace_ms=self.config.tuning.maintenance.natural_tombstone_grace_ms,
+        )
+        if dropped:
+            engine.write(batch)  # no reader reads the entries: no lock needed
+        return dropped
 
     def _raise_time_floor(self, timestamp: int) -> None:
         # Readers check against the new time floor before any version below it is dropped.

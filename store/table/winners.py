@@ -21,6 +21,19 @@ when the winner is replaced by an older record or a tombstone of its own schema 
 
 The rows, their indexes and their history see only the changes of the winner: a record that does
 not change the answer (an older write under another schema id) is not applied to them.
+
+**Pruning.** A natural key deleted under every schema id (all its entries tombstones) is absent, but
+its entries still decide a later record of another schema id stamped before them (it loses to
+them). They are dropped (:func:`prune`) once that can no longer happen short of a record more than
+a grace (``MaintenanceTuning.natural_tombstone_grace_ms``, Kafka's ``delete.retention.ms`` default)
+out of time order on its own partition: when their newest time is older than the grace behind the
+*low watermark*, the least over the partitions of the newest record time applied on each (kept in
+``meta`` under ``natural_time/``, raised in each write batch; a partition without a record yet does
+not count). Pruning runs once the store is READY, every partition read to its end as of the start,
+and a partition whose records are older holds it back: the watermark at a position is the same
+whatever order the partitions were read in. Such a late record (stamped more than the grace
+before the tombstones, read after them) answers as it would in a copy restored once Kafka's cleaner
+has removed the tombstones from the topic.
 """
 
 from __future__ import annotations
@@ -30,10 +43,16 @@ import struct
 from collections.abc import Sequence
 from typing import Any
 
+from store.table import corruption
 from store.table.corruption import family_get
+from store.table.timed import newest_per_partition
 
 PREFIX = b"natural/"
 """The prefix of the entries' keys in the ``meta`` column family."""
+_PREFIX_END = b"natural0"  # the first key past every entry ("/" + 1)
+_TIME_PREFIX = b"natural_time/"  # in meta: partition -> the newest record time applied on it
+_PARTITION = struct.Struct(">i")
+_TIME = struct.Struct(">q")
 
 _ENTRY = struct.Struct(">iqiqB")  # schema id, timestamp, partition, offset, kind
 _LENGTH = struct.Struct(">I")
@@ -145,9 +164,18 @@ class Winners:
                 out_keys.append(key)
                 out_values.append(change[0])
                 out_metas.append(meta)
-        for key, entries in state.items():
-            batch.put(PREFIX + key, encode(entries), self._handle)
+        for key, kept in state.items():
+            batch.put(PREFIX + key, encode(kept), self._handle)
+        self._raise_times(batch, metas)
         return out_keys, out_values, out_metas
+
+    def _raise_times(self, batch: Any, metas: Sequence[Meta]) -> None:
+        """Add to ``batch``: each partition's newest record time, where this batch raises it."""
+        newest = newest_per_partition(metas)
+        keys = [_TIME_PREFIX + _PARTITION.pack(partition) for partition in newest]
+        for key, timestamp, stored in zip(keys, newest.values(), family_get(self._family, keys), strict=True):
+            if stored is None or _TIME.unpack(stored)[0] < timestamp:
+                batch.put(key, _TIME.pack(timestamp), self._handle)
 
     def _one(
         self,
@@ -177,3 +205,35 @@ class Winners:
         assert after is not None
         promoted, after.value = after.value, None
         return (promoted if after.live else None,)
+
+
+def applied_times(meta_family: Any) -> dict[int, int]:
+    """The newest record time applied on each partition (of records under natural keys' stores)."""
+    upper = _TIME_PREFIX[:-1] + b"0"
+    return {
+        _PARTITION.unpack(key[len(_TIME_PREFIX) :])[0]: _TIME.unpack(value)[0]
+        for key, value in corruption.entries(meta_family.iter(), _TIME_PREFIX, upper)
+    }
+
+
+def prune(
+    meta_family: Any, meta_handle: Any, batch: Any, *, start: bytes, budget: int, grace_ms: int
+) -> tuple[int, bytes | None]:
+    """Add to ``batch``: drop the entries of natural keys deleted under every schema id whose newest
+    tombstone is older than ``grace_ms`` behind the low watermark (module doc), looking at most at
+    ``budget`` natural keys from ``start`` (a ``meta`` key; ``b""``: the first). Returns how many
+    were dropped and where the next pass goes on (``None``: it reached the last)."""
+    times = applied_times(meta_family)
+    if not times:
+        return 0, None
+    horizon = min(times.values()) - grace_ms
+    dropped = 0
+    found = corruption.entries(meta_family.iter(), max(start, PREFIX), _PREFIX_END)
+    for looked, (key, stored) in enumerate(found):
+        if looked == budget:
+            return dropped, key
+        kept = decode(stored).values()
+        if not any(entry.live for entry in kept) and max(entry.timestamp for entry in kept) < horizon:
+            batch.delete(key, meta_handle)
+            dropped += 1
+    return dropped, None
