@@ -84,6 +84,11 @@ def winner(entries: dict[int, Entry]) -> Entry | None:
 
 def encode(entries: dict[int, Entry]) -> bytes:
     """The stored form of a natural key's entries."""
+    if len(entries) == 1:
+        (entry,) = entries.values()
+        if entry.value is None:  # the usual case, packed at once
+            kind = _LIVE if entry.live else _TOMBSTONE
+            return _ENTRY.pack(entry.schema_id, entry.timestamp, entry.partition, entry.offset, kind)
     parts = []
     for entry in entries.values():
         kind = _KEPT if entry.value is not None else (_LIVE if entry.live else _TOMBSTONE)
@@ -97,6 +102,10 @@ def encode(entries: dict[int, Entry]) -> bytes:
 def decode(stored: bytes | None) -> dict[int, Entry]:
     """A natural key's entries from their stored form (``None``: none yet)."""
     entries: dict[int, Entry] = {}
+    if stored is not None and len(stored) == _ENTRY.size:  # the usual case: one entry, no value
+        schema_id, timestamp, partition, offset, kind = _ENTRY.unpack(stored)
+        entries[schema_id] = Entry(schema_id, timestamp, partition, offset, kind != _TOMBSTONE)
+        return entries
     at = 0
     while stored is not None and at < len(stored):
         schema_id, timestamp, partition, offset, kind = _ENTRY.unpack_from(stored, at)
@@ -188,8 +197,12 @@ class Winners:
     ) -> tuple[bytes | None] | None:
         """The row's new value (a 1-tuple: ``(None,)`` deletes it), or ``None`` when it stays."""
         partition, offset, timestamp = meta
-        before = winner(entries)
         new = Entry(schema_id, timestamp, partition, offset, value is not None)
+        if not entries or (len(entries) == 1 and schema_id in entries):
+            # One schema id (the usual topic): its latest record answers, none to weigh.
+            entries[schema_id] = new
+            return (value,)
+        before = winner(entries)
         entries[schema_id] = new
         after = winner(entries)
         if after is new:
