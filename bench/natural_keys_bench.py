@@ -15,8 +15,9 @@ record (the bulk path off: a natural-key store never takes it):
 - ``string``: the plain-key topic, ``key_format: string``.
 
 Each child reports the CPU of its bootstrap (its own from the store's start to READY, and its
-children's, the consumer process, reaped at stop), and the CPU its apply thread spent resolving
-winners (``Winners.resolve``). Needs a quiet machine for figures to quote.
+children's, the consumer process, reaped at stop), and the CPU its apply thread spent decoding keys
+(and values: none here, ``bytes``), applying batches, and within that resolving winners
+(``Winners.resolve``). Needs a quiet machine for figures to quote.
 """
 
 from __future__ import annotations
@@ -74,19 +75,17 @@ def _child(spec: dict[str, Any]) -> dict[str, float]:
     """One bootstrap from nothing; its CPU and the apply thread's CPU in ``Winners.resolve``."""
     from service.settings import Settings, store_configs  # noqa: PLC0415  # the child's own imports
     from store import Store  # noqa: PLC0415
+    from store.lifecycle.apply_loop import ApplyLoop  # noqa: PLC0415
     from store.table import winners  # noqa: PLC0415
+    from store.table.replica import Replica  # noqa: PLC0415
 
-    spent = [0.0]
-    resolve = winners.Winners.resolve
-
-    def timed(self: winners.Winners, *args: Any) -> winners.Changed:
-        start = time.thread_time()
-        try:
-            return resolve(self, *args)
-        finally:
-            spent[0] += time.thread_time() - start
-
-    winners.Winners.resolve = timed  # type: ignore[method-assign]
+    spent = {"resolve": 0.0, "decode": 0.0, "apply": 0.0}
+    for owner, method, name in (
+        (winners.Winners, "resolve", "resolve"),
+        (ApplyLoop, "_values_as_stored", "decode"),
+        (Replica, "apply", "apply"),
+    ):
+        setattr(owner, method, _timed(getattr(owner, method), spent, name))
     topic, key_format = CONTENDERS[spec["contender"]]
     settings = Settings(
         kafka={"bootstrap_servers": spec["bootstrap"]},
@@ -109,7 +108,20 @@ def _child(spec: dict[str, Any]) -> dict[str, float]:
         store.stop()
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     own = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
-    return {"seconds": seconds, "cpu": own + children.ru_utime + children.ru_stime, "resolve": spent[0]}
+    return {"seconds": seconds, "cpu": own + children.ru_utime + children.ru_stime, **spent}
+
+
+def _timed(method: Any, spent: dict[str, float], name: str) -> Any:
+    """``method`` adding the CPU time of its thread in it to ``spent[name]``."""
+
+    def timed(*args: Any) -> Any:
+        start = time.thread_time()
+        try:
+            return method(*args)
+        finally:
+            spent[name] += time.thread_time() - start
+
+    return timed
 
 
 def _run_child(spec: dict[str, Any]) -> dict[str, float]:
@@ -151,18 +163,23 @@ def main(argv: list[str] | None = None) -> int:
                 }
                 result = _run_child(spec)
                 results[name].append(result)
+                per = {k: v / args.records * 1e6 for k, v in result.items() if k != "seconds"}
                 print(
-                    f"round {round_number} {name}: {result['seconds']:.2f} s,"
-                    f" {result['cpu'] / args.records * 1e6:.1f} us CPU a record,"
-                    f" resolve {result['resolve'] / args.records * 1e6:.2f} us a record"
+                    f"round {round_number} {name}: {result['seconds']:.2f} s, us CPU a record:"
+                    f" {per['cpu']:.1f} in all, decoding keys {per['decode']:.2f}, applying"
+                    f" {per['apply']:.2f} (resolving {per['resolve']:.2f})"
                     f" (load average {os.getloadavg()[0]:.1f})",
                     flush=True,
                 )
     for name, runs in results.items():
-        cpu = statistics.median(r["cpu"] for r in runs) / args.records * 1e6
-        resolve = statistics.median(r["resolve"] for r in runs) / args.records * 1e6
+        per = {
+            k: statistics.median(r[k] for r in runs) / args.records * 1e6 for k in runs[0] if k != "seconds"
+        }
         rate = args.records / statistics.median(r["seconds"] for r in runs)
-        print(f"{name}: {rate:,.0f} records/s, {cpu:.1f} us CPU a record (resolve {resolve:.2f} us)")
+        print(
+            f"{name}: {rate:,.0f} records/s; medians, us CPU a record: {per['cpu']:.1f} in all, decoding"
+            f" keys {per['decode']:.2f}, applying {per['apply']:.2f} (resolving {per['resolve']:.2f})"
+        )
     return 0
 
 

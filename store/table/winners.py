@@ -22,6 +22,21 @@ when the winner is replaced by an older record or a tombstone of its own schema 
 The rows, their indexes and their history see only the changes of the winner: a record that does
 not change the answer (an older write under another schema id) is not applied to them.
 
+**Reads of the past.** History holds the winner's changes in the order the copy applied them, each
+stamped with the time, partition and offset of the record that made it. That is every record of a
+natural key, with its own value, when its records are applied in the order of their times (the
+usual case: each write of a key is newer than the one before, and the copy applies it when it
+comes): then a read as of a time answers the rule of a plain key over all the natural key's records
+(the greatest ``(timestamp, offset)`` at or below the time, KIP-889), and a read as of a position the
+winner rule over the records below it. A record applied after a newer one of the same natural key
+under another schema id (a *late* record) breaks both: it is no version unless it changes the
+answer, so reads as of a time between the two do not see it; when it is the winner's own schema id
+going back in time, the version made holds the next best entry's value stamped with the late
+record's time and partition; and a read as of a position weighs the versions by partition, newest
+time first, which after such a change can answer another value than the table (even at the copy's
+own position). Exact reads of the past then need every record kept as a version with its key
+schema id, and reads as of a position weighing them by schema id, as the entries do; not done.
+
 **Pruning.** A natural key deleted under every schema id (all its entries tombstones) is absent, but
 its entries still decide a later record of another schema id stamped before them (it loses to
 them). They are dropped (:func:`prune`) once that can no longer happen short of a record more than
