@@ -257,6 +257,10 @@ def scan_versions(iterator: Any, key: bytes) -> list[tuple[bytes, bytes]]:
     return list(prefixed(iterator, escape(key)))
 
 
+Earlier = tuple[int, int, int, bytes | None]
+"""A record from before history began kept as a version: partition, offset, timestamp, value."""
+
+
 class HistoryRecorder:
     """Adds versions and change entries to a store's write batches, and prunes below the floor."""
 
@@ -270,8 +274,14 @@ class HistoryRecorder:
         keys: Sequence[bytes],
         values: Sequence[bytes | None],
         metas: Sequence[tuple[int, int, int]],
+        earlier: Callable[[list[bytes]], list[list[Earlier] | None]] | None = None,
     ) -> None:
-        """Versions for ``(key, value)`` records with their ``(partition, offset, timestamp)``."""
+        """Versions for ``(key, value)`` records with their ``(partition, offset, timestamp)``.
+
+        ``earlier``: for keys first written since history began, the records from before it that
+        decide them, to keep as versions of their own instead of a base version (``None`` for a
+        key: a base version); ``store.table.winners``.
+        """
         live = engine.family(families.HISTORY)
         history, changes, meta = (
             engine.handle(name) for name in (families.HISTORY, families.CHANGES, families.META)
@@ -285,6 +295,16 @@ class HistoryRecorder:
                 check_status(iterator)  # a failed read is no evidence the key has no history
             has_history[key] = iterator.valid() and iterator.key().startswith(escaped)
         needing_base = [key for key, has in has_history.items() if not has]
+        if earlier is not None and needing_base:
+            decided = earlier(needing_base)
+            for key, records in zip(needing_base, decided, strict=True):
+                for partition, offset, timestamp, value in records or ():
+                    stored = version_value(value, timestamp)
+                    batch.put(version_key(key, partition, offset, timestamp), stored, history)
+                has_history[key] = records is not None
+            needing_base = [
+                key for key, records in zip(needing_base, decided, strict=True) if records is None
+            ]
         previous = (
             dict(zip(needing_base, engine.get_latest(needing_base), strict=True)) if needing_base else {}
         )

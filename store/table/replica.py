@@ -7,6 +7,7 @@ rebuilds from scratch it has two: readers keep the last good copy until the new 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import threading
 import time
@@ -267,18 +268,24 @@ class Replica:
                 batch.put(key, value)
         if self.ready_indexes and keys:
             self._maintain_indexes(batch, keys, values)
-        if self.history is not None and keys:
-            assert metas is not None, "records of a store that keeps history need their metadata"
+        if self.history is not None and records.keys:
+            assert records.metas is not None, "records of a store that keeps history need their metadata"
+            # Every record, also one under a natural key that changes no answer now: reads of the
+            # past weigh them all (``store.table.winners``, "Reads of the past").
             if self.history_start:
-                self.history.record(engine, batch, keys, values, metas)
+                earlier = None
+                if records.schema_ids is not None:
+                    meta = engine.family(families.META)
+                    earlier = functools.partial(winners.earlier, meta, engine.get_latest)
+                self.history.record(engine, batch, records.keys, records.values, records.metas, earlier)
             else:
-                self._bound_base_times(batch, metas)
+                self._bound_base_times(batch, records.metas)
         engine.put_offsets(batch, records.next_offsets)
         with self._changed:
             engine.write(batch)
             self._advance(records.next_offsets)
             self._cache.drop(keys)
-            self.timelines.written(keys)
+            self.timelines.written(records.keys)
 
     def ingest(
         self, sst_path: Path | None, next_offsets: dict[int, int], newest_times: dict[int, int] | None = None

@@ -19,23 +19,21 @@ write batch of the row they decide, so a crash loses both or neither. A live ent
 winner keeps its value there (the table's row holds the winner's), so that it can answer again
 when the winner is replaced by an older record or a tombstone of its own schema id.
 
-The rows, their indexes and their history see only the changes of the winner: a record that does
-not change the answer (an older write under another schema id) is not applied to them.
+The rows and their indexes see only the changes of the winner: a record that does not change the
+answer (an older write under another schema id) is not applied to them.
 
-**Reads of the past.** History holds the winner's changes in the order the copy applied them, each
-stamped with the time, partition and offset of the record that made it. That is every record of a
-natural key, with its own value, when its records are applied in the order of their times (the
-usual case: each write of a key is newer than the one before, and the copy applies it when it
-comes): then a read as of a time answers the rule of a plain key over all the natural key's records
-(the greatest ``(timestamp, offset)`` at or below the time, KIP-889), and a read as of a position the
-winner rule over the records below it. A record applied after a newer one of the same natural key
-under another schema id (a *late* record) breaks both: it is no version unless it changes the
-answer, so reads as of a time between the two do not see it; when it is the winner's own schema id
-going back in time, the version made holds the next best entry's value stamped with the late
-record's time and partition; and a read as of a position weighs the versions by partition, newest
-time first, which after such a change can answer another value than the table (even at the copy's
-own position). Exact reads of the past then need every record kept as a version with its key
-schema id, and reads as of a position weighing them by schema id, as the entries do; not done.
+**Reads of the past.** History (``store.table.history``) keeps every record of a natural key as a
+version with its own value and time, also one that changes no answer now, and at a natural key's
+first write after history began its entries become versions of their own (:func:`earlier`: the
+latest record of each schema id from before, with their times), instead of a base version of
+unknown time. So a read as of a time answers exactly the rule of a plain key over all the natural
+key's records under every schema id: the greatest ``(timestamp, offset)`` at or below the time
+(KIP-889); as for a plain key, as of a time past every record that can differ from the current
+answer, which follows each schema id's latest record by offset. A read as of a position answers the
+winner rule over the records below it, weighing each partition's versions by offset as for a plain
+key: exact unless one partition holds records of the natural key under two schema ids and the
+later by offset is the older in time (a *late* record sharing a partition with a newer one); that
+read would need the versions' schema ids, which history does not keep.
 
 **Pruning.** A natural key deleted under every schema id (all its entries tombstones) is absent, but
 its entries still decide a later record of another schema id stamped before them (it loses to
@@ -55,7 +53,7 @@ from __future__ import annotations
 
 import dataclasses
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from store.table import corruption
@@ -233,6 +231,31 @@ class Winners:
         assert after is not None
         promoted, after.value = after.value, None
         return (promoted if after.live else None,)
+
+
+def earlier(
+    meta_family: Any, rows: Callable[[list[bytes]], list[bytes | None]], keys: list[bytes]
+) -> list[list[tuple[int, int, int, bytes | None]] | None]:
+    """Per natural key, its entries as stored (before the batch being written) as records of their
+    own, ``(partition, offset, timestamp, value)``, the winner's value from ``rows`` (the table's
+    values); ``None`` for a key without entries. What history keeps of a key's records from before
+    it began (``store.table.history``), so that reads of the past weigh them by their times."""
+    stored = family_get(meta_family, [PREFIX + key for key in keys])
+    found = [decode(raw) for raw in stored]
+    winners = [winner(entries) for entries in found]
+    needing_row = [key for key, best in zip(keys, winners, strict=True) if best is not None and best.live]
+    row_of = dict(zip(needing_row, rows(needing_row), strict=True)) if needing_row else {}
+    decided: list[list[tuple[int, int, int, bytes | None]] | None] = []
+    for key, entries, best in zip(keys, found, winners, strict=True):
+        if best is None:
+            decided.append(None)
+            continue
+        records = []
+        for entry in entries.values():
+            value = (row_of[key] if entry is best else entry.value) if entry.live else None
+            records.append((entry.partition, entry.offset, entry.timestamp, value))
+        decided.append(records)
+    return decided
 
 
 def applied_times(meta_family: Any) -> dict[int, int]:

@@ -5,10 +5,9 @@ below ``T`` among all its records under every schema id (only those below the po
 absent if that is a tombstone, as a plain key answers its records (KIP-889).
 
 As of a position alone, the rule of the current answers over the records below it
-(``test_winners.model_of``). What is exact (``store.table.winners``, "Reads of the past"): each
-natural key's records applied in the order of their times. Here the records come in rounds, each
-applied before the next is written, a natural key at most once a round, times growing from round
-to round."""
+(``test_winners.model_of``), where it is exact (``store.table.winners``, "Reads of the past"). With
+records applied in the order of their times, and with late records under other schema ids,
+records from before history began among them."""
 
 from __future__ import annotations
 
@@ -145,3 +144,88 @@ def test_reads_as_of_a_time_equal_the_model_when_each_key_is_read_in_time_order(
         with store.view(as_of) as view:
             answers = view.get_many([LONG.pack(n) for n in range(KEYS)])
         assert answers == [expected.get(LONG.pack(n)) for n in range(KEYS)], as_of
+
+
+def compacted(written: Sequence[Written]) -> list[Written]:
+    """Each (natural key, schema id)'s last record by offset: what a copy keeps of the records applied
+    before its history began (a compacted topic keeps no more)."""
+    last: dict[tuple[int, int], Written] = {}
+    for record in sorted(written, key=lambda w: (w[4], w[5])):
+        last[record[0], record[1]] = record
+    return list(last.values())
+
+
+def _one_schema_id_a_partition(written: Sequence[Written], natural: int, as_of: Position) -> bool:
+    """Whether the natural key's records below ``as_of`` sit on partitions holding one schema id each."""
+    seen: dict[int, set[int]] = {}
+    for record in written:
+        if record[0] == natural and record[5] < as_of.get(record[4], 0):
+            seen.setdefault(record[4], set()).add(record[1])
+    return all(len(ids) == 1 for ids in seen.values())
+
+
+@pytest.mark.parametrize("hot_entries", [0, 1_000], ids=["seeks", "timelines"])
+def test_reads_as_of_a_time_equal_the_model_with_late_records_under_other_schema_ids(
+    hot_entries: int,
+    make_topic: Callable[..., str],
+    make_store: Callable[..., Store],
+    producer: Producer,
+    registry: FakeSchemaRegistry,
+    tmp_path: Path,
+) -> None:
+    topic = Topic(producer, make_topic(partitions=3), registry)
+    rng = random.Random(2430)
+    t0 = 1_700_000_000_000
+
+    def records(count: int, spread: int) -> list[tuple[int, int, bytes | None, int]]:
+        return [
+            (
+                rng.randrange(KEYS),
+                rng.randrange(3),
+                None if rng.randrange(5) == 0 else b"%d" % rng.randrange(10**6),
+                t0 + rng.randrange(spread),
+            )
+            for _ in range(count)
+        ]
+
+    # Before history begins: every key written, under one to three schema ids, in any time order.
+    topic.write([(n, rng.randrange(3), b"first %d" % n, t0 + rng.randrange(5_000)) for n in range(KEYS)])
+    topic.write(records(80, 5_000))
+    directory = tmp_path / "key-schemas"
+    codec = RegistryKeys(
+        SchemaSource({"url": registry.url}, f"{topic.topic}-key", directory), "avro", "s", directory
+    )
+    store = make_store(
+        topic.topic,
+        tuning=FAST.replace(read_cache_entries=hot_entries),
+        history=HistorySpec(retention_offsets=10**6),
+        key_codec=codec,
+    )
+    assert store.wait_until_ready(60), store.status()
+    written = compacted(topic.written)
+    floor = max(w[2] for w in topic.written)
+    # After: times in any order, also older than records of the same key under other schema ids.
+    ends = []
+    for _ in range(3):
+        before = len(topic.written)
+        end = topic.write(records(70, 10_000))
+        written += topic.written[before:]
+        assert store.wait_for_position(end, 60), store.status()
+        ends.append(end)
+    times = sorted({w[2] + d for w in written for d in (-1, 0, 1)} | {floor, t0 + 20_000})
+    times = [t for t in times if t >= floor]
+    for at in times[:: 1 if hot_entries else 2]:
+        _assert_exact(store, written, at, ends[-1])
+    for as_of in ends[:-1]:
+        for at in times[::4]:
+            _assert_exact(store, written, at, as_of)
+    # As of a position alone: the rule over the records below it, where no partition holds records
+    # of a natural key under two schema ids (module doc).
+    for as_of in ends:
+        below = [w for w in written if w[5] < as_of.get(w[4], 0)]
+        expected = model_of(below)
+        naturals = [n for n in range(KEYS) if _one_schema_id_a_partition(written, n, as_of)]
+        assert len(naturals) >= 5
+        with store.view(as_of) as view:
+            answers = view.get_many([LONG.pack(n) for n in naturals])
+        assert answers == [expected.get(LONG.pack(n)) for n in naturals], as_of
