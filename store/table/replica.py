@@ -518,6 +518,8 @@ class Replica:
         )
         batch = engine.new_batch()
         history.put_start(engine, batch, start)
+        if engine.natural_keys() is not None:
+            winners.mark_history(engine.handle(families.META), batch)
         # Every partition's time bound is stored, also of those without records: their presence
         # says this copy's pre-history times were tracked (``_load_history_state``).
         base_times = {p: self.time_bounds.base_times.get(p, timed.NO_TIME) for p in start}
@@ -545,6 +547,12 @@ class Replica:
             self.history_floor = floor if self.history_floor is None else self.history_floor.merged(floor)
         while self.history.prune(self.engine, floor, time_floor=self._raise_time_floor) >= 10_000:
             pass
+
+    def natural_history_reason(self) -> str | None:
+        """Why this copy of natural keys must be rebuilt first (``store.table.winners``), or ``None``."""
+        if self.history is None or self.engine.natural_keys() is None:
+            return None
+        return winners.history_reason(self.engine.family(families.META), bool(self.history_start))
 
     def maintain_winners(self, budget: int = 10_000) -> int:
         """Drop the entries of natural keys deleted long enough ago (``store.table.winners``), at most

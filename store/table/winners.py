@@ -64,6 +64,7 @@ PREFIX = b"natural/"
 """The prefix of the entries' keys in the ``meta`` column family."""
 _PREFIX_END = b"natural0"  # the first key past every entry ("/" + 1)
 _TIME_PREFIX = b"natural_time/"  # in meta: partition -> the newest record time applied on it
+_HISTORY_KEY = b"natural_history"  # in meta: history keeps every record (``mark_history``)
 _PARTITION = struct.Struct(">i")
 _TIME = struct.Struct(">q")
 
@@ -256,6 +257,23 @@ def earlier(
             records.append((entry.partition, entry.offset, entry.timestamp, value))
         decided.append(records)
     return decided
+
+
+def mark_history(meta_handle: Any, batch: Any) -> None:
+    """Add to ``batch``: this copy's history keeps every record of its natural keys (begun now)."""
+    batch.put(_HISTORY_KEY, b"every record", meta_handle)
+
+
+def history_reason(meta_family: Any, history_begun: bool) -> str | None:
+    """Why a copy of natural keys must be rebuilt before it is written, or ``None``: its history
+    was begun by a version that kept only the winner's changes (no marker), which reads of the past
+    cannot weigh as they now do (module doc)."""
+    if not history_begun or family_get(meta_family, _HISTORY_KEY) is not None:
+        return None
+    return (
+        "its history holds only the winners' changes of its natural keys; reads of the past now need"
+        " every record"
+    )
 
 
 def applied_times(meta_family: Any) -> dict[int, int]:

@@ -12,6 +12,7 @@ records from before history began among them."""
 from __future__ import annotations
 
 import json
+import logging
 import random
 import struct
 from collections.abc import Callable, Iterator, Sequence
@@ -26,6 +27,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from store import HistorySpec, Store
 from store.formats.keys import RegistryKeys
 from store.formats.schemas import SchemaSource
+from store.table import families, winners
 from store.table.timed_reader import TimedReader
 from tests.store.table.test_winners import Written, model_of
 from tests.support.kafka import produce_timed
@@ -229,3 +231,44 @@ def test_reads_as_of_a_time_equal_the_model_with_late_records_under_other_schema
         with store.view(as_of) as view:
             answers = view.get_many([LONG.pack(n) for n in naturals])
         assert answers == [expected.get(LONG.pack(n)) for n in naturals], as_of
+
+
+def test_a_copy_whose_history_holds_only_the_winners_changes_is_rebuilt(
+    make_topic: Callable[..., str],
+    make_store: Callable[..., Store],
+    producer: Producer,
+    registry: FakeSchemaRegistry,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="store")
+    topic = Topic(producer, make_topic(partitions=3), registry)
+    t0 = 1_700_000_000_000
+
+    def started() -> Store:
+        directory = tmp_path / "key-schemas"
+        codec = RegistryKeys(
+            SchemaSource({"url": registry.url}, f"{topic.topic}-key", directory), "avro", "s", directory
+        )
+        store = make_store(topic.topic, history=HistorySpec(retention_offsets=10**6), key_codec=codec)
+        assert store.wait_until_ready(60), store.status()
+        return store
+
+    store = started()
+    end = topic.write([(1, 1, b"b", t0 + 200), (1, 0, b"a", t0 + 100)])
+    assert store.wait_for_position(end, 60)
+    # A copy begun by a version whose history kept the winners' changes only has no marker.
+    serving = store._copies.serving  # the marker is no part of any read: removed directly
+    assert serving is not None
+    assert winners.history_reason(serving.engine.family(families.META), True) is None
+    batch = serving.engine.new_batch()
+    batch.delete(b"natural_history", serving.engine.handle(families.META))
+    serving.engine.write(batch)
+    store.stop()
+    assert "rebuilding" not in caplog.text
+
+    again = started()
+    assert "reads of the past now need every record; rebuilding from the earliest offsets" in caplog.text
+    assert again.wait_for_position(end, 60)
+    with again.view() as view:
+        assert view.get(LONG.pack(1)) == b"b"
