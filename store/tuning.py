@@ -85,6 +85,10 @@ class MaintenanceTuning:
     checkpoint_interval_seconds: float = 30.0
     # How often a store that keeps history moves its floor and prunes old versions.
     history_prune_interval_seconds: float = 5.0
+    # A store of natural keys drops the entries of a key deleted under every key schema id once
+    # their newest time is this far behind every partition's newest record time
+    # (``store.table.winners``; Kafka's ``delete.retention.ms`` default). Checked as often as history.
+    natural_tombstone_grace_ms: int = 86_400_000
     # Background verification (``store.table.verifier``): the pause between passes that read the whole
     # served copy back with checksums verified (0 turns it off), and the most a pass reads a second.
     verify_interval_seconds: float = 3600.0

@@ -158,6 +158,7 @@ class ApplyLoop:
             self._reporter.restore_progress(self._copies.writer.position)
         if not self.restoring and self._history_prune.due(now):
             self._copies.writer.maintain_history()
+            self._copies.writer.maintain_winners()
         if not self.restoring and self._checkpoint.due(now):
             self._copies.writer.engine.flush()
         if self._metadata_check.due(now):

@@ -2,9 +2,10 @@
 
 A store has one copy (a ``Replica``) that readers read and the materializer writes. While it
 rebuilds from a READY state it has two: readers keep the last good copy (``db/``) until the new one
-(``db.rebuilding/``) is READY and replaces it. Every state change goes through one checked
-transition (``StoreState.can_become``). Implements ``store.lifecycle.writer.StoreCopies`` for the
-materializer and ``store.table.verifier.VerifyTarget`` for the background verification.
+(``db.rebuilding/``) is READY and replaces it (on disk: ``store.lifecycle.copy_dirs``). Every state
+change goes through one checked transition (``StoreState.can_become``). Implements
+``store.lifecycle.writer.StoreCopies`` for the materializer and ``store.table.verifier.VerifyTarget``
+for the background verification.
 
 A read of a copy that fails for any reason but "not found" (corruption, I/O error), whether a
 reader's, the materializer's or the verifier's, marks that copy corrupt: it answers no read any
@@ -15,13 +16,12 @@ more, and if it is the written copy the materializer rebuilds it
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
-from pathlib import Path
 
 from store.exceptions import InvalidTransitionError, StoreClosedError, StoreReadError, StoreWriteError
 from store.lifecycle.config import StoreConfig
+from store.lifecycle.copy_dirs import CopyDirs
 from store.lifecycle.listeners import ListenedCondition
 from store.lifecycle.reading import Reading
 from store.protocol import CorruptionReport, FoundBy, MemoryUsage
@@ -29,12 +29,10 @@ from store.state import StoreState
 from store.table.corruption import drop_engine_references, log_corruption_found
 from store.table.replica import Reader, Replica
 from store.table.verifier import VerifyStep
-from store.table.volume import destroy
 from wire.position import Position
 
 logger = logging.getLogger(__name__)
 
-_COMPLETE = "REBUILD_COMPLETE"
 _VIEWS_DRAIN_SECONDS = 10
 
 
@@ -58,18 +56,11 @@ class Copies:
         self._active_views = 0
         self._draining = 0  # threads waiting for every view to end (a view's end tells them)
         self.corruptions_found = 0  # copies found corrupt since the store was created
+        self._dirs = CopyDirs(config.path, config.name)
 
     @property
     def name(self) -> str:
         return self.config.name
-
-    @property
-    def _db_path(self) -> Path:
-        return self.config.path / "db"
-
-    @property
-    def _next_path(self) -> Path:
-        return self.config.path / "db.rebuilding"
 
     # -- what readers and the store's status look at ----------------------------------------
 
@@ -208,10 +199,10 @@ class Copies:
 
         A full volume leaves it closed (logged): the materializer waits for space and opens it.
         """
-        self._finish_interrupted_rebuild()
-        destroy(self.config.path / "bulk")  # files of a bulk load a crash interrupted
+        self._dirs.finish_interrupted()
+        self._dirs.drop_bulk()  # files of a bulk load a crash interrupted
         try:
-            replica = Replica(self.config, self._db_path, self.changed)
+            replica = Replica(self.config, self._dirs.served, self.changed)
         except StoreWriteError as exc:
             # A full volume: the files are intact, so the materializer waits for space and opens them.
             logger.error('store "%s": %s', self.name, exc)
@@ -295,16 +286,16 @@ class Copies:
             keep_serving = serving is not None and (self._state is StoreState.READY or serving is not writing)
             if writing is not None and writing is not serving:
                 writing.close(flush=False)
-            destroy(self._next_path)
-            destroy(self.config.path / "bulk")
+            self._dirs.drop_rebuilding()
+            self._dirs.drop_bulk()
             if keep_serving:
-                self._writing = Replica(self.config, self._next_path, self.changed)
+                self._writing = Replica(self.config, self._dirs.rebuilding, self.changed)
             else:
                 self._drain_views()
                 if serving is not None:
                     serving.close(flush=False)
-                destroy(self._db_path)
-                self._serving = self._writing = Replica(self.config, self._db_path, self.changed)
+                self._dirs.drop_served()
+                self._serving = self._writing = Replica(self.config, self._dirs.served, self.changed)
             if not keep_serving:
                 readers = "reads wait until it is READY"
             elif serving is not None and serving.corruption is not None:
@@ -334,7 +325,7 @@ class Copies:
                 if writing is not None:
                     writing.close(flush=False)
                     self._writing = None
-                self._writing = Replica(self.config, self._next_path, self.changed)
+                self._writing = Replica(self.config, self._dirs.rebuilding, self.changed)
                 return
             if self._state is StoreState.READY:
                 self._move(StoreState.RESTORING)
@@ -342,7 +333,7 @@ class Copies:
                 self._drain_views()
                 writing.close(flush=False)
                 self._serving = self._writing = None
-            reopened = Replica(self.config, self._db_path, self.changed)
+            reopened = Replica(self.config, self._dirs.served, self.changed)
             self._serving = self._writing = reopened
             # Logged with the lock held: whoever waits for the change finds the line written.
             logger.warning(
@@ -410,14 +401,14 @@ class Copies:
     def _swap_in(self, rebuilt: Replica) -> None:
         """Replace the served copy with the rebuilt one, atomically for readers: READY."""
         rebuilt.close()
-        (self._next_path / _COMPLETE).touch()
+        self._dirs.mark_complete()
         with self.changed:
             self._drain_views()
             old = self._serving
             if old is not None:
                 old.close(flush=False)
-            self._promote_rebuilt()
-            self._serving = self._writing = Replica(self.config, self._db_path, self.changed)
+            self._dirs.promote()
+            self._serving = self._writing = Replica(self.config, self._dirs.served, self.changed)
             replaced = "corrupt" if old is not None and old.corruption is not None else "stale"
             logger.info(
                 'store "%s": the rebuilt copy replaced the %s one; reads are answered from it',
@@ -426,16 +417,3 @@ class Copies:
             )
             # In the same step: a REBUILDING store whose served copy is the written one is unreadable.
             self._move(StoreState.READY)
-
-    def _promote_rebuilt(self) -> None:
-        destroy(self._db_path)
-        os.replace(self._next_path, self._db_path)
-        (self._db_path / _COMPLETE).unlink(missing_ok=True)
-
-    def _finish_interrupted_rebuild(self) -> None:
-        """A crash during a swap leaves a complete rebuilt copy; anything else in progress is dropped."""
-        if (self._next_path / _COMPLETE).exists():
-            logger.info('store "%s": finishing a swap to a rebuilt copy interrupted by a crash', self.name)
-            self._promote_rebuilt()
-        else:
-            destroy(self._next_path)

@@ -273,6 +273,9 @@ class Materializer:
         kept_otherwise = natural_keys_reason(writer.engine, bool(stored), wanted)
         if kept_otherwise is not None:
             raise RebuildRequired(kept_otherwise)
+        history_otherwise = writer.natural_history_reason()
+        if history_otherwise is not None:
+            raise RebuildRequired(history_otherwise)
         if (stored_topic, stored_id) != (info.name, info.topic_id):
             writer.engine.set_topic_identity(info.name, info.topic_id)
         return stored

@@ -115,6 +115,15 @@ class TableWriter(Protocol):
         """Move the history floor as retention passes and drop versions below it."""
         ...
 
+    def natural_history_reason(self) -> str | None:
+        """Why a copy of natural keys must be rebuilt before it is written (its history was kept
+        otherwise), or ``None``."""
+        ...
+
+    def maintain_winners(self) -> int:
+        """Drop the entries of natural keys deleted under every key schema id long enough ago."""
+        ...
+
 
 class StoreCopies(Protocol):
     """The store's side of materializing: its state, and the copy the materializer writes."""

@@ -257,6 +257,10 @@ def scan_versions(iterator: Any, key: bytes) -> list[tuple[bytes, bytes]]:
     return list(prefixed(iterator, escape(key)))
 
 
+Earlier = tuple[int, int, int, bytes | None]
+"""A record from before history began kept as a version: partition, offset, timestamp, value."""
+
+
 class HistoryRecorder:
     """Adds versions and change entries to a store's write batches, and prunes below the floor."""
 
@@ -270,21 +274,24 @@ class HistoryRecorder:
         keys: Sequence[bytes],
         values: Sequence[bytes | None],
         metas: Sequence[tuple[int, int, int]],
+        earlier: Callable[[list[bytes]], list[list[Earlier] | None]] | None = None,
     ) -> None:
-        """Versions for ``(key, value)`` records with their ``(partition, offset, timestamp)``."""
+        """Versions for ``(key, value)`` records with their ``(partition, offset, timestamp)``.
+
+        ``earlier``: for keys first written since history began, the records from before it that
+        decide them, to keep as versions of their own instead of a base version (``None`` for a
+        key: a base version); ``store.table.winners``.
+        """
         live = engine.family(families.HISTORY)
         history, changes, meta = (
             engine.handle(name) for name in (families.HISTORY, families.CHANGES, families.META)
         )
-        has_history: dict[bytes, bool] = {}
-        for key in dict.fromkeys(keys):
-            iterator = live.iter()
-            escaped = escape(key)
-            iterator.seek(escaped)
-            if not iterator.valid():
-                check_status(iterator)  # a failed read is no evidence the key has no history
-            has_history[key] = iterator.valid() and iterator.key().startswith(escaped)
+        has_history = _versioned(live, keys)
         needing_base = [key for key, has in has_history.items() if not has]
+        if earlier is not None and needing_base:
+            remaining = _put_earlier(batch, history, needing_base, earlier)
+            has_history.update(dict.fromkeys(set(needing_base) - set(remaining), True))
+            needing_base = remaining
         previous = (
             dict(zip(needing_base, engine.get_latest(needing_base), strict=True)) if needing_base else {}
         )
@@ -372,6 +379,32 @@ class HistoryRecorder:
             # Absent at every position from the floor on: nothing to keep.
             batch.delete(newest[0], history)
         return max(timestamp for *_, timestamp in candidates)
+
+
+def _versioned(live: Any, keys: Sequence[bytes]) -> dict[bytes, bool]:
+    """Whether each of ``keys`` has a version (read through the ``history`` family ``live``)."""
+    has_history: dict[bytes, bool] = {}
+    for key in dict.fromkeys(keys):
+        iterator = live.iter()
+        escaped = escape(key)
+        iterator.seek(escaped)
+        if not iterator.valid():
+            check_status(iterator)  # a failed read is no evidence the key has no history
+        has_history[key] = iterator.valid() and iterator.key().startswith(escaped)
+    return has_history
+
+
+def _put_earlier(
+    batch: Any, history: Any, keys: list[bytes], earlier: Callable[[list[bytes]], list[list[Earlier] | None]]
+) -> list[bytes]:
+    """Add to ``batch`` the versions ``earlier`` gives for ``keys``; the keys it gives none for."""
+    decided = earlier(keys)
+    for key, records in zip(keys, decided, strict=True):
+        for partition, offset, timestamp, value in records or ():
+            batch.put(
+                version_key(key, partition, offset, timestamp), version_value(value, timestamp), history
+            )
+    return [key for key, records in zip(keys, decided, strict=True) if records is None]
 
 
 _Version = tuple[bytes, int, int, int, bytes]  # history key, partition, offset, timestamp, stored

@@ -7,6 +7,7 @@ rebuilds from scratch it has two: readers keep the last good copy until the new 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import threading
 import time
@@ -24,7 +25,7 @@ from store.exceptions import (
     StoreWriteError,
 )
 from store.protocol import MAX_SCAN_LIMIT, CorruptionReport, MemoryUsage, ScanPage
-from store.table import families, history, history_layout, timed
+from store.table import families, history, history_layout, timed, winners
 from store.table.asof import AsOfReader, ViewParts
 from store.table.corruption import drop_engine_references
 from store.table.engine import Engine
@@ -83,6 +84,7 @@ class Replica:
         self.history_floor: Position | None = None
         self.time_bounds = TimeBounds({})
         self._load_history_state()
+        self._winners_cursor: bytes | None = None  # where pruning natural keys' entries goes on
 
     @property
     def name(self) -> str:
@@ -266,18 +268,24 @@ class Replica:
                 batch.put(key, value)
         if self.ready_indexes and keys:
             self._maintain_indexes(batch, keys, values)
-        if self.history is not None and keys:
-            assert metas is not None, "records of a store that keeps history need their metadata"
+        if self.history is not None and records.keys:
+            assert records.metas is not None, "records of a store that keeps history need their metadata"
+            # Every record, also one under a natural key that changes no answer now: reads of the
+            # past weigh them all (``store.table.winners``, "Reads of the past").
             if self.history_start:
-                self.history.record(engine, batch, keys, values, metas)
+                earlier = None
+                if records.schema_ids is not None:
+                    meta = engine.family(families.META)
+                    earlier = functools.partial(winners.earlier, meta, engine.get_latest)
+                self.history.record(engine, batch, records.keys, records.values, records.metas, earlier)
             else:
-                self._bound_base_times(batch, metas)
+                self._bound_base_times(batch, records.metas)
         engine.put_offsets(batch, records.next_offsets)
         with self._changed:
             engine.write(batch)
             self._advance(records.next_offsets)
             self._cache.drop(keys)
-            self.timelines.written(keys)
+            self.timelines.written(records.keys)
 
     def ingest(
         self, sst_path: Path | None, next_offsets: dict[int, int], newest_times: dict[int, int] | None = None
@@ -510,6 +518,8 @@ class Replica:
         )
         batch = engine.new_batch()
         history.put_start(engine, batch, start)
+        if engine.natural_keys() is not None:
+            winners.mark_history(engine.handle(families.META), batch)
         # Every partition's time bound is stored, also of those without records: their presence
         # says this copy's pre-history times were tracked (``_load_history_state``).
         base_times = {p: self.time_bounds.base_times.get(p, timed.NO_TIME) for p in start}
@@ -537,6 +547,31 @@ class Replica:
             self.history_floor = floor if self.history_floor is None else self.history_floor.merged(floor)
         while self.history.prune(self.engine, floor, time_floor=self._raise_time_floor) >= 10_000:
             pass
+
+    def natural_history_reason(self) -> str | None:
+        """Why this copy of natural keys must be rebuilt first (``store.table.winners``), or ``None``."""
+        if self.history is None or self.engine.natural_keys() is None:
+            return None
+        return winners.history_reason(self.engine.family(families.META), bool(self.history_start))
+
+    def maintain_winners(self, budget: int = 10_000) -> int:
+        """Drop the entries of natural keys deleted long enough ago (``store.table.winners``), at most
+        ``budget`` natural keys looked at a call, going on where the last call stopped; how many."""
+        if self.engine.natural_keys() is None:
+            return 0
+        engine = self.engine
+        batch = engine.new_batch()
+        dropped, self._winners_cursor = winners.prune(
+            engine.family(families.META),
+            engine.handle(families.META),
+            batch,
+            start=self._winners_cursor or b"",
+            budget=budget,
+            grace_ms=self.config.tuning.maintenance.natural_tombstone_grace_ms,
+        )
+        if dropped:
+            engine.write(batch)  # no reader reads the entries: no lock needed
+        return dropped
 
     def _raise_time_floor(self, timestamp: int) -> None:
         # Readers check against the new time floor before any version below it is dropped.

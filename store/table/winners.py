@@ -19,21 +19,54 @@ write batch of the row they decide, so a crash loses both or neither. A live ent
 winner keeps its value there (the table's row holds the winner's), so that it can answer again
 when the winner is replaced by an older record or a tombstone of its own schema id.
 
-The rows, their indexes and their history see only the changes of the winner: a record that does
-not change the answer (an older write under another schema id) is not applied to them.
+The rows and their indexes see only the changes of the winner: a record that does not change the
+answer (an older write under another schema id) is not applied to them.
+
+**Reads of the past.** History (``store.table.history``) keeps every record of a natural key as a
+version with its own value and time, also one that changes no answer now, and at a natural key's
+first write after history began its entries become versions of their own (:func:`earlier`: the
+latest record of each schema id from before, with their times), instead of a base version of
+unknown time. So a read as of a time answers exactly the rule of a plain key over all the natural
+key's records under every schema id: the greatest ``(timestamp, offset)`` at or below the time
+(KIP-889); as for a plain key, as of a time past every record that can differ from the current
+answer, which follows each schema id's latest record by offset. A read as of a position answers the
+winner rule over the records below it, weighing each partition's versions by offset as for a plain
+key: exact unless one partition holds records of the natural key under two schema ids and the
+later by offset is the older in time (a *late* record sharing a partition with a newer one); that
+read would need the versions' schema ids, which history does not keep.
+
+**Pruning.** A natural key deleted under every schema id (all its entries tombstones) is absent, but
+its entries still decide a later record of another schema id stamped before them (it loses to
+them). They are dropped (:func:`prune`) once that can no longer happen short of a record more than
+a grace (``MaintenanceTuning.natural_tombstone_grace_ms``, Kafka's ``delete.retention.ms`` default)
+out of time order on its own partition: when their newest time is older than the grace behind the
+*low watermark*, the least over the partitions of the newest record time applied on each (kept in
+``meta`` under ``natural_time/``, raised in each write batch; a partition without a record yet does
+not count). Pruning runs once the store is READY, every partition read to its end as of the start,
+and a partition whose records are older holds it back: the watermark at a position is the same
+whatever order the partitions were read in. Such a late record (stamped more than the grace
+before the tombstones, read after them) answers as it would in a copy restored once Kafka's cleaner
+has removed the tombstones from the topic.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from store.table import corruption
 from store.table.corruption import family_get
+from store.table.timed import newest_per_partition
 
 PREFIX = b"natural/"
 """The prefix of the entries' keys in the ``meta`` column family."""
+_PREFIX_END = b"natural0"  # the first key past every entry ("/" + 1)
+_TIME_PREFIX = b"natural_time/"  # in meta: partition -> the newest record time applied on it
+_HISTORY_KEY = b"natural_history"  # in meta: history keeps every record (``mark_history``)
+_PARTITION = struct.Struct(">i")
+_TIME = struct.Struct(">q")
 
 _ENTRY = struct.Struct(">iqiqB")  # schema id, timestamp, partition, offset, kind
 _LENGTH = struct.Struct(">I")
@@ -65,6 +98,11 @@ def winner(entries: dict[int, Entry]) -> Entry | None:
 
 def encode(entries: dict[int, Entry]) -> bytes:
     """The stored form of a natural key's entries."""
+    if len(entries) == 1:
+        (entry,) = entries.values()
+        if entry.value is None:  # the usual case, packed at once
+            kind = _LIVE if entry.live else _TOMBSTONE
+            return _ENTRY.pack(entry.schema_id, entry.timestamp, entry.partition, entry.offset, kind)
     parts = []
     for entry in entries.values():
         kind = _KEPT if entry.value is not None else (_LIVE if entry.live else _TOMBSTONE)
@@ -78,6 +116,10 @@ def encode(entries: dict[int, Entry]) -> bytes:
 def decode(stored: bytes | None) -> dict[int, Entry]:
     """A natural key's entries from their stored form (``None``: none yet)."""
     entries: dict[int, Entry] = {}
+    if stored is not None and len(stored) == _ENTRY.size:  # the usual case: one entry, no value
+        schema_id, timestamp, partition, offset, kind = _ENTRY.unpack(stored)
+        entries[schema_id] = Entry(schema_id, timestamp, partition, offset, kind != _TOMBSTONE)
+        return entries
     at = 0
     while stored is not None and at < len(stored):
         schema_id, timestamp, partition, offset, kind = _ENTRY.unpack_from(stored, at)
@@ -145,9 +187,18 @@ class Winners:
                 out_keys.append(key)
                 out_values.append(change[0])
                 out_metas.append(meta)
-        for key, entries in state.items():
-            batch.put(PREFIX + key, encode(entries), self._handle)
+        for key, kept in state.items():
+            batch.put(PREFIX + key, encode(kept), self._handle)
+        self._raise_times(batch, metas)
         return out_keys, out_values, out_metas
+
+    def _raise_times(self, batch: Any, metas: Sequence[Meta]) -> None:
+        """Add to ``batch``: each partition's newest record time, where this batch raises it."""
+        newest = newest_per_partition(metas)
+        keys = [_TIME_PREFIX + _PARTITION.pack(partition) for partition in newest]
+        for key, timestamp, stored in zip(keys, newest.values(), family_get(self._family, keys), strict=True):
+            if stored is None or _TIME.unpack(stored)[0] < timestamp:
+                batch.put(key, _TIME.pack(timestamp), self._handle)
 
     def _one(
         self,
@@ -160,8 +211,12 @@ class Winners:
     ) -> tuple[bytes | None] | None:
         """The row's new value (a 1-tuple: ``(None,)`` deletes it), or ``None`` when it stays."""
         partition, offset, timestamp = meta
-        before = winner(entries)
         new = Entry(schema_id, timestamp, partition, offset, value is not None)
+        if not entries or (len(entries) == 1 and schema_id in entries):
+            # One schema id (the usual topic): its latest record answers, none to weigh.
+            entries[schema_id] = new
+            return (value,)
+        before = winner(entries)
         entries[schema_id] = new
         after = winner(entries)
         if after is new:
@@ -177,3 +232,77 @@ class Winners:
         assert after is not None
         promoted, after.value = after.value, None
         return (promoted if after.live else None,)
+
+
+def earlier(
+    meta_family: Any, rows: Callable[[list[bytes]], list[bytes | None]], keys: list[bytes]
+) -> list[list[tuple[int, int, int, bytes | None]] | None]:
+    """Per natural key, its entries as stored (before the batch being written) as records of their
+    own, ``(partition, offset, timestamp, value)``, the winner's value from ``rows`` (the table's
+    values); ``None`` for a key without entries. What history keeps of a key's records from before
+    it began (``store.table.history``), so that reads of the past weigh them by their times."""
+    stored = family_get(meta_family, [PREFIX + key for key in keys])
+    found = [decode(raw) for raw in stored]
+    winners = [winner(entries) for entries in found]
+    needing_row = [key for key, best in zip(keys, winners, strict=True) if best is not None and best.live]
+    row_of = dict(zip(needing_row, rows(needing_row), strict=True)) if needing_row else {}
+    decided: list[list[tuple[int, int, int, bytes | None]] | None] = []
+    for key, entries, best in zip(keys, found, winners, strict=True):
+        if best is None:
+            decided.append(None)
+            continue
+        records = []
+        for entry in entries.values():
+            value = (row_of[key] if entry is best else entry.value) if entry.live else None
+            records.append((entry.partition, entry.offset, entry.timestamp, value))
+        decided.append(records)
+    return decided
+
+
+def mark_history(meta_handle: Any, batch: Any) -> None:
+    """Add to ``batch``: this copy's history keeps every record of its natural keys (begun now)."""
+    batch.put(_HISTORY_KEY, b"every record", meta_handle)
+
+
+def history_reason(meta_family: Any, history_begun: bool) -> str | None:
+    """Why a copy of natural keys must be rebuilt before it is written, or ``None``: its history
+    was begun by a version that kept only the winner's changes (no marker), which reads of the past
+    cannot weigh as they now do (module doc)."""
+    if not history_begun or family_get(meta_family, _HISTORY_KEY) is not None:
+        return None
+    return (
+        "its history holds only the winners' changes of its natural keys; reads of the past now need"
+        " every record"
+    )
+
+
+def applied_times(meta_family: Any) -> dict[int, int]:
+    """The newest record time applied on each partition (of records under natural keys' stores)."""
+    upper = _TIME_PREFIX[:-1] + b"0"
+    return {
+        _PARTITION.unpack(key[len(_TIME_PREFIX) :])[0]: _TIME.unpack(value)[0]
+        for key, value in corruption.entries(meta_family.iter(), _TIME_PREFIX, upper)
+    }
+
+
+def prune(
+    meta_family: Any, meta_handle: Any, batch: Any, *, start: bytes, budget: int, grace_ms: int
+) -> tuple[int, bytes | None]:
+    """Add to ``batch``: drop the entries of natural keys deleted under every schema id whose newest
+    tombstone is older than ``grace_ms`` behind the low watermark (module doc), looking at most at
+    ``budget`` natural keys from ``start`` (a ``meta`` key; ``b""``: the first). Returns how many
+    were dropped and where the next pass goes on (``None``: it reached the last)."""
+    times = applied_times(meta_family)
+    if not times:
+        return 0, None
+    horizon = min(times.values()) - grace_ms
+    dropped = 0
+    found = corruption.entries(meta_family.iter(), max(start, PREFIX), _PREFIX_END)
+    for looked, (key, stored) in enumerate(found):
+        if looked == budget:
+            return dropped, key
+        kept = decode(stored).values()
+        if not any(entry.live for entry in kept) and max(entry.timestamp for entry in kept) < horizon:
+            batch.delete(key, meta_handle)
+            dropped += 1
+    return dropped, None
