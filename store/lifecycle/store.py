@@ -236,6 +236,7 @@ class Store:
             restore = _restore_progress(progress, writing.position if writing else position)
         last_contact = progress.last_contact
         num_keys, disk_bytes = _size(serving)
+        counted = serving.key_count if serving is not None else None
         return StoreStatus(
             name=self.name,
             topic=self.config.topic,
@@ -259,6 +260,8 @@ class Store:
             sharding=materializer.placement.status() if materializer is not None else None,
             freshness=progress.freshness.snapshot,
             undecodable_values=self._undecodable_values(),
+            counted_keys=counted.keys if counted is not None else None,
+            counted_keys_position=counted.position if counted is not None else None,
         )
 
     def _undecodable_values(self) -> int:

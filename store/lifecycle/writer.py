@@ -115,6 +115,11 @@ class TableWriter(Protocol):
         """Move the history floor as retention passes and drop versions below it."""
         ...
 
+    def count_keys(self) -> None:
+        """Count a page of the copy's keys, starting a count when the last one is out of date
+        (``store.table.key_count``)."""
+        ...
+
 
 class StoreCopies(Protocol):
     """The store's side of materializing: its state, and the copy the materializer writes."""
