@@ -32,7 +32,9 @@ from tests.clients.conftest import real_service
 from tests.clients.spark.test_lookups import BATCH_GETS, requests_of
 from tests.clients.test_as_of_time import expected_join
 from tests.support.kafka import create_topic, make_producer, unique_topic
+from tests.support.stores import wait_until
 from tests.support.timed import Stamped, compacted, produce_stamped, value_at
+from wire.position import Position
 
 PARTITIONS = 3
 KEYS = [f"k{i:02d}" for i in range(40)]
@@ -268,3 +270,68 @@ def test_a_point_in_time_join_needing_most_keys_reads_the_history_whole_with_the
             assert got.sort_values("fact")["price"].tolist() == pytest.approx(expected, nan_ok=True)
             assert answered[HISTORY_PAGES if scan_bytes else BATCH_GETS] >= 1
             assert answered[BATCH_GETS if scan_bytes else HISTORY_PAGES] == 0
+
+
+def test_a_point_in_time_join_decides_by_the_keys_counted_of_a_store_written_many_times(
+    spark: SparkSession, broker: LocalBroker, tmp_path: Path
+) -> None:
+    # 300 keys written ten times each after READY: RocksDB's estimate counts the overwrites not
+    # compacted yet, the service's count does not. A task asking most keys reads the history
+    # whole, one asking a few reads them by key.
+    rng = random.Random(11)
+    topic = unique_topic("often")
+    create_topic(broker.bootstrap_servers, topic, PARTITIONS)
+    producer = make_producer(broker.bootstrap_servers)
+    keys = [f"o{i:03d}" for i in range(300)]
+    history = {"often": {"history": {"retention_offsets": 1_000_000}}}
+    with real_service(
+        broker.bootstrap_servers, tmp_path / "state", {"often": (topic, "json")}, history
+    ) as url:
+        log: list[Stamped] = []
+        for round_ in range(10):
+            log += produce_stamped(
+                producer,
+                topic,
+                [
+                    (
+                        k.encode(),
+                        b'{"price": %d}' % (round_ * 1_000 + i),
+                        1_000 * (round_ + 1) + i,
+                        i % PARTITIONS,
+                    )
+                    for i, k in enumerate(keys)
+                ],
+            )
+            if round_ == 0:
+                every_key = Position.parse(position_of(log))
+
+        def info() -> dict[str, Any]:
+            answer: dict[str, Any] = httpx.get(f"{url}/v1/stores/often", timeout=10).json()
+            return answer
+
+        def counted_after_every_key() -> bool:
+            at = info()["counted_keys_position"]
+            return at is not None and Position.parse(at).reaches(every_key)
+
+        wait_until(counted_after_every_key, 60, "keys counted once every key was written")
+        status = info()
+        assert status["counted_keys"] == len(keys), status
+        assert status["approximate_num_keys"] > 2 * len(keys), status  # by which no task read whole
+        for asked, source in ((keys, HISTORY_PAGES), (keys[:10], BATCH_GETS)):
+            facts = pd.DataFrame(
+                {
+                    "fact": range(2_000),
+                    "sku": [rng.choice(asked) for _ in range(2_000)],
+                    "at": [rng.randint(500, 12_000) for _ in range(2_000)],
+                }
+            )
+            expected = expected_join(facts, log)["expected"].tolist()
+            joined = lookup_join(
+                spark.createDataFrame(facts).repartition(2), store="often", on="sku", url=url,
+                value_schema="price double", as_of_time="at",
+            )  # fmt: skip
+            got, answered = requests_of(url, joined.toPandas)
+            assert got.sort_values("fact")["price"].tolist() == pytest.approx(expected, nan_ok=True)
+            other = BATCH_GETS if source == HISTORY_PAGES else HISTORY_PAGES
+            assert answered[source] >= 1, (answered, status)
+            assert answered[other] == 0, (answered, status)
