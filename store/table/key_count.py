@@ -111,6 +111,9 @@ class KeyCounter:
             raise
 
     def _start(self, position: Position) -> None:
+        # One iterator for the whole count: it reads the version current when it is made (rocksdict's
+        # Snapshot.iter() would not: it iterates the live database). It holds the memtables of that
+        # moment in memory, and files compacted away meanwhile on disk, until the count ends.
         options = rocksdict.ReadOptions()
         options.fill_cache(False)  # a count must not push the hot blocks out
         options.set_readahead_size(2 * 1024 * 1024)
