@@ -219,6 +219,61 @@ def test_a_history_above_scan_bytes_is_read_row_by_row(pit: dict[str, Any]) -> N
     assert whole_histories.get(spec) is None
 
 
+def in_new_worker(
+    spec: LookupSpec, batches: list[tuple[list[str | None], list[int | None]]]
+) -> tuple[list[Any], Requests, Lookup]:
+    """``batches`` looked up as by a task in another Python worker (nothing kept in this process)."""
+    whole_histories.clear()
+    return looked_up(spec, batches)
+
+
+def test_the_workers_of_a_machine_read_a_history_whole_once(pit: dict[str, Any]) -> None:
+    spec = spec_of(pit, pit["end"], store_keys=len(KEYS))
+    batches = [facts(pit, 600, 7), facts(pit, 300, 8)]
+    first, reads, reader = in_new_worker(spec, batches)
+    second, loads, loader = in_new_worker(spec, batches)
+    expected = [model(pit, *batch, pit["end"]) for batch in batches]
+    assert first == second == expected
+    assert reads.pages >= 1
+    assert reads.batch_gets == 0
+    assert (loads.pages, loads.batch_gets) == (0, 0)  # nothing asked of the service
+    assert reader.history.versions_scanned == loader.history.versions_loaded > len(KEYS)
+    assert (reader.history.versions_loaded, loader.history.versions_scanned) == (0, 0)
+    # The errors are the per-row read's too.
+    with pytest.raises(HistoryExpiredError):
+        in_new_worker(spec, [(["k01"] * 400, [pit["floor"] - 1] * 400)])
+    # Another planned lookup reads for itself.
+    _, again, _ = in_new_worker(dataclasses.replace(spec, lookup_id="another"), batches)
+    assert again.pages == reads.pages
+
+
+def test_tasks_starting_together_read_the_history_once(pit: dict[str, Any]) -> None:
+    spec = spec_of(pit, pit["end"], store_keys=len(KEYS))
+    batch = facts(pit, 500, 9)
+    _, alone, _ = in_new_worker(dataclasses.replace(spec, lookup_id="alone"), [batch])
+    whole_histories.clear()
+    start = threading.Barrier(3)
+    answers: list[Any] = []
+    counted: list[Requests] = []
+
+    def task() -> None:
+        requests = Requests()
+        with StatestoreClient(spec.options, transport=requests) as client, Lookup(spec, client) as lookup:
+            start.wait()
+            keys, times = pa.array(batch[0], pa.string()), pa.array(batch[1], pa.int64())
+            answers.append(lookup.lookup_at(keys, times).values.to_pylist())
+        counted.append(requests)
+
+    threads = [threading.Thread(target=task) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert answers == [model(pit, *batch, pit["end"])] * 3
+    assert sum(requests.pages for requests in counted) == alone.pages
+    assert sum(requests.batch_gets for requests in counted) == 0
+
+
 HISTORY_PAGES = "/v1/stores/{store}/history"
 
 
