@@ -82,13 +82,11 @@ def test_keys_overwritten_and_deleted_on_the_live_path_are_counted_exactly_also_
     assert deleted.counted_keys == phases.keys() == 201
     assert deleted.counted_keys_position is not None
 
-    # The count is stored with the copy: the restarted store shows it once READY, counting nothing.
+    # The count is stored with the copy: the restarted store shows it as soon as it is READY.
     store.stop()
     again = make_store(topic, directory=state_dir)
     assert again.wait_until_ready(60), again.status()
-    restarted = again.status()
-    assert restarted.counted_keys == 201
-    assert restarted.counted_keys_position == deleted.counted_keys_position
+    assert again.status().counted_keys == 201
 
 
 def test_a_bulk_restore_is_counted_once_ready(
@@ -132,10 +130,13 @@ def test_a_count_runs_a_page_a_step_from_one_view_and_again_once_a_quarter_chang
     assert counter.count == KeyCount(1_000, Position({0: 1_000}))
     counter.step(Position({0: 1_251}))
     assert counter.count == KeyCount(1_001, Position({0: 1_251}))
-    # Stored: a counter opened again finds it, unless the copy is behind it (data lost in a crash).
-    assert KeyCounter(engine, Position({0: 1_300})).count == counter.count
-    assert KeyCounter(engine, Position({0: 1_200})).count is None
+    # Stored: a counter of the copy opened again finds it, unless the copy is behind it (data lost
+    # in a crash).
     counter.stop()
+    engine.close()
+    engine = Engine(tmp_path / "db", RocksDBOptions())
+    assert KeyCounter(engine, Position({0: 1_300})).count == KeyCount(1_001, Position({0: 1_251}))
+    assert KeyCounter(engine, Position({0: 1_200})).count is None
     engine.close()
 
 
