@@ -247,6 +247,17 @@ def test_the_workers_of_a_machine_read_a_history_whole_once(pit: dict[str, Any])
     assert again.pages == reads.pages
 
 
+def test_a_history_too_large_for_one_worker_is_not_tried_by_the_others(pit: dict[str, Any]) -> None:
+    spec = spec_of(pit, pit["end"], store_keys=len(KEYS), scan_bytes=2_000)
+    batch = facts(pit, 500, 10)
+    first, tried, _ = in_new_worker(spec, [batch])
+    second, by_gets, _ = in_new_worker(spec, [batch])
+    assert first == second == [model(pit, *batch, pit["end"])]
+    assert tried.pages == 1  # stopped at the bound
+    assert by_gets.pages == 0
+    assert by_gets.batch_gets == tried.batch_gets > 0
+
+
 def test_tasks_starting_together_read_the_history_once(pit: dict[str, Any]) -> None:
     spec = spec_of(pit, pit["end"], store_keys=len(KEYS))
     batch = facts(pit, 500, 9)
