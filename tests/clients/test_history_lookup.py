@@ -7,6 +7,7 @@ real uvicorn); a Spark join reading it whole equals pandas ``merge_asof`` (real 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import random
@@ -19,6 +20,7 @@ import httpx
 import pandas as pd
 import pyarrow as pa
 import pytest
+from confluent_kafka import Producer
 from pyspark.sql import SparkSession
 
 from clients import StatestoreClient
@@ -288,20 +290,25 @@ def test_tasks_starting_together_read_the_history_once(pit: dict[str, Any]) -> N
 HISTORY_PAGES = "/v1/stores/{store}/history"
 
 
+@contextlib.contextmanager
+def history_service(broker: LocalBroker, tmp_path: Path, store: str) -> Iterator[tuple[str, str, Producer]]:
+    """A JSON store ``store`` keeping history, on a new topic, served by the real service: its URL,
+    the topic and a producer to it."""
+    topic = unique_topic(store)
+    create_topic(broker.bootstrap_servers, topic, PARTITIONS)
+    history = {store: {"history": {"retention_offsets": 1_000_000}}}
+    with real_service(broker.bootstrap_servers, tmp_path / "state", {store: (topic, "json")}, history) as url:
+        yield url, topic, make_producer(broker.bootstrap_servers)
+
+
 def test_a_point_in_time_join_needing_most_keys_reads_the_history_whole_with_the_rows_of_merge_asof(
     spark: SparkSession, broker: LocalBroker, tmp_path: Path
 ) -> None:
-    # 400 keys written once, a tenth of them again: the service's key estimate (which counts
-    # overwrites not yet compacted) stays below 500, so a task asking most keys reads whole.
+    # 400 keys written once, a tenth of them again (a third of those deleted): a task asking most
+    # keys reads whole.
     rng = random.Random(7)
-    topic = unique_topic("wide")
-    create_topic(broker.bootstrap_servers, topic, PARTITIONS)
-    producer = make_producer(broker.bootstrap_servers)
     keys = [f"w{i:03d}" for i in range(400)]
-    history = {"wide": {"history": {"retention_offsets": 1_000_000}}}
-    with real_service(
-        broker.bootstrap_servers, tmp_path / "state", {"wide": (topic, "json")}, history
-    ) as url:
+    with history_service(broker, tmp_path, "wide") as (url, topic, producer):
         first = [
             (k.encode(), b'{"price": %d}' % i, rng.randint(1_000, 5_000), i % PARTITIONS)
             for i, k in enumerate(keys)
@@ -346,14 +353,8 @@ def test_a_point_in_time_join_decides_by_the_keys_counted_of_a_store_written_man
     # whole), the service's count does not. A task asking most keys reads the history whole, one
     # asking a few reads them by key.
     rng = random.Random(11)
-    topic = unique_topic("often")
-    create_topic(broker.bootstrap_servers, topic, PARTITIONS)
-    producer = make_producer(broker.bootstrap_servers)
     keys = [f"o{i:03d}" for i in range(300)]
-    history = {"often": {"history": {"retention_offsets": 1_000_000}}}
-    with real_service(
-        broker.bootstrap_servers, tmp_path / "state", {"often": (topic, "json")}, history
-    ) as url:
+    with history_service(broker, tmp_path, "often") as (url, topic, producer):
         log: list[Stamped] = []
         for round_ in range(10):
             log += produce_stamped(
