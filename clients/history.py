@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import functools
 import logging
 from collections.abc import Callable, Hashable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -36,6 +37,7 @@ from clients.exceptions import (
     UnexpectedResponseError,
 )
 from clients.history_scan import HistoryPage
+from clients.store_files import StoreFile
 from clients.whole_store import SCAN_PAGE, Decoded, SharedStores, worth_scanning
 from wire import problems
 
@@ -56,6 +58,8 @@ class PlannedLookup(Hashable, Protocol):
     def scan_bytes(self) -> int: ...
     @property
     def cache_bytes(self) -> int: ...
+    @property
+    def output_type(self) -> pa.DataType: ...
 
 
 log = logging.getLogger("clients.lookup")
@@ -148,14 +152,17 @@ lookups (as ``clients.lookup.whole_stores`` keeps whole stores)."""
 
 
 class HistoryReads:
-    """One lookup's history read whole: by an earlier task of the lookup in this process, or by
+    """One lookup's history read whole: by an earlier task of the lookup in this process, by another
+    worker of the machine (through ``file``, as :mod:`clients.store_files` shares stores), or by
     this one once a batch asks for most of the store's keys (tried once a lookup)."""
 
-    def __init__(self, spec: PlannedLookup) -> None:
+    def __init__(self, spec: PlannedLookup, file: StoreFile | None = None) -> None:
         self.spec = spec
         self.known = whole_histories.get(spec) if spec.store_keys is not None else None
         self._may_read = spec.store_keys is not None and spec.exact and self.known is None
+        self._file = file
         self.versions_scanned = 0
+        self.versions_loaded = 0  # of a history another worker of this machine read whole
 
     def known_for(
         self,
@@ -174,14 +181,71 @@ class HistoryReads:
         if not worth_scanning(len(pc.unique(keys.filter(asked))), spec.store_keys):
             return None
         self._may_read = False
-        earliest = pc.min(times.filter(asked)).as_py()
+        read = functools.partial(self._read, client, pc.min(times.filter(asked)).as_py(), decode, threads)
+        known = read() if self._file is None else self._shared(read, self._file)
+        if known is None:
+            return None
+        self.known = known
+        whole_histories.put(spec, known, known.nbytes, spec.cache_bytes)
+        return known
+
+    def _read(
+        self,
+        client: StatestoreClient,
+        earliest: int,
+        decode: Callable[[pa.Array], Decoded],
+        threads: Callable[[], ThreadPoolExecutor],
+    ) -> KnownHistory | None:
+        """The history read whole from the service; ``None`` past ``scan_bytes`` or ``cache_bytes``."""
+        spec = self.spec
         known = read_history(client, spec.store, spec.position, earliest, spec.scan_bytes, decode, threads())
         if known is None or known.nbytes > spec.cache_bytes:  # decoded, more than a lookup keeps
             return None
-        self.known = known
         self.versions_scanned += known.rows
-        whole_histories.put(spec, known, known.nbytes, spec.cache_bytes)
         return known
+
+    def _shared(self, read: Callable[[], KnownHistory | None], file: StoreFile) -> KnownHistory | None:
+        """The history another worker of the machine read whole, else ``read()`` and shared (or that
+        it is too large). Workers starting together wait for the one reading it: the service
+        answers it once, not once a worker."""
+        with file.claimed(wait=True) as held:
+            loaded = file.load(history_columns(self.spec.output_type)) if held else None
+            if loaded is False:  # too large, as another worker found
+                return None
+            if isinstance(loaded, pa.Table):
+                shared = loaded_history(self.spec.store, loaded)
+                self.versions_loaded += shared.rows
+                return shared
+            known = read()
+            if held:
+                file.save(None if known is None else history_table(known), self.spec.cache_bytes)
+            return known
+
+
+HISTORY_COLUMNS = ("key", "time", "unsettled", "value", "found", "misfit")
+"""The columns of a history read whole as workers share it: one row a row of :class:`KnownHistory`."""
+
+
+def history_columns(value_type: pa.DataType) -> list[tuple[str, pa.DataType]]:
+    types = (pa.binary(), pa.int64(), pa.bool_(), value_type, pa.bool_(), pa.bool_())
+    return list(zip(HISTORY_COLUMNS, types, strict=True))
+
+
+def history_table(known: KnownHistory) -> pa.Table:
+    """``known`` as a table of :data:`HISTORY_COLUMNS` (each row with its key), its time floor in
+    the schema's metadata."""
+    places = pa.array(np.repeat(np.arange(len(known.keys)), np.diff(known.starts)), pa.int64())
+    columns = [known.keys.take(places), pa.array(known.times, pa.int64()), pa.array(known.unsettled)]
+    table = pa.Table.from_arrays([*columns, *known.decoded], names=list(HISTORY_COLUMNS))
+    floor = "" if known.time_floor is None else str(known.time_floor)
+    return table.replace_schema_metadata({"time_floor": floor})
+
+
+def loaded_history(store: str, table: pa.Table) -> KnownHistory:
+    """The history a worker shared as :func:`history_table` wrote it (checked as read)."""
+    floor = (table.schema.metadata or {}).get(b"time_floor", b"")
+    decoded = tuple(table.column(name).combine_chunks() for name in HISTORY_COLUMNS[3:])
+    return _known(store, table.select(list(HISTORY_COLUMNS[:3])), decoded, int(floor) if floor else None)
 
 
 def read_history(

@@ -15,10 +15,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from clients.client import StatestoreClient
-from clients.history import HistoryReads, key_time_pairs
+from clients.history import HistoryReads, key_time_pairs, whole_histories
 from clients.natural_keys import PENDING_KEY_FORMATS, stored_key_array
 from clients.options import ClientOptions
-from clients.store_files import COLUMNS, StoreFile, file_name, share_dir
+from clients.store_files import COLUMNS, StoreFile, file_name, share_dir, store_columns
 from clients.value_decoding import decode
 from clients.whole_store import DEFAULT_SCAN_BYTES, SharedStores, read_whole, worth_scanning
 from clients.wire import ValueFormat
@@ -167,8 +167,10 @@ class Lookup:
         self._threads: ThreadPoolExecutor | None = None
         self._file = self._store_file() if self._may_scan else None
         if self._file is not None:  # read whole by a worker before: files are only ever renamed into place
-            self._loaded(self._file.load(spec.output_type))
-        self.history = HistoryReads(spec)  # reads as of a time, of the history read whole
+            self._loaded(self._file.load(store_columns(spec.output_type)))
+        # Reads as of a time, of the history read whole (shared by the workers through its own file).
+        timed = spec.store_keys is not None and spec.exact and whole_histories.get(spec) is None
+        self.history = HistoryReads(spec, self._store_file("history") if timed else None)
 
     @property
     def key_format(self) -> str:
@@ -209,13 +211,14 @@ class Lookup:
         )  # fmt: skip
         return self._decoded(stored)
 
-    def _store_file(self) -> StoreFile | None:
-        """The file the workers of this machine share this lookup's store read whole through, if any."""
+    def _store_file(self, *kind: str) -> StoreFile | None:
+        """The file the workers of this machine share this lookup's store (or, of ``kind``
+        ``"history"``, its history) read whole through, if any."""
         spec = self.spec
         directory = share_dir() if spec.lookup_id else None
         if directory is None:
             return None
-        identity = (spec.lookup_id, spec.options.url, spec.store, spec.position, spec.exact)
+        identity = (spec.lookup_id, spec.options.url, spec.store, spec.position, spec.exact, *kind)
         return StoreFile(directory, file_name(*identity, spec.value_format, str(spec.output_type)))
 
     def _loaded(self, loaded: pa.Table | bool | None) -> bool:
@@ -254,7 +257,7 @@ class Lookup:
         with self._file.claimed(wait) as held:
             if not held and not wait:
                 return False
-            if held and self._loaded(self._file.load(self.spec.output_type)):
+            if held and self._loaded(self._file.load(store_columns(self.spec.output_type))):
                 return True
             if not self._may_scan:  # too large, as another worker found
                 return False

@@ -28,7 +28,7 @@ import os
 import stat
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pyarrow as pa
@@ -47,6 +47,12 @@ FILE_TTL = 3600.0
 """Seconds a shared store file (or lock, or leftover of a failed write) is kept at most."""
 
 COLUMNS = ("key", "value", "found", "misfit")
+
+
+def store_columns(value_type: pa.DataType) -> list[tuple[str, pa.DataType]]:
+    """The columns of a store read whole, its values of ``value_type``."""
+    return list(zip(COLUMNS, (pa.binary(), value_type, pa.bool_(), pa.bool_()), strict=True))
+
 
 _TOO_LARGE = b"too large"
 
@@ -106,9 +112,9 @@ class StoreFile:
         finally:
             os.close(descriptor)  # releases the lock
 
-    def load(self, value_type: pa.DataType) -> pa.Table | bool | None:
-        """The store as a worker wrote it (its columns mapped, not copied); False when a worker found
-        it too large to read whole; None when there is no usable file."""
+    def load(self, columns: Sequence[tuple[str, pa.DataType]]) -> pa.Table | bool | None:
+        """The store as a worker wrote it (its ``columns``, names and types, mapped, not copied);
+        False when a worker found it too large to read whole; None when there is no usable file."""
         try:
             source = pa.memory_map(str(self.path))
         except FileNotFoundError:
@@ -124,8 +130,7 @@ class StoreFile:
         except (OSError, pa.ArrowException) as exc:
             log.warning("shared store file %s unusable, reading the store again: %s", self.path, exc)
             return None
-        expected = [pa.binary(), value_type, pa.bool_(), pa.bool_()]
-        if table.schema.names != list(COLUMNS) or table.schema.types != expected:
+        if list(zip(table.schema.names, table.schema.types, strict=True)) != list(columns):
             log.warning("shared store file %s holds other columns, reading the store again", self.path)
             return None
         return table

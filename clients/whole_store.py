@@ -18,9 +18,9 @@ from __future__ import annotations
 import collections
 import logging
 import threading
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import pyarrow as pa
 
@@ -36,7 +36,7 @@ DEFAULT_SCAN_BYTES = 64 * 1024 * 1024
 
 SCAN_SHARE = 0.5
 """A lookup reads the whole store once the distinct keys it still has to fetch reach this share of
-the store's keys (as the service estimates their number). Reading a key in a scan costs the service
+the store's keys (:func:`store_keys`). Reading a key in a scan costs the service
 less than a random read of it in a batch get, but the task then decodes every value: measured on a
 100,000-key store, a task fetching 50,000 keys took about as long either way, and 10,000 to 25,000
 took 1.5-4x longer by scan."""
@@ -46,6 +46,18 @@ SCAN_PAGE = 10_000
 
 Decoded = tuple[pa.Array, pa.Array, pa.Array]
 """Values as a lookup keeps them: decoded values, found, misfit."""
+
+
+def store_keys(info: Mapping[str, Any]) -> int | None:
+    """The number of keys of a store, from the service's store info: ``counted_keys`` (counted
+    exactly, at a recent position), else ``approximate_num_keys`` (RocksDB's estimate, several times
+    the keys while overwrites wait for compaction: from a service that does not count, or before
+    its first count); ``None`` when it says neither."""
+    for field in ("counted_keys", "approximate_num_keys"):
+        keys = info.get(field)
+        if isinstance(keys, int) and not isinstance(keys, bool):
+            return keys
+    return None
 
 
 def worth_scanning(missing: int, store_keys: int | None) -> bool:

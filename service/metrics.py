@@ -56,6 +56,12 @@ _STORE_GAUGES: tuple[tuple[str, str, Callable[[StoreStatus], float | None]], ...
         "Approximate number of keys (RocksDB's estimate: deletes and overwrites not yet compacted skew it)",
         lambda s: s.approximate_num_keys,
     ),
+    (
+        "statestore_counted_keys",
+        "Keys holding a value, counted exactly at the position of the last count (absent until the"
+        " first count; counted again once the records applied since pass a quarter of it)",
+        lambda s: s.counted_keys,
+    ),
     ("statestore_size_on_disk_bytes", "Size of the store's files", lambda s: s.size_on_disk_bytes),
     (
         "statestore_restore_remaining_records",

@@ -182,6 +182,15 @@ STORE_INFO_SCHEMA: dict[str, Any] = {
             "type": "integer",
             "description": "RocksDB's estimate of the number of keys: approximate, not a count",
         },
+        "counted_keys": {
+            "type": ["integer", "null"],
+            "description": "Keys holding a value, counted exactly at counted_keys_position (null until"
+            " first counted); counted again once the records applied since pass a quarter of it",
+        },
+        "counted_keys_position": {
+            "type": ["string", "null"],
+            "description": "The position counted_keys was counted at",
+        },
         "size_on_disk_bytes": {"type": "integer"},
         "last_error": {"type": ["string", "null"]},
         "seconds_since_last_contact": {"type": ["number", "null"]},

@@ -30,6 +30,7 @@ from service.struct_answers import struct_table
 from service.typed_values import ddl_of
 from service.values import BadValues, JsonAnswer
 from store import ReadOnlyKeyValueStore, ScanPage
+from wire.position import Position
 
 POSITION = docs.POSITION_HEADER
 KEY_ROUTE = "/v1/stores/{store}/keys/{key:path}"
@@ -77,6 +78,8 @@ def store_info(registry: StoreRegistry, served: ServedStore) -> dict[str, Any]:
         null_key_records=status.null_key_records,
         undecodable_values=status.undecodable_values,
         approximate_num_keys=status.approximate_num_keys,
+        counted_keys=status.counted_keys,
+        counted_keys_position=_text(status.counted_keys_position),
         size_on_disk_bytes=status.size_on_disk_bytes,
         last_error=registry.start_error(served.name) or status.last_error,
         seconds_since_last_contact=status.seconds_since_last_contact,
@@ -92,6 +95,10 @@ def store_info(registry: StoreRegistry, served: ServedStore) -> dict[str, Any]:
         history=_history_info(served),
     )
     return info
+
+
+def _text(position: Position | None) -> str | None:
+    return None if position is None else str(position)
 
 
 def _history_info(served: ServedStore) -> dict[str, Any] | None:

@@ -186,8 +186,12 @@ def _contact(seconds: object) -> str:
 
 def _facts(info: Mapping[str, Any]) -> str:
     facts = []
-    if "approximate_num_keys" in info:
+    counted = info.get("counted_keys")
+    if isinstance(counted, int):
+        facts.append(_fact("Keys", format_count(counted)))  # exact, as of its count's position
+    elif "approximate_num_keys" in info:
         facts.append(_fact("Keys (approx.)", f"~{format_count(info['approximate_num_keys'])}"))
+    if "approximate_num_keys" in info:
         facts.append(_fact("Size on disk", e(format_bytes(info.get("size_on_disk_bytes", 0)))))
     facts.append(_fact("Lag", f"{format_count(info.get('total_lag', 0))} records"))
     facts.append(_fact("Last contact", _contact(info.get("seconds_since_last_contact"))))
@@ -275,7 +279,7 @@ def render_status_page(stores: Sequence[Mapping[str, Any]], context: PageContext
         f"{main}"
         f'<footer><span id="refreshed">updated {e(updated)},'
         f" refreshed every {context.refresh_seconds} s</span>"
-        " · key counts are RocksDB's estimates (~)</footer>"
+        " · key counts marked ~ are RocksDB's estimates, the others counted</footer>"
     )
     return _document(
         context,

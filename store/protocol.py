@@ -247,6 +247,10 @@ class StoreStatus:
     freshness: FreshnessSnapshot | None = None  # record timestamp to visible, per batch (store.freshness)
     # values stored as undecodable since the process opened the store (store.formats)
     undecodable_values: int = 0
+    # Keys holding a value, counted exactly at ``counted_keys_position`` (store.table.key_count);
+    # None until the first count. Counted again once the records applied since pass a quarter of it.
+    counted_keys: int | None = None
+    counted_keys_position: Position | None = None
 
     @property
     def total_lag(self) -> int:

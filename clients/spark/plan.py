@@ -32,6 +32,7 @@ from clients.options import Cert, Verify
 from clients.spark.compat import Counter, conf_value, is_connect, new_counter, parse_struct
 from clients.spark.options import LookupOptions, client_options
 from clients.value_decoding import decode_json
+from clients.whole_store import store_keys
 from clients.wire import StoreInfo
 from wire.position import Position, PositionLike
 
@@ -311,18 +312,19 @@ def plan_lookup(
 
 
 def whole_store_keys(info: StoreInfo, spec: LookupSpec) -> int | None:
-    """The store's approximate key count, when its tasks may read it whole (``clients.whole_store``;
-    a lookup by time reads its history whole, ``clients.history``): key lookups on one service, of
-    whole values as stored (no ``fields=``, not typed by the service); ``None``: keys always go by
-    batch gets (for a sharded store, each row's key and time by batch gets)."""
-    keys = info.raw.get("approximate_num_keys")
+    """The store's key count (``clients.whole_store.store_keys``: counted by the service, else its
+    estimate), when its tasks may read it whole (``clients.whole_store``; a lookup by time reads its
+    history whole, ``clients.history``): key lookups on one service, of whole values as stored (no
+    ``fields=``, not typed by the service); ``None``: keys always go by batch gets (for a sharded
+    store, each row's key and time by batch gets)."""
+    keys = store_keys(info.raw)
     if (
         spec.index is not None
         or spec.fields is not None
         or info.raw.get("value_schema") is not None
         or spec.options.sharded
         or info.sharding.shards > 1
-        or not isinstance(keys, int)
+        or keys is None
     ):
         return None
     return keys

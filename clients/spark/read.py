@@ -33,6 +33,7 @@ from clients.spark.compat import parse_struct
 from clients.spark.options import client_options
 from clients.spark.plan import client_tls, connection
 from clients.value_decoding import decode
+from clients.whole_store import store_keys
 from clients.wire import ValueFormat
 from wire.position import Position, PositionLike
 
@@ -249,7 +250,7 @@ def plan_read(
                 )
             raise
         if partitions is None:
-            keys = int(info.raw.get("approximate_num_keys") or 0)
+            keys = store_keys(info.raw) or 0
             partitions = min(MAX_PARTITIONS, max(1, math.ceil(keys / ROWS_PER_PARTITION)))
 
         def first_after(key: bytes | None) -> bytes | None:

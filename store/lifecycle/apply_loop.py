@@ -4,7 +4,7 @@ Each step (:meth:`ApplyLoop.step`, as Kafka Streams' ``StateConsumer.pollAndUpda
 poll from the record source, applies its records as one atomic write (records, tombstones and the
 next offset of every partition read), and moves each partition's catch-up. A restoring store is
 READY once every partition is caught up; a READY one does its periodic work between steps
-(checkpoints, history pruning, topic metadata checks).
+(checkpoints, history pruning, a page of its key count, topic metadata checks).
 """
 
 from __future__ import annotations
@@ -156,6 +156,9 @@ class ApplyLoop:
     def _periodic(self, now: float) -> None:
         if self.restoring and self._progress_log.due(now):
             self._reporter.restore_progress(self._copies.writer.position)
+        if not self.restoring:
+            # A page a step, once counting is due: it never holds the next poll back for long.
+            self._copies.writer.count_keys()
         if not self.restoring and self._history_prune.due(now):
             self._copies.writer.maintain_history()
             self._copies.writer.maintain_winners()

@@ -344,6 +344,8 @@ class InMemoryStore:
                 records_applied_total=self._applied,
                 null_key_records=0,
                 approximate_num_keys=len(self._data),
+                counted_keys=len(self._data),
+                counted_keys_position=self._position,
                 size_on_disk_bytes=0,
                 last_error=None,
                 seconds_since_last_contact=None,

@@ -236,6 +236,7 @@ class Store:
             restore = _restore_progress(progress, writing.position if writing else position)
         last_contact = progress.last_contact
         num_keys, disk_bytes = _size(serving)
+        counted_keys, counted_at = _counted(serving)
         return StoreStatus(
             name=self.name,
             topic=self.config.topic,
@@ -259,6 +260,8 @@ class Store:
             sharding=materializer.placement.status() if materializer is not None else None,
             freshness=progress.freshness.snapshot,
             undecodable_values=self._undecodable_values(),
+            counted_keys=counted_keys,
+            counted_keys_position=counted_at,
         )
 
     def _undecodable_values(self) -> int:
@@ -271,6 +274,12 @@ def _size(serving: Replica | None) -> tuple[int, int]:
     if serving is None:
         return 0, 0
     return serving.engine.approximate_num_keys(), serving.engine.size_on_disk_bytes()
+
+
+def _counted(serving: Replica | None) -> tuple[int | None, Position | None]:
+    """The served copy's keys as last counted, and the position they were counted at."""
+    count = serving.key_count if serving is not None else None
+    return (None, None) if count is None else (count.keys, count.position)
 
 
 def _restore_progress(progress: Progress, written: Position) -> RestoreProgress:

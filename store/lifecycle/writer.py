@@ -124,6 +124,11 @@ class TableWriter(Protocol):
         """Drop the entries of natural keys deleted under every key schema id long enough ago."""
         ...
 
+    def count_keys(self) -> None:
+        """Count a page of the copy's keys, starting a count when the last one is out of date
+        (``store.table.key_count``)."""
+        ...
+
 
 class StoreCopies(Protocol):
     """The store's side of materializing: its state, and the copy the materializer writes."""

@@ -32,6 +32,7 @@ from store.table.engine import Engine
 from store.table.history import HistoryRecorder, floor_from
 from store.table.hot_keys import MISS, HotKeyCache, read_misses
 from store.table.indexes import OUTDATED, STATE_PREFIX, IndexSpec, index_changes, parse_states, state_entry
+from store.table.key_count import KeyCount, KeyCounter
 from store.table.seams import Changes, TableConfig
 from store.table.snapshot_reader import SnapshotReader, prefix_upper_bound
 from store.table.timed import TimeBounds, newest_per_partition
@@ -85,6 +86,7 @@ class Replica:
         self.time_bounds = TimeBounds({})
         self._load_history_state()
         self._winners_cursor: bytes | None = None  # where pruning natural keys' entries goes on
+        self._key_counter = KeyCounter(self.engine, self.position)
 
     @property
     def name(self) -> str:
@@ -155,7 +157,19 @@ class Replica:
                 self.engine.flush()
             except (StoreWriteError, StoreReadError) as exc:  # as after a crash: re-read from the offsets
                 logger.warning('store "%s": closing without a final checkpoint: %s', self.name, exc)
+        self._key_counter.stop()
         self.engine.close()
+
+    @property
+    def key_count(self) -> KeyCount | None:
+        """The copy's keys as last counted exactly, with the position counted at (``None``: not
+        counted yet); ``store.table.key_count``."""
+        return self._key_counter.count
+
+    def count_keys(self) -> None:
+        """Count a page of the copy's keys, starting a count when the last one is out of date
+        (materializer thread, between writes)."""
+        self._key_counter.step(self.position)
 
     # -- reads (called with the lock held) ----------------------------------------------------
 

@@ -7,6 +7,7 @@ real uvicorn); a Spark join reading it whole equals pandas ``merge_asof`` (real 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import random
@@ -19,6 +20,7 @@ import httpx
 import pandas as pd
 import pyarrow as pa
 import pytest
+from confluent_kafka import Producer
 from pyspark.sql import SparkSession
 
 from clients import StatestoreClient
@@ -32,7 +34,9 @@ from tests.clients.conftest import real_service
 from tests.clients.spark.test_lookups import BATCH_GETS, requests_of
 from tests.clients.test_as_of_time import expected_join
 from tests.support.kafka import create_topic, make_producer, unique_topic
+from tests.support.stores import wait_until
 from tests.support.timed import Stamped, compacted, produce_stamped, value_at
+from wire.position import Position
 
 PARTITIONS = 3
 KEYS = [f"k{i:02d}" for i in range(40)]
@@ -217,23 +221,94 @@ def test_a_history_above_scan_bytes_is_read_row_by_row(pit: dict[str, Any]) -> N
     assert whole_histories.get(spec) is None
 
 
+def in_new_worker(
+    spec: LookupSpec, batches: list[tuple[list[str | None], list[int | None]]]
+) -> tuple[list[Any], Requests, Lookup]:
+    """``batches`` looked up as by a task in another Python worker (nothing kept in this process)."""
+    whole_histories.clear()
+    return looked_up(spec, batches)
+
+
+def test_the_workers_of_a_machine_read_a_history_whole_once(pit: dict[str, Any]) -> None:
+    spec = spec_of(pit, pit["end"], store_keys=len(KEYS))
+    batches = [facts(pit, 600, 7), facts(pit, 300, 8)]
+    first, reads, reader = in_new_worker(spec, batches)
+    second, loads, loader = in_new_worker(spec, batches)
+    expected = [model(pit, *batch, pit["end"]) for batch in batches]
+    assert first == second == expected
+    assert reads.pages >= 1
+    assert reads.batch_gets == 0
+    assert (loads.pages, loads.batch_gets) == (0, 0)  # nothing asked of the service
+    assert reader.history.versions_scanned == loader.history.versions_loaded > len(KEYS)
+    assert (reader.history.versions_loaded, loader.history.versions_scanned) == (0, 0)
+    # The errors are the per-row read's too.
+    with pytest.raises(HistoryExpiredError):
+        in_new_worker(spec, [(["k01"] * 400, [pit["floor"] - 1] * 400)])
+    # Another planned lookup reads for itself.
+    _, again, _ = in_new_worker(dataclasses.replace(spec, lookup_id="another"), batches)
+    assert again.pages == reads.pages
+
+
+def test_a_history_too_large_for_one_worker_is_not_tried_by_the_others(pit: dict[str, Any]) -> None:
+    spec = spec_of(pit, pit["end"], store_keys=len(KEYS), scan_bytes=2_000)
+    batch = facts(pit, 500, 10)
+    first, tried, _ = in_new_worker(spec, [batch])
+    second, by_gets, _ = in_new_worker(spec, [batch])
+    assert first == second == [model(pit, *batch, pit["end"])]
+    assert tried.pages == 1  # stopped at the bound
+    assert by_gets.pages == 0
+    assert by_gets.batch_gets == tried.batch_gets > 0
+
+
+def test_tasks_starting_together_read_the_history_once(pit: dict[str, Any]) -> None:
+    spec = spec_of(pit, pit["end"], store_keys=len(KEYS))
+    batch = facts(pit, 500, 9)
+    _, alone, _ = in_new_worker(dataclasses.replace(spec, lookup_id="alone"), [batch])
+    whole_histories.clear()
+    start = threading.Barrier(3)
+    answers: list[Any] = []
+    counted: list[Requests] = []
+
+    def task() -> None:
+        requests = Requests()
+        with StatestoreClient(spec.options, transport=requests) as client, Lookup(spec, client) as lookup:
+            start.wait()
+            keys, times = pa.array(batch[0], pa.string()), pa.array(batch[1], pa.int64())
+            answers.append(lookup.lookup_at(keys, times).values.to_pylist())
+        counted.append(requests)
+
+    threads = [threading.Thread(target=task) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert answers == [model(pit, *batch, pit["end"])] * 3
+    assert sum(requests.pages for requests in counted) == alone.pages
+    assert sum(requests.batch_gets for requests in counted) == 0
+
+
 HISTORY_PAGES = "/v1/stores/{store}/history"
+
+
+@contextlib.contextmanager
+def history_service(broker: LocalBroker, tmp_path: Path, store: str) -> Iterator[tuple[str, str, Producer]]:
+    """A JSON store ``store`` keeping history, on a new topic, served by the real service: its URL,
+    the topic and a producer to it."""
+    topic = unique_topic(store)
+    create_topic(broker.bootstrap_servers, topic, PARTITIONS)
+    history = {store: {"history": {"retention_offsets": 1_000_000}}}
+    with real_service(broker.bootstrap_servers, tmp_path / "state", {store: (topic, "json")}, history) as url:
+        yield url, topic, make_producer(broker.bootstrap_servers)
 
 
 def test_a_point_in_time_join_needing_most_keys_reads_the_history_whole_with_the_rows_of_merge_asof(
     spark: SparkSession, broker: LocalBroker, tmp_path: Path
 ) -> None:
-    # 400 keys written once, a tenth of them again: the service's key estimate (which counts
-    # overwrites not yet compacted) stays below 500, so a task asking most keys reads whole.
+    # 400 keys written once, a tenth of them again (a third of those deleted): a task asking most
+    # keys reads whole.
     rng = random.Random(7)
-    topic = unique_topic("wide")
-    create_topic(broker.bootstrap_servers, topic, PARTITIONS)
-    producer = make_producer(broker.bootstrap_servers)
     keys = [f"w{i:03d}" for i in range(400)]
-    history = {"wide": {"history": {"retention_offsets": 1_000_000}}}
-    with real_service(
-        broker.bootstrap_servers, tmp_path / "state", {"wide": (topic, "json")}, history
-    ) as url:
+    with history_service(broker, tmp_path, "wide") as (url, topic, producer):
         first = [
             (k.encode(), b'{"price": %d}' % i, rng.randint(1_000, 5_000), i % PARTITIONS)
             for i, k in enumerate(keys)
@@ -268,3 +343,62 @@ def test_a_point_in_time_join_needing_most_keys_reads_the_history_whole_with_the
             assert got.sort_values("fact")["price"].tolist() == pytest.approx(expected, nan_ok=True)
             assert answered[HISTORY_PAGES if scan_bytes else BATCH_GETS] >= 1
             assert answered[BATCH_GETS if scan_bytes else HISTORY_PAGES] == 0
+
+
+def test_a_point_in_time_join_decides_by_the_keys_counted_of_a_store_written_many_times(
+    spark: SparkSession, broker: LocalBroker, tmp_path: Path
+) -> None:
+    # 300 keys written ten times each after READY: RocksDB's estimate counts the overwrites not
+    # compacted yet (about 3,300 here until a flush merges them, by which no task would read
+    # whole), the service's count does not. A task asking most keys reads the history whole, one
+    # asking a few reads them by key.
+    rng = random.Random(11)
+    keys = [f"o{i:03d}" for i in range(300)]
+    with history_service(broker, tmp_path, "often") as (url, topic, producer):
+        log: list[Stamped] = []
+        for round_ in range(10):
+            log += produce_stamped(
+                producer,
+                topic,
+                [
+                    (
+                        k.encode(),
+                        b'{"price": %d}' % (round_ * 1_000 + i),
+                        1_000 * (round_ + 1) + i,
+                        i % PARTITIONS,
+                    )
+                    for i, k in enumerate(keys)
+                ],
+            )
+            if round_ == 0:
+                every_key = Position.parse(position_of(log))
+
+        def info() -> dict[str, Any]:
+            answer: dict[str, Any] = httpx.get(f"{url}/v1/stores/often", timeout=10).json()
+            return answer
+
+        def counted_after_every_key() -> bool:
+            at = info()["counted_keys_position"]
+            return at is not None and Position.parse(at).reaches(every_key)
+
+        wait_until(counted_after_every_key, 60, "keys counted once every key was written")
+        status = info()
+        assert status["counted_keys"] == len(keys), status
+        for asked, source in ((keys, HISTORY_PAGES), (keys[:10], BATCH_GETS)):
+            facts = pd.DataFrame(
+                {
+                    "fact": range(2_000),
+                    "sku": [rng.choice(asked) for _ in range(2_000)],
+                    "at": [rng.randint(500, 12_000) for _ in range(2_000)],
+                }
+            )
+            expected = expected_join(facts, log)["expected"].tolist()
+            joined = lookup_join(
+                spark.createDataFrame(facts).repartition(2), store="often", on="sku", url=url,
+                value_schema="price double", as_of_time="at",
+            )  # fmt: skip
+            got, answered = requests_of(url, joined.toPandas)
+            assert got.sort_values("fact")["price"].tolist() == pytest.approx(expected, nan_ok=True)
+            other = BATCH_GETS if source == HISTORY_PAGES else HISTORY_PAGES
+            assert answered[source] >= 1, (answered, status)
+            assert answered[other] == 0, (answered, status)

@@ -230,3 +230,20 @@ def test_a_service_refusing_pages_this_large_gets_batch_gets(
     assert as_rows(result) == model(MOST, table)
     assert requests.pages == 1  # refused (413), not tried again
     assert requests.batch_gets == -(-len(set(MOST) - {None}) // 40)
+
+
+@pytest.mark.parametrize(
+    ("info", "keys"),
+    [
+        ({"counted_keys": 100_000, "approximate_num_keys": 332_926}, 100_000),
+        ({"counted_keys": None, "approximate_num_keys": 332_926}, 332_926),  # not counted yet
+        ({"approximate_num_keys": 4}, 4),  # a service that does not count
+        ({"counted_keys": 0, "approximate_num_keys": 12}, 0),  # every key deleted
+        ({"counted_keys": True}, None),
+        ({}, None),
+    ],
+)
+def test_a_store_is_sized_by_its_counted_keys_else_the_estimate(
+    info: dict[str, object], keys: int | None
+) -> None:
+    assert whole.store_keys(info) == keys

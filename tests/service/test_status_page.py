@@ -99,7 +99,9 @@ def test_the_page_shows_every_store_with_its_state_and_progress(scene: Service) 
     assert "30.0 %" in page.text
     assert "1,350,000 of 4,500,000 records" in page.text
     assert "about 15 s left" in page.text
-    assert "~1,975" in page.text, "key counts are labelled approximate"
+    assert "Keys 1,950" in page.text, "a counted store shows its exact count"
+    assert "~1,975" not in page.text
+    assert "~12,040" in page.text, "estimates are labelled approximate"
     assert "178.0 KiB" in page.text
     assert "0:661,1:652,2:662" in page.text
     assert "by_ticker on ticker: ready" in page.text
