@@ -182,6 +182,11 @@ STORE_INFO_SCHEMA: dict[str, Any] = {
             "type": "integer",
             "description": "RocksDB's estimate of the number of keys: approximate, not a count",
         },
+        "copy_id": {
+            "type": "string",
+            "description": "names the served copy of the table: the same copy_id at the same position"
+            " always answers the same rows (a rebuild, a reopen or a restart gives a new one)",
+        },
         "size_on_disk_bytes": {"type": "integer"},
         "last_error": {"type": ["string", "null"]},
         "seconds_since_last_contact": {"type": ["number", "null"]},

@@ -77,6 +77,7 @@ def store_info(registry: StoreRegistry, served: ServedStore) -> dict[str, Any]:
         null_key_records=status.null_key_records,
         undecodable_values=status.undecodable_values,
         approximate_num_keys=status.approximate_num_keys,
+        copy_id=status.copy_id,
         size_on_disk_bytes=status.size_on_disk_bytes,
         last_error=registry.start_error(served.name) or status.last_error,
         seconds_since_last_contact=status.seconds_since_last_contact,

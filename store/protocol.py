@@ -247,6 +247,9 @@ class StoreStatus:
     freshness: FreshnessSnapshot | None = None  # record timestamp to visible, per batch (store.freshness)
     # values stored as undecodable since the process opened the store (store.formats)
     undecodable_values: int = 0
+    # Names the served copy of the table as opened by this process: the same ``copy_id`` at the same
+    # ``position`` holds the same rows. A rebuild, a reopen or a restart gives a new one ("": none).
+    copy_id: str = ""
 
     @property
     def total_lag(self) -> int:

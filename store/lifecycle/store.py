@@ -253,6 +253,7 @@ class Store:
             seconds_since_last_contact=time.monotonic() - last_contact if last_contact else None,
             indexes=_index_statuses(serving),
             stale=serving is not None and serving is not writing and serving.corruption is None,
+            copy_id=_copy_id(serving),
             corruption=serving.corruption if serving is not None else None,
             corruptions_found=copies.corruptions_found,
             verification_passes=self._verifier.passes if self._verifier is not None else 0,
@@ -271,6 +272,11 @@ def _size(serving: Replica | None) -> tuple[int, int]:
     if serving is None:
         return 0, 0
     return serving.engine.approximate_num_keys(), serving.engine.size_on_disk_bytes()
+
+
+def _copy_id(serving: Replica | None) -> str:
+    """The served copy's name ("" while none serves)."""
+    return serving.copy_id if serving is not None else ""
 
 
 def _restore_progress(progress: Progress, written: Position) -> RestoreProgress:
