@@ -6,6 +6,7 @@ The service's URL and token come from the session's Spark conf (``spark.statesto
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -193,3 +194,39 @@ def test_values_not_fitting_the_schema_are_null_marked_and_counted(spark: SparkS
         else:
             with pytest.raises(UnsupportedSparkError, match=r"PySpark 3\.5.*misfit_column"):
                 _ = info.mismatched_values
+
+
+def test_a_lookup_asks_spark_for_its_input_columns_once_and_a_chained_one_not_at_all(
+    spark: SparkSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    purchases = purchases_frame(200)
+    df = spark.createDataFrame(purchases)
+    frame_type = type(df)
+    asked: list[str] = []
+
+    def counted(name: str, original: Any) -> property:
+        # Under Spark Connect each is an analysis of the whole plan on the server (the lookups'
+        # Python functions included); counted when the client asks, not PySpark's own code.
+        def get(self: DataFrame) -> Any:
+            if "/clients/spark/" in sys._getframe(1).f_code.co_filename:
+                asked.append(name)
+            return original.__get__(self, type(self))  # a property, or a cached one
+
+        return property(get)
+
+    for name in ("schema", "columns", "dtypes"):
+        monkeypatch.setattr(frame_type, name, counted(name, frame_type.__dict__[name]))
+    with_products = lookup_join(
+        df, store="products", on="product_id", value_schema=PRODUCT_SCHEMA, prefix="product_"
+    )
+    assert asked == ["schema"]  # the input's columns: the key's type, clashes, what the task keeps
+    asked.clear()
+    invoices = lookup_join(
+        with_products, store="customers", on="customer_id", value_schema=CUSTOMER_SCHEMA, prefix="customer_"
+    )
+    assert asked == []  # a lookup's result knows its columns
+    monkeypatch.undo()
+    got = invoices.toPandas().sort_values("purchase_id").reset_index(drop=True)
+    expected = expected_invoices(purchases, "left")
+    assert list(got.columns) == list(expected.columns)
+    assert as_rows(got) == as_rows(expected)
