@@ -29,7 +29,7 @@ from clients.exceptions import (
 )
 from clients.lookup import LookupSpec
 from clients.options import Cert, ClientOptions, Verify
-from clients.spark.compat import Counter, conf_value, is_connect, new_counter, parse_struct
+from clients.spark.compat import Counter, conf_values, is_connect, new_counter, parse_struct
 from clients.spark.options import LookupOptions, client_options
 from clients.spark.plan_cache import KeptRead, plans, reads_key
 from clients.value_decoding import decode_json
@@ -78,13 +78,15 @@ def connection(session: SparkSession, url: str | None, token: str | None) -> tup
     which overrides ``spark.statestore.authFile`` (a file holding the token, read on the driver;
     under Spark Connect the only one of the two the server lets a client read).
     """
-    url = url or conf_value(session, URL_CONF)
+    keys = ([] if url else [URL_CONF]) + ([TOKEN_CONF, TOKEN_FILE_CONF] if token is None else [])
+    conf = conf_values(session, keys)  # one round trip under Spark Connect
+    url = url or conf[URL_CONF]
     if not url:
         raise ValueError(f"no statestore URL: pass url= or set {URL_CONF} in the Spark conf")
     if token is None:
-        token = conf_value(session, TOKEN_CONF)
+        token = conf[TOKEN_CONF]
     if token is None:
-        token_file = conf_value(session, TOKEN_FILE_CONF)
+        token_file = conf[TOKEN_FILE_CONF]
         if token_file is not None:
             try:
                 token = Path(token_file).read_text(encoding="utf-8").strip()
@@ -105,11 +107,15 @@ def client_tls(session: SparkSession, verify: Verify, cert: Cert | None) -> tupl
         raise TypeError(
             "verify must be True/False or a CA bundle path: tasks rebuild the client on executors"
         )
+    keys = ([CA_FILE_CONF] if verify is True else []) + (
+        [CERT_FILE_CONF, KEY_FILE_CONF] if cert is None else []
+    )
+    conf = conf_values(session, keys)  # one round trip under Spark Connect
     if verify is True:
-        verify = conf_value(session, CA_FILE_CONF) or True
+        verify = conf[CA_FILE_CONF] or True
     if cert is None:
-        certfile = conf_value(session, CERT_FILE_CONF)
-        keyfile = conf_value(session, KEY_FILE_CONF)
+        certfile = conf[CERT_FILE_CONF]
+        keyfile = conf[KEY_FILE_CONF]
         if keyfile and not certfile:
             raise ValueError(f"{KEY_FILE_CONF} is set without {CERT_FILE_CONF}: set both, or neither")
         if certfile:

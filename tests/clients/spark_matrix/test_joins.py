@@ -20,6 +20,7 @@ from pyspark.sql.types import IntegerType, StructField, StructType
 from clients import StatestoreClient
 from clients.exceptions import UnsupportedSparkError
 from clients.spark import lookup_join, lookup_udf, lookups
+from clients.spark.compat import parse_struct
 from tests.clients.orders import POSITION_SCHEMA, orders, positions_frame, sorted_rows
 from tests.clients.shop import (
     CUSTOMER_SCHEMA,
@@ -201,6 +202,8 @@ def test_a_lookup_asks_spark_for_its_input_columns_once_and_a_chained_one_not_at
 ) -> None:
     purchases = purchases_frame(200)
     df = spark.createDataFrame(purchases)
+    for ddl in (PRODUCT_SCHEMA, CUSTOMER_SCHEMA):  # before PySpark 4.0 parsed by Spark, once a process
+        parse_struct(spark, ddl)
     frame_type = type(df)
     asked: list[str] = []
 
@@ -230,3 +233,26 @@ def test_a_lookup_asks_spark_for_its_input_columns_once_and_a_chained_one_not_at
     expected = expected_invoices(purchases, "left")
     assert list(got.columns) == list(expected.columns)
     assert as_rows(got) == as_rows(expected)
+
+
+def test_planning_a_lookup_reads_the_session_conf_in_two_round_trips_under_connect(
+    spark: SparkSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked: list[str] = []
+    # Under Spark Connect every conf read is a round trip to the server; classic ones read the
+    # local JVM's conf, one key at a time.
+    owner, name = (type(spark.client), "config") if CONNECT else (type(spark.conf), "get")  # type: ignore[attr-defined]
+    original = getattr(owner, name)
+
+    def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if "/clients/spark/" in sys._getframe(1).f_code.co_filename:  # the client's, not PySpark's own
+            asked.append(name)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(owner, name, counted)
+    df = spark.createDataFrame([("p001",)], "product_id string")
+    joined = lookup_join(df, store="products", on="product_id", value_schema=PRODUCT_SCHEMA)
+    # The URL and the token (or its file), then the TLS files: six keys, in two reads under Connect.
+    assert len(asked) == (2 if CONNECT else 6)
+    monkeypatch.undo()
+    assert [row.name for row in joined.collect()] == ["product 1"]
