@@ -21,7 +21,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from clients.spark import lookup_join
+from clients.spark import lookup_join, plan_cache
 from clients.spark.compat import is_connect
 from tests.support.spark_session import local_session
 
@@ -151,10 +151,14 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             spark.conf.unset("spark.sql.autoBroadcastJoinThreshold")
 
-    def planned_each_run(lookup: Callable[[], DataFrame]) -> Callable[[], None]:
-        # Planned anew, a lookup's tasks keep nothing from earlier runs (Python workers keep a
-        # store read whole for the next tasks of the same planned lookup only).
+    def planned_each_run(lookup: Callable[[], DataFrame], afresh: bool = False) -> Callable[[], None]:
+        # Planned anew at an unchanged store, a lookup is given the read planned before (the
+        # driver keeps it: clients.spark.plan_cache) and its tasks find the stores where the last
+        # run left them. ``afresh``: the kept reads forgotten first, as when the store moved since
+        # the last run: every task reads what it needs again.
         def run() -> None:
+            if afresh:
+                plan_cache.plans.clear()
             sink(lookup())()
 
         return run
@@ -164,9 +168,11 @@ def main(argv: list[str] | None = None) -> int:
             "broadcast join": sink(broadcast),
             "lookup_join": sink(one_lookup()),
             "lookup_join, planned per run": planned_each_run(one_lookup),
+            "lookup_join, read afresh per run": planned_each_run(one_lookup, afresh=True),
             "two broadcast joins": sink(two_broadcasts),
             "two chained lookup_joins": sink(two_lookups()),
             "two lookup_joins, planned per run": planned_each_run(two_lookups),
+            "two lookup_joins, read afresh per run": planned_each_run(two_lookups, afresh=True),
             "two sort-merge joins": sort_merge,
             "mapInArrow pass-through": sink(facts.mapInArrow(_passed, facts.schema)),
         },

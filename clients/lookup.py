@@ -60,8 +60,9 @@ class LookupSpec:
     # ``None``: always by batch gets. ``scan_bytes`` bounds the stored bytes read so.
     store_keys: int | None = None
     scan_bytes: int = DEFAULT_SCAN_BYTES
-    # The planned lookup (``LookupInfo.lookup_id``): a store read whole is kept for the process's
-    # next tasks of the same spec only, so a lookup planned again reads afresh.
+    # Names the planned read: a store read whole is kept for the process's next tasks of the same
+    # spec only. A lookup planned again reads afresh, unless the driver gives it the read planned
+    # before at the same copy and position of the store (``clients.spark.plan_cache``).
     lookup_id: str = ""
 
     @property

@@ -7,7 +7,8 @@ and writes what it decoded (keys, values, found, misfit) as an Arrow IPC file, r
 whole; the others wait on the lock and map that file into memory (the pages are shared, nothing is
 copied or decoded again). The file is named by the planned lookup (its ``lookup_id``, store,
 pinned position, exactness and output type, hashed), so only tasks of the same lookup at the same
-pinned position share it; a lookup planned again reads afresh, as before.
+pinned position share it; a lookup planned again reads afresh (unless the driver gives it the
+same planned read: ``clients.spark.plan_cache``).
 
 Everything here only saves work: a file that cannot be written, read or locked, or that is gone,
 makes the task read the store itself. A lock is released by the kernel when its holder dies, and a

@@ -191,6 +191,11 @@ STORE_INFO_SCHEMA: dict[str, Any] = {
             "type": ["string", "null"],
             "description": "The position counted_keys was counted at",
         },
+        "copy_id": {
+            "type": "string",
+            "description": "names the served copy of the table: the same copy_id at the same position"
+            " always answers the same rows (a rebuild, a reopen or a restart gives a new one)",
+        },
         "size_on_disk_bytes": {"type": "integer"},
         "last_error": {"type": ["string", "null"]},
         "seconds_since_last_contact": {"type": ["number", "null"]},

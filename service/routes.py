@@ -80,6 +80,7 @@ def store_info(registry: StoreRegistry, served: ServedStore) -> dict[str, Any]:
         approximate_num_keys=status.approximate_num_keys,
         counted_keys=status.counted_keys,
         counted_keys_position=_text(status.counted_keys_position),
+        copy_id=status.copy_id,
         size_on_disk_bytes=status.size_on_disk_bytes,
         last_error=registry.start_error(served.name) or status.last_error,
         seconds_since_last_contact=status.seconds_since_last_contact,

@@ -251,6 +251,9 @@ class StoreStatus:
     # None until the first count. Counted again once the records applied since pass a quarter of it.
     counted_keys: int | None = None
     counted_keys_position: Position | None = None
+    # Names the served copy of the table as opened by this process: the same ``copy_id`` at the same
+    # ``position`` holds the same rows. A rebuild, a reopen or a restart gives a new one ("": none).
+    copy_id: str = ""
 
     @property
     def total_lag(self) -> int:

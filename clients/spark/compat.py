@@ -62,6 +62,22 @@ def conf_value(session: SparkSession, key: str) -> str | None:
     return value if value else None
 
 
+def conf_values(session: SparkSession, keys: list[str]) -> dict[str, str | None]:
+    """Spark conf values of the session, ``None`` when unset: under Spark Connect in one round trip
+    (each ``conf.get`` is one), the server answering each key as it answers it alone (a key or
+    value its redaction pattern matches reads as unset)."""
+    if not is_connect(session) or not keys:
+        return {key: conf_value(session, key) for key in keys}
+    from pyspark.sql.connect import proto  # noqa: PLC0415  # the Connect client's, when it is one
+
+    pairs = [proto.KeyValue(key=key) for key in keys]  # no value: the default is unset
+    operation = proto.ConfigRequest.Operation(
+        get_with_default=proto.ConfigRequest.GetWithDefault(pairs=pairs)
+    )
+    answered = dict(session.client.config(operation).pairs)
+    return {key: answered.get(key) or None for key in keys}
+
+
 def parse_struct(session: SparkSession, ddl: str) -> StructType:
     """A DDL struct (``"name string, price double"``) as a ``StructType``.
 

@@ -11,6 +11,7 @@ from pyspark.sql import Column, DataFrame, functions
 from pyspark.sql.types import (
     BinaryType,
     BooleanType,
+    DataType,
     IntegerType,
     LongType,
     StringType,
@@ -47,7 +48,10 @@ def lookups(df: DataFrame) -> list[LookupInfo]:
     return list(found.values())
 
 
-def _key_column(df: DataFrame, on: str | Column, text: bool = False) -> Column:
+Fields = tuple[StructField, ...]
+
+
+def _key_column(df: DataFrame, on: str | Column, text: bool = False) -> tuple[Column, DataType]:
     """The join key as Spark hands it to Arrow: binary and string kept, other types as their text.
 
     Indexed values are always text (``text``); booleans become ``true``/``false`` like in JSON.
@@ -55,10 +59,10 @@ def _key_column(df: DataFrame, on: str | Column, text: bool = False) -> Column:
     column = functions.col(on) if isinstance(on, str) else on
     data_type = df.select(column).schema.fields[0].dataType
     if isinstance(data_type, StringType) or (isinstance(data_type, BinaryType) and not text):
-        return column
+        return column, data_type
     if isinstance(data_type, BooleanType):
-        return functions.when(column, "true").when(~column, "false")
-    return column.cast("string")
+        return functions.when(column, "true").when(~column, "false"), StringType()
+    return column.cast("string"), StringType()
 
 
 def time_column(df: DataFrame, at: str | Column) -> Column:
@@ -88,13 +92,15 @@ def _exact_for_times(
 
 
 def _with_time(
-    keyed: DataFrame, as_of_time: str | Column | None, lookup_id: str
-) -> tuple[DataFrame, int | None]:
-    """``keyed`` with the rows' times (epoch ms) appended, and that column's index (none: no times)."""
+    keyed: DataFrame, fields: Fields, as_of_time: str | Column | None, lookup_id: str
+) -> tuple[DataFrame, Fields, int | None]:
+    """``keyed`` (of ``fields``) with the rows' times (epoch ms) appended, its fields, and that
+    column's index (none: no times)."""
     if as_of_time is None:
-        return keyed, None
-    keyed = keyed.withColumn(f"__statestore_time_{lookup_id[:12]}", time_column(keyed, as_of_time))
-    return keyed, len(keyed.columns) - 1
+        return keyed, fields, None
+    name = f"__statestore_time_{lookup_id[:12]}"
+    keyed = keyed.withColumn(name, time_column(keyed, as_of_time))
+    return keyed, (*fields, StructField(name, LongType())), len(fields)
 
 
 def lookup_join(
@@ -187,14 +193,15 @@ def lookup_join(
     flag_name = misfit_column or (_HIDDEN_FLAG + plan.info.lookup_id if observed else None)
     row_key = prefix + key_column if index is not None else None
     added = _added_fields(plan, prefix, row_key, binary_keys, value_column, flag_name)
-    clashes = sorted(set(df.columns) & {f.name for f in added})
+    before = _fields_of(df)
+    clashes = sorted({f.name for f in before} & {f.name for f in added})
     if clashes:
         raise ValueError(
             f"lookup columns {clashes} already exist in the DataFrame; pass prefix= (e.g. prefix='{store}_')"
         )
     key_name = f"__statestore_key_{plan.info.lookup_id[:12]}"
-    chain, keyed, key_index = _keyed(df, key_name, on, index is not None)
-    keyed, time_index = _with_time(keyed, as_of_time, plan.info.lookup_id)
+    chain, keyed, keyed_fields, key_index = _keyed(df, before, key_name, on, index is not None)
+    keyed, keyed_fields, time_index = _with_time(keyed, keyed_fields, as_of_time, plan.info.lookup_id)
     counter = plan.info.mismatch_counter
     step = JoinStep(plan.spec, key_index, how, counter, binary_keys, flag_name is not None, time_index)
     steps = (*chain.steps, step)
@@ -202,11 +209,20 @@ def lookup_join(
     flags = (*chain.flags, flag_name)
     fields = (*chain.fields, *added)
     schema = StructType(list(fields))
-    result = keyed.mapInArrow(join_task(steps, len(chain.base.columns), schema.fieldNames()), schema)
+    result = keyed.mapInArrow(join_task(steps, chain.kept, schema.fieldNames()), schema)
     result = _observed(result, infos, flags) if observed else result
     # A lookup_join of this result joins the same pass instead of adding one.
-    result.__dict__[_CHAIN_ATTRIBUTE] = _Chain(chain.base, keyed, steps, infos, flags, fields)
+    result.__dict__[_CHAIN_ATTRIBUTE] = _Chain(
+        chain.base, keyed, keyed_fields, steps, infos, flags, fields, chain.kept
+    )
     return result
+
+
+def _fields_of(df: DataFrame) -> Fields:
+    """``df``'s columns. A lookup's result knows them: Spark is not asked (under Spark Connect an
+    analysis of the whole plan on the server, the lookups' Python functions included)."""
+    chain: _Chain | None = df.__dict__.get(_CHAIN_ATTRIBUTE)
+    return chain.visible if chain is not None else tuple(df.schema.fields)
 
 
 def _added_fields(
@@ -231,28 +247,38 @@ def _added_fields(
     return added
 
 
-def _keyed(df: DataFrame, key_name: str, on: str | Column, text: bool) -> tuple[_Chain, DataFrame, int]:
+def _keyed(
+    df: DataFrame, fields: Fields, key_name: str, on: str | Column, text: bool
+) -> tuple[_Chain, DataFrame, Fields, int]:
     """The chain this lookup joins (``df``'s, when ``df`` is a lookup's result and the key can be
-    computed before it), its DataFrame with the lookup's key column, and that column's index."""
+    computed before it), its DataFrame with the lookup's key column, that DataFrame's fields, and
+    the key column's index. ``fields``: ``df``'s."""
     chain: _Chain | None = df.__dict__.get(_CHAIN_ATTRIBUTE)
     if chain is not None:
         try:
-            return (chain, *_with_key(chain.keyed, key_name, on, text))
+            return (chain, *_with_key(chain.keyed, chain.keyed_fields, key_name, on, text))
         except AnalysisException:  # the key needs a column an earlier lookup adds: a pass of its own
             pass
-    return (_Chain(df, df, (), (), (), tuple(df.schema.fields)), *_with_key(df, key_name, on, text))
+    return (
+        _Chain(df, df, fields, (), (), (), fields, len(fields)),
+        *_with_key(df, fields, key_name, on, text),
+    )
 
 
-def _with_key(frame: DataFrame, key_name: str, on: str | Column, text: bool) -> tuple[DataFrame, int]:
-    """``frame`` with the key column and its index. A column ``on`` names that Spark hands to Arrow
-    as the key already is (string, or binary for a key lookup) is used where it is: not copied into
-    a column of its own, the rows cross into Python without it twice."""
-    if isinstance(on, str) and "." not in on and "`" not in on and frame.columns.count(on) == 1:
-        data_type = frame.schema[on].dataType
+def _with_key(
+    frame: DataFrame, fields: Fields, key_name: str, on: str | Column, text: bool
+) -> tuple[DataFrame, Fields, int]:
+    """``frame`` (of ``fields``) with the key column, its fields and the key's index. A column
+    ``on`` names that Spark hands to Arrow as the key already is (string, or binary for a key
+    lookup) is used where it is: not copied into a column of its own, the rows cross into Python
+    without it twice."""
+    names = [field.name for field in fields]
+    if isinstance(on, str) and "." not in on and "`" not in on and names.count(on) == 1:
+        data_type = fields[names.index(on)].dataType
         if isinstance(data_type, StringType) or (isinstance(data_type, BinaryType) and not text):
-            return frame, frame.columns.index(on)
-    keyed = frame.withColumn(key_name, _key_column(frame, on, text))
-    return keyed, len(keyed.columns) - 1
+            return frame, fields, names.index(on)
+    column, key_type = _key_column(frame, on, text)
+    return frame.withColumn(key_name, column), (*fields, StructField(key_name, key_type)), len(fields)
 
 
 def _uncounted_join() -> str:
@@ -286,10 +312,18 @@ class _Chain:
 
     base: DataFrame
     keyed: DataFrame
+    keyed_fields: Fields  # ``keyed``'s columns
     steps: tuple[JoinStep, ...]
     infos: tuple[LookupInfo, ...]
     flags: tuple[str | None, ...]  # each step's misfit flag column, if it has one
-    fields: tuple[StructField, ...]
+    fields: Fields
+    kept: int  # the columns of ``base``, which the task passes on
+
+    @property
+    def visible(self) -> Fields:
+        """The columns of the lookup's result: what the task outputs, less the hidden flags."""
+        hidden = {flag for flag in self.flags if flag is not None and flag.startswith(_HIDDEN_FLAG)}
+        return tuple(field for field in self.fields if field.name not in hidden)
 
 
 _CHAIN_ATTRIBUTE = "_statestore_lookup_chain"

@@ -28,9 +28,10 @@ from clients.exceptions import (
     UnsupportedSparkError,
 )
 from clients.lookup import LookupSpec
-from clients.options import Cert, Verify
-from clients.spark.compat import Counter, conf_value, is_connect, new_counter, parse_struct
+from clients.options import Cert, ClientOptions, Verify
+from clients.spark.compat import Counter, conf_values, is_connect, new_counter, parse_struct
 from clients.spark.options import LookupOptions, client_options
+from clients.spark.plan_cache import KeptRead, plans, reads_key
 from clients.value_decoding import decode_json
 from clients.whole_store import store_keys
 from clients.wire import StoreInfo
@@ -78,13 +79,15 @@ def connection(session: SparkSession, url: str | None, token: str | None) -> tup
     which overrides ``spark.statestore.authFile`` (a file holding the token, read on the driver;
     under Spark Connect the only one of the two the server lets a client read).
     """
-    url = url or conf_value(session, URL_CONF)
+    keys = ([] if url else [URL_CONF]) + ([TOKEN_CONF, TOKEN_FILE_CONF] if token is None else [])
+    conf = conf_values(session, keys)  # one round trip under Spark Connect
+    url = url or conf[URL_CONF]
     if not url:
         raise ValueError(f"no statestore URL: pass url= or set {URL_CONF} in the Spark conf")
     if token is None:
-        token = conf_value(session, TOKEN_CONF)
+        token = conf[TOKEN_CONF]
     if token is None:
-        token_file = conf_value(session, TOKEN_FILE_CONF)
+        token_file = conf[TOKEN_FILE_CONF]
         if token_file is not None:
             try:
                 token = Path(token_file).read_text(encoding="utf-8").strip()
@@ -105,11 +108,15 @@ def client_tls(session: SparkSession, verify: Verify, cert: Cert | None) -> tupl
         raise TypeError(
             "verify must be True/False or a CA bundle path: tasks rebuild the client on executors"
         )
+    keys = ([CA_FILE_CONF] if verify is True else []) + (
+        [CERT_FILE_CONF, KEY_FILE_CONF] if cert is None else []
+    )
+    conf = conf_values(session, keys)  # one round trip under Spark Connect
     if verify is True:
-        verify = conf_value(session, CA_FILE_CONF) or True
+        verify = conf[CA_FILE_CONF] or True
     if cert is None:
-        certfile = conf_value(session, CERT_FILE_CONF)
-        keyfile = conf_value(session, KEY_FILE_CONF)
+        certfile = conf[CERT_FILE_CONF]
+        keyfile = conf[KEY_FILE_CONF]
         if keyfile and not certfile:
             raise ValueError(f"{KEY_FILE_CONF} is set without {CERT_FILE_CONF}: set both, or neither")
         if certfile:
@@ -248,7 +255,7 @@ def plan_lookup(
     """
     url, token = connection(session, options.url, options.token)
     verify, cert = client_tls(session, options.verify, options.cert)
-    store, index, value_schema, exact = options.store, options.index, options.value_schema, options.exact
+    store = options.store
     task_options = dataclasses.replace(
         client_options(url, token, verify, options.timeout, options.deadline, cert),
         batch_size=options.batch_size,
@@ -269,46 +276,67 @@ def plan_lookup(
                 exc.add_note(UNREADABLE_TOKEN)
             raise
         position = _pinned(info.position, options.as_of, options.min_position)
-        schema = _value_schema(session, info, value_schema, index)
-        _check_format(store, info.value_format, index, schema)
-        arrow_type = pa.struct(list(to_arrow_schema(schema))) if schema is not None else None
-        spec = LookupSpec(
-            task_options,
-            store,
-            str(position),
-            info.value_format,
-            arrow_type,
-            options.cache_bytes,
-            exact,
-            index,
-            key_format=info.key_format,
-            # Reads as of a time answer whole values (their tasks decode them); so does a history
-            # read whole, which is what the task may read instead.
-            fields=None if options.at_times else _needed_fields(schema, index),
-        )
-        _check_reads(client, spec)
-        if schema is not None:
-            documents = _check_sample(client, spec, schema)
-            if spec.fields is not None:
-                spec = dataclasses.replace(spec, fields=projection(documents, spec.fields))
+        key = reads_key(url, token, verify, cert, options)
+        read = plans.get(key, info, position, options)
+        if read is None:
+            read = _planned_read(client, session, options, info, position, task_options)
+            plans.put(key, info, position, options, read)
+    spec, value_type = read.spec, read.value_type
     lookup_id = uuid.uuid4().hex
-    if options.scan_bytes:
-        spec = dataclasses.replace(
-            spec,
-            store_keys=whole_store_keys(info, spec),
-            scan_bytes=options.scan_bytes,
-            lookup_id=lookup_id,
-        )
-    value_type: DataType = schema or (BinaryType() if info.value_format == "bytes" else StringType())
     counter = new_counter(session)
     planned = LookupInfo(
-        lookup_id, store, url, str(position), info.value_format, counter, exact, index,
-        observations if counter is None else None, uncounted,
+        lookup_id, store, url, str(position), info.value_format, counter, options.exact,
+        options.index, observations if counter is None else None, uncounted,
     )  # fmt: skip
     with _planned_lock:
         _planned[lookup_id] = planned
     _log_plan(planned, position)
     return Plan(spec, value_type, planned)
+
+
+def _planned_read(
+    client: StatestoreClient,
+    session: SparkSession,
+    options: LookupOptions,
+    info: StoreInfo,
+    position: Position,
+    task_options: ClientOptions,
+) -> KeptRead:
+    """What the tasks of a lookup planned now read: its spec (checked against the store: reads at
+    the pinned position work, the schema fits a sample of values) and the output type."""
+    store, index = options.store, options.index
+    schema = _value_schema(session, info, options.value_schema, index)
+    _check_format(store, info.value_format, index, schema)
+    arrow_type = pa.struct(list(to_arrow_schema(schema))) if schema is not None else None
+    spec = LookupSpec(
+        task_options,
+        store,
+        str(position),
+        info.value_format,
+        arrow_type,
+        options.cache_bytes,
+        options.exact,
+        index,
+        key_format=info.key_format,
+        # Reads as of a time answer whole values (their tasks decode them); so does a history
+        # read whole, which is what the task may read instead.
+        fields=None if options.at_times else _needed_fields(schema, index),
+    )
+    _check_reads(client, spec)
+    if schema is not None:
+        documents = _check_sample(client, spec, schema)
+        if spec.fields is not None:
+            spec = dataclasses.replace(spec, fields=projection(documents, spec.fields))
+    if options.scan_bytes:
+        spec = dataclasses.replace(
+            spec,
+            store_keys=whole_store_keys(info, spec),
+            scan_bytes=options.scan_bytes,
+            # Names this read: tasks keep (and share) a store read whole for this read only.
+            lookup_id=uuid.uuid4().hex,
+        )
+    value_type: DataType = schema or (BinaryType() if info.value_format == "bytes" else StringType())
+    return KeptRead(spec, value_type)
 
 
 def whole_store_keys(info: StoreInfo, spec: LookupSpec) -> int | None:

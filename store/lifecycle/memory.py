@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import secrets
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
@@ -205,6 +206,8 @@ class InMemoryStore:
         self._frozen: _FrozenView | None = None
         self._changed = ListenedCondition()
         self._applied = 0
+        self._copy = secrets.token_hex(8)
+        self._applies = 0  # calls of ``apply``: records may be applied at any offsets here
         self._log: list[tuple[int, int, bytes, bytes | None]] = []
         self._times: list[int | None] = []  # parallel to ``_log``
         self.keeps_history = keeps_history or history is not None
@@ -255,6 +258,7 @@ class InMemoryStore:
                 self._log.extend(records)
                 self._times.extend([None] * len(records) if timestamps is None else timestamps)
             self._applied += len(records)
+            self._applies += 1
             self._changed.notify_all()
 
     @contextlib.contextmanager
@@ -354,6 +358,8 @@ class InMemoryStore:
                     for name, spec in self._indexes.items()
                 },
                 sharding=self.sharding,
+                # Records may be applied here at any offsets, so every apply names a new copy.
+                copy_id=f"{self._copy}.{self._applies}",
             )
 
     def position(self) -> Position:

@@ -254,6 +254,7 @@ class Store:
             seconds_since_last_contact=time.monotonic() - last_contact if last_contact else None,
             indexes=_index_statuses(serving),
             stale=serving is not None and serving is not writing and serving.corruption is None,
+            copy_id=_copy_id(serving),
             corruption=serving.corruption if serving is not None else None,
             corruptions_found=copies.corruptions_found,
             verification_passes=self._verifier.passes if self._verifier is not None else 0,
@@ -280,6 +281,11 @@ def _counted(serving: Replica | None) -> tuple[int | None, Position | None]:
     """The served copy's keys as last counted, and the position they were counted at."""
     count = serving.key_count if serving is not None else None
     return (None, None) if count is None else (count.keys, count.position)
+
+
+def _copy_id(serving: Replica | None) -> str:
+    """The served copy's name ("" while none serves)."""
+    return serving.copy_id if serving is not None else ""
 
 
 def _restore_progress(progress: Progress, written: Position) -> RestoreProgress:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import secrets
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -67,6 +68,8 @@ class Replica:
         # Set once a read of this copy failed (corruption, I/O error): it answers no read any more.
         self.corruption: CorruptionReport | None = None
         self.position = self.engine.stored_position()
+        # Names this opened copy: at one position it always holds the same rows (store.protocol).
+        self.copy_id = secrets.token_hex(8)
         self.generation = 0
         self._cache: HotKeyCache[bytes | None] = HotKeyCache(config.tuning.read_cache_entries)
         # Hot keys' versions for reads as of a time (``store.table.timelines``): a key's several

@@ -103,6 +103,9 @@ def test_list_stores_describes_each_store(service: Service) -> None:
     assert products["stale"] is False
     assert products["indexes"] == {}
     assert stores["notes"]["topic"] == "notes-topic"
+    # The served copy's name: the same while nothing is applied, so clients may keep what they read.
+    assert products["copy_id"]
+    assert service.client.get("/v1/stores/products").json()["copy_id"] == products["copy_id"]
 
 
 def test_store_info_carries_the_position_header(service: Service) -> None:

@@ -125,6 +125,28 @@ def test_tasks_needing_most_keys_read_the_stores_whole_with_the_answers_of_batch
     assert by_gets[BATCH_GETS] >= 4
 
 
+def test_a_lookup_planned_again_on_an_unchanged_store_asks_the_service_only_its_info(
+    spark: SparkSession, service: str
+) -> None:
+    purchases = purchases_frame(3000)
+    expected = as_rows(expected_invoices(purchases, "left"))
+
+    def planned_and_run() -> pd.DataFrame:
+        # A job planning its lookups anew, as a scheduled job does every run (batch_size: options of
+        # this test's own, so no other test planned this read before).
+        got = invoices(spark, service, purchases, "left", batch_size=4000).toPandas()
+        return got.sort_values("purchase_id").reset_index(drop=True)
+
+    runs = [requests_of(service, planned_and_run) for _ in range(3)]
+    for got, _ in runs:
+        assert as_rows(got) == expected
+    first, *again = (answered - Counter({"/metrics": 1}) for _, answered in runs)
+    # Each store's info, its sample of values and one whole read (the tasks share it).
+    assert first == {"/v1/stores/{store}": 2, SCANS: 4}
+    # Planned again at the same copy and position: each store's info, nothing else.
+    assert again == [Counter({"/v1/stores/{store}": 2})] * 2
+
+
 def test_a_consistent_lookup_reads_the_store_whole_as_of_the_pinned_position(
     spark: SparkSession, broker: LocalBroker, tmp_path: Path
 ) -> None:

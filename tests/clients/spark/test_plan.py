@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from collections import Counter
+from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
-from pyspark.sql.types import IntegerType, StructType
+from pyspark.sql.types import IntegerType, StringType, StructType
 
 from clients.exceptions import SchemaMismatchError
-from clients.spark import compat
-from clients.spark.options import LookupOptions
+from clients.lookup import LookupSpec
+from clients.spark import compat, plan, plan_cache
+from clients.spark.options import LookupOptions, client_options
 from clients.spark.plan import PROJECTION_MIN_SAVING, plan_lookup, projection
+from clients.wire import StoreInfo
 from store import InMemoryStore
 from tests.clients.conftest import ServeStores
+from tests.clients.spark.test_lookups import BATCH_GETS, SCANS, requests_of
+from wire.position import Position
 
 NAMES = ("name", "price")
 
@@ -94,3 +101,75 @@ def test_a_value_schema_is_parsed_by_spark_once_per_process(
         with pytest.raises(SchemaMismatchError):
             compat.parse_struct(spark, "name strang,")
     assert asked[2:] == ["name strang,", "name strang,"]
+
+
+STORE_INFO = "/v1/stores/{store}"
+
+
+def test_a_lookup_planned_again_on_an_unchanged_store_reuses_its_planned_read(
+    spark: SparkSession, serve_stores: ServeStores, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(plan_cache, "plans", plan_cache.PlanCache())
+    monkeypatch.setattr(plan, "plans", plan_cache.plans)
+    store = InMemoryStore("items", keeps_history=True)
+    store.apply([(0, i, f"k{i}".encode(), json.dumps({"name": f"n{i}"}).encode()) for i in range(30)])
+    url = serve_stores({"items": (store, "json")})
+
+    def planned(**options: Any) -> tuple[plan.Plan, Counter[str]]:
+        lookup = LookupOptions(store="items", url=url, value_schema="name string", **options)
+        planned, asked = requests_of(url, lambda: plan_lookup(lookup, spark))
+        del asked["/metrics"]  # the scrape before it
+        return planned, asked
+
+    first, asked_first = planned()
+    again, asked_again = planned()
+    # The store's info, then its sample of values; planned again, the info only, and the same read.
+    assert asked_first == {STORE_INFO: 1, SCANS: 1}
+    assert asked_again == {STORE_INFO: 1}
+    assert again.spec == first.spec
+    assert again.spec.lookup_id  # names the read the tasks keep and share
+    # Each planned lookup still counts its own misfits.
+    assert again.info.lookup_id != first.info.lookup_id
+    assert again.info.mismatch_counter is not first.info.mismatch_counter
+    # Other options: another read. An exact read is checked once too.
+    other, asked_other = planned(scan_bytes=1000)
+    assert other.spec.lookup_id != first.spec.lookup_id
+    assert asked_other == {STORE_INFO: 1, SCANS: 1}
+    exact, asked_exact = planned(consistent=True)
+    assert asked_exact == {STORE_INFO: 1, SCANS: 1, BATCH_GETS: 1}
+    assert planned(consistent=True)[1] == {STORE_INFO: 1}
+    assert planned(consistent=True)[0].spec == exact.spec
+    # The store moves on: planned afresh, at the new position.
+    store.apply([(0, 30, b"k1", json.dumps({"name": "changed"}).encode())])
+    moved, asked_moved = planned()
+    assert asked_moved == {STORE_INFO: 1, SCANS: 1}
+    assert moved.spec.position == "0:31" != first.spec.position
+    assert moved.spec.lookup_id != first.spec.lookup_id
+    # Pinned elsewhere than the store's position (as_of an older one): never kept.
+    for _ in range(2):
+        assert planned(as_of="0:30")[1] == {STORE_INFO: 1, SCANS: 1, BATCH_GETS: 1}
+
+
+def test_a_planned_read_is_kept_for_one_copy_of_the_store_at_one_position() -> None:
+    info = StoreInfo.from_json(
+        {"name": "items", "value_format": "json", "state": "READY", "position": "0:5", "copy_id": "a1"}
+    )
+    options = LookupOptions(store="items")
+    read = plan_cache.KeptRead(
+        LookupSpec(client_options("http://s", None, True, 1, 1), "items", "0:5", "json"), StringType()
+    )
+    cache = plan_cache.PlanCache(size=1)
+    pinned = Position.parse("0:5")
+    cache.put("key", info, pinned, options, read)
+    assert cache.get("key", info, pinned, options) is read
+    elsewhere = Position.parse("0:6")
+    assert cache.get("key", info, elsewhere, options) is None  # pinned past the store's position
+    rebuilt = dataclasses.replace(info, raw={**info.raw, "copy_id": "b2"})
+    assert cache.get("key", rebuilt, pinned, options) is None  # another copy: a rebuild, a restart
+    unnamed = dataclasses.replace(info, raw={k: v for k, v in info.raw.items() if k != "copy_id"})
+    assert cache.get("key", unnamed, pinned, options) is None  # a service that names no copy
+    for kept_not in (LookupOptions(store="items", index="by_x"), LookupOptions(store="items", at_times=True)):
+        cache.put("other", info, pinned, kept_not, read)
+        assert cache.get("other", info, pinned, kept_not) is None
+    cache.put("newer", info, pinned, options, read)
+    assert cache.get("key", info, pinned, options) is None  # the least recently used, dropped

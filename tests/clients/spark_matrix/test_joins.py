@@ -6,6 +6,7 @@ The service's URL and token come from the session's Spark conf (``spark.statesto
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -19,6 +20,7 @@ from pyspark.sql.types import IntegerType, StructField, StructType
 from clients import StatestoreClient
 from clients.exceptions import UnsupportedSparkError
 from clients.spark import lookup_join, lookup_udf, lookups
+from clients.spark.compat import parse_struct
 from tests.clients.orders import POSITION_SCHEMA, orders, positions_frame, sorted_rows
 from tests.clients.shop import (
     CUSTOMER_SCHEMA,
@@ -193,3 +195,64 @@ def test_values_not_fitting_the_schema_are_null_marked_and_counted(spark: SparkS
         else:
             with pytest.raises(UnsupportedSparkError, match=r"PySpark 3\.5.*misfit_column"):
                 _ = info.mismatched_values
+
+
+def test_a_lookup_asks_spark_for_its_input_columns_once_and_a_chained_one_not_at_all(
+    spark: SparkSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    purchases = purchases_frame(200)
+    df = spark.createDataFrame(purchases)
+    for ddl in (PRODUCT_SCHEMA, CUSTOMER_SCHEMA):  # before PySpark 4.0 parsed by Spark, once a process
+        parse_struct(spark, ddl)
+    frame_type = type(df)
+    asked: list[str] = []
+
+    def counted(name: str, original: Any) -> property:
+        # Under Spark Connect each is an analysis of the whole plan on the server (the lookups'
+        # Python functions included); counted when the client asks, not PySpark's own code.
+        def get(self: DataFrame) -> Any:
+            if "/clients/spark/" in sys._getframe(1).f_code.co_filename:
+                asked.append(name)
+            return original.__get__(self, type(self))  # a property, or a cached one
+
+        return property(get)
+
+    for name in ("schema", "columns", "dtypes"):
+        monkeypatch.setattr(frame_type, name, counted(name, frame_type.__dict__[name]))
+    with_products = lookup_join(
+        df, store="products", on="product_id", value_schema=PRODUCT_SCHEMA, prefix="product_"
+    )
+    assert asked == ["schema"]  # the input's columns: the key's type, clashes, what the task keeps
+    asked.clear()
+    invoices = lookup_join(
+        with_products, store="customers", on="customer_id", value_schema=CUSTOMER_SCHEMA, prefix="customer_"
+    )
+    assert asked == []  # a lookup's result knows its columns
+    monkeypatch.undo()
+    got = invoices.toPandas().sort_values("purchase_id").reset_index(drop=True)
+    expected = expected_invoices(purchases, "left")
+    assert list(got.columns) == list(expected.columns)
+    assert as_rows(got) == as_rows(expected)
+
+
+def test_planning_a_lookup_reads_the_session_conf_in_two_round_trips_under_connect(
+    spark: SparkSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked: list[str] = []
+    # Under Spark Connect every conf read is a round trip to the server; classic ones read the
+    # local JVM's conf, one key at a time.
+    owner, name = (type(spark.client), "config") if CONNECT else (type(spark.conf), "get")  # type: ignore[attr-defined]
+    original = getattr(owner, name)
+
+    def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if "/clients/spark/" in sys._getframe(1).f_code.co_filename:  # the client's, not PySpark's own
+            asked.append(name)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(owner, name, counted)
+    df = spark.createDataFrame([("p001",)], "product_id string")
+    joined = lookup_join(df, store="products", on="product_id", value_schema=PRODUCT_SCHEMA)
+    # The URL and the token (or its file), then the TLS files: six keys, in two reads under Connect.
+    assert len(asked) == (2 if CONNECT else 6)
+    monkeypatch.undo()
+    assert [row.name for row in joined.collect()] == ["product 1"]

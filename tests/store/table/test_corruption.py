@@ -224,6 +224,7 @@ def test_a_point_read_without_a_view_that_meets_corruption_raises_and_the_store_
     case = damaged(plain=True)
     store = case.store
     assert store.latest(LARGEST) == (value(KEYS - 1), store.position())
+    damaged_copy = store.status().copy_id
     with pytest.raises(StoreReadError) as failed:
         store.latest(SMALLEST)
     assert str(failed.value.file).endswith(".sst")
@@ -231,6 +232,9 @@ def test_a_point_read_without_a_view_that_meets_corruption_raises_and_the_store_
         store.latest(LARGEST)
     wait_rebuilt(store)
     assert store.latest(SMALLEST) == (case.model[SMALLEST], case.end)
+    # At the same position as the damaged copy, the rebuilt one is named anew: clients keep what
+    # they read of a copy at a position (clients.spark.plan_cache) for that copy only.
+    assert store.status().copy_id not in ("", damaged_copy)
     assert_equals_model(store, case.model, case.end)
     assert len(corruption_lines(caplog)) == 1, corruption_lines(caplog)
     assert "a read found corruption" in corruption_lines(caplog)[0]
