@@ -197,7 +197,7 @@ def _snapshot_read(db: rocksdict.Rdict) -> Callable[[Sequence[bytes]], list[byte
 
 
 def _through_hot_keys(db: rocksdict.Rdict, admit_all: bool) -> Callable[[list[bytes]], list[bytes | None]]:
-    """Reads as ``store.table.replica`` makes them: the hot-key cache under a lock, then a snapshot."""
+    """Reads as ``store.table.cached_reader`` makes them: the hot-key cache under a lock, then a snapshot."""
     lock = threading.Condition()
     capacity = StoreTuning().read_cache_entries
     cache = HotKeyCache(capacity, admit_all_up_to=capacity) if admit_all else HotKeyCache(capacity)

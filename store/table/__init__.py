@@ -6,8 +6,10 @@ of its indexes and history (:class:`IndexSpec`, :class:`HistorySpec`), the backg
 copy (:class:`Verifier`), and what the benchmarks measure of it directly: the RocksDB
 :class:`Engine` with its snapshot reads and options, and the hot-key cache. Below it: ``engine``,
 ``snapshot_reader`` (reads of one snapshot), ``options`` (RocksDB's), ``volume`` (space and write
-errors), ``indexes``, ``history``, ``asof``, ``hot_keys``, ``corruption``, ``families``. Nothing here
-imports the Kafka side (``store.kafka``) or the lifecycle.
+errors), ``indexes``, ``history`` (and ``history_keys``, its entries' layout), ``asof``, ``hot_keys``,
+``corruption``, ``families``; the replica's parts ``replica_indexes`` (its indexes' upkeep and
+builds), ``replica_history`` (its history state) and ``cached_reader`` (its views of the current
+state). Nothing here imports the Kafka side (``store.kafka``) or the lifecycle.
 """
 
 from store.table.engine import Engine

@@ -10,7 +10,8 @@ from typing import Any
 from store.exceptions import IndexNotReadyError, ScanLimitError, UnknownIndexError
 from store.protocol import MAX_SCAN_LIMIT, ScanPage
 from store.table.corruption import entries
-from store.table.history import change_key, choose_version, escape_prefix, scan_versions, unescape
+from store.table.history import choose_version, scan_versions
+from store.table.history_keys import change_key, escape_prefix, unescape
 from store.table.indexes import IndexSpec
 from store.table.snapshot_reader import SnapshotReader, prefix_upper_bound
 from wire.position import Position

@@ -11,8 +11,8 @@ family        keys, and the module that owns their layout
               ``history_pretime/``, ``history_time_floor`` (``store.table.timed``); ``natural/``
               (``store.table.winners``: a natural key's record per key schema id)
 ``index``     secondary index entries (``store.table.indexes``)
-``history``   versions of rows, for reads as of a position (``store.table.history``)
-``changes``   the change log that drives history pruning and ``as_of`` index reads (``store.table.history``)
+``history``   versions of rows, for reads as of a position (``store.table.history_keys``)
+``changes``   the change log driving history pruning and ``as_of`` index reads (``store.table.history_keys``)
 ============  ===============================================================================
 
 The engine (``store.table.engine``) opens them all and gives generic access to each by name; the

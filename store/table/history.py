@@ -10,21 +10,8 @@ exactly. Below it the answer is a clear ``HistoryExpiredError``, never a wrong v
 
 Column families (``store.table.families``):
 
-``history``
-    one entry per version: ``escaped(key) | ~timestamp (8 B) | ~(offset + 1) (8 B) | partition (4 B)``
-    → ``1 | timestamp (8 B) | value`` or ``0 | timestamp`` for a tombstone (``~`` inverts, so a
-    key's versions run newest time first, ties newest offset first). The first write of a key after
-    history started also records its previous value as a *base* version, whose time is unknown: its
-    time and offset fields are all ones (it sorts last). ``escaped`` doubles 0x00 bytes and ends
-    with 0x00 0x01, so versions of one key are contiguous and keys keep their byte order (prefix
-    scans work on escaped keys). A read as of time ``T`` seeks to ``escaped(key) | ~T``
-    (:func:`time_seek_key`) and lands on the version with the greatest ``(timestamp, offset)`` at
-    or below ``T`` (``store.table.timed_reader``). The layout is recorded under ``history_layout``
-    in ``meta``; a copy written in an older one is rewritten when opened (``store.table.history_layout``).
-``changes``
-    ``partition (4 B) | offset (8 B)`` → key, one entry per record since history started: it drives
-    pruning (a version superseded below the floor is dropped) and ``as_of`` index lookups (rows
-    changed since a position).
+``history`` and ``changes``
+    versions of rows and the change log since history started (``store.table.history_keys``).
 ``meta``, under ``history_start/``
     ``partition (4 B)`` → the next offset where history began on that partition.
 ``meta``, under ``history_time/``
@@ -38,7 +25,6 @@ races a write of the same key.
 from __future__ import annotations
 
 import dataclasses
-import struct
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -47,21 +33,26 @@ import rocksdict
 
 from store.table import families, timed
 from store.table.corruption import check_status, prefixed
+from store.table.history_keys import (
+    OFFSET,
+    PARTITION,
+    TIMESTAMP,
+    TOMBSTONE,
+    base_key,
+    change_key,
+    escape,
+    parse_change_key,
+    parse_version,
+    parse_version_key,
+    parse_version_value,
+    version_key,
+    version_value,
+)
 from wire.position import Position
 
 if TYPE_CHECKING:
     from store.table.engine import Engine
 
-_PARTITION = struct.Struct(">i")
-_OFFSET = struct.Struct(">q")
-_TIMESTAMP = struct.Struct(">q")
-_INVERTED = struct.Struct(">Q")  # ``~timestamp`` and ``~(offset + 1)`` of a version key
-_TIME_TOP = 2**63 - 1  # ``~t`` is ``_TIME_TOP - t``: from 0 for the greatest time up
-_OFFSET_TOP = 2**64 - 1
-_VERSION_SUFFIX = 2 * _INVERTED.size + _PARTITION.size
-BASE_TIME = -(2**63)  # the time field of a base version: below every record's
-_TERMINATOR = b"\x00\x01"
-PUT, TOMBSTONE = b"\x01", b"\x00"
 _START_PREFIX = b"history_start/"  # in the meta family
 _TIME_PREFIX = b"history_time/"  # in the meta family
 
@@ -82,97 +73,20 @@ class HistorySpec:
                 raise ValueError(f"history.{name} must be at least 1, got {value}")
 
 
-def escape(key: bytes) -> bytes:
-    """Order-preserving, self-delimiting encoding of a row key."""
-    return key.replace(b"\x00", b"\x00\xff") + _TERMINATOR
-
-
-def escape_prefix(prefix: bytes) -> bytes:
-    """The escaped-key prefix shared by every key starting with ``prefix``."""
-    return prefix.replace(b"\x00", b"\x00\xff")
-
-
-def unescape(history_key: bytes) -> bytes:
-    """The row key of a ``history`` entry."""
-    # Escaped content never holds 0x00 followed by 0x01, so the first such pair ends the key.
-    return history_key[: history_key.index(_TERMINATOR)].replace(b"\x00\xff", b"\x00")
-
-
-def version_key(key: bytes, partition: int, offset: int, timestamp: int) -> bytes:
-    """``offset`` is the record's offset, or -1 for the base version (whose ``timestamp`` is
-    :data:`BASE_TIME`)."""
-    return (
-        escape(key)
-        + _INVERTED.pack(_TIME_TOP - timestamp)
-        + _INVERTED.pack(_OFFSET_TOP - (offset + 1))
-        + _PARTITION.pack(partition)
-    )
-
-
-def base_key(key: bytes, partition: int) -> bytes:
-    """The history key of ``key``'s base version on ``partition``."""
-    return version_key(key, partition, -1, BASE_TIME)
-
-
-def time_seek_keys(keys: Sequence[bytes], times: Sequence[int]) -> list[bytes]:
-    """For each key and its time ``at``: ``escaped(key) | ~at``, where a seek lands on its version
-    with the greatest ``(timestamp, offset)`` at or below ``at`` (or on its base version, or past
-    its versions). The escaped key is all but the last 8 bytes."""
-    pack, top, terminator = _INVERTED.pack, _TIME_TOP, _TERMINATOR
-    # ``escape`` spelled inline: this runs once for every key of every read as of a time.
-    return [
-        key.replace(b"\x00", b"\x00\xff") + terminator + pack(top - at)
-        for key, at in zip(keys, times, strict=True)
-    ]
-
-
-def parse_version_key(history_key: bytes) -> tuple[int, int]:
-    """``(partition, offset)`` of a version; offset -1 for a base version."""
-    suffix = history_key[-_VERSION_SUFFIX:]
-    offset = _OFFSET_TOP - _INVERTED.unpack(suffix[_INVERTED.size : 2 * _INVERTED.size])[0] - 1
-    return _PARTITION.unpack(suffix[2 * _INVERTED.size :])[0], offset
-
-
-def version_value(value: bytes | None, timestamp: int) -> bytes:
-    if value is None:
-        return TOMBSTONE + _TIMESTAMP.pack(timestamp)
-    return PUT + _TIMESTAMP.pack(timestamp) + value
-
-
-def parse_version_value(stored: bytes) -> tuple[bytes | None, int]:
-    timestamp = _TIMESTAMP.unpack(stored[1:9])[0]
-    return (stored[9:] if stored[:1] == PUT else None), timestamp
-
-
-def parse_version(history_key: bytes, stored: bytes) -> tuple[int, int, int, bytes | None]:
-    """``(partition, offset, timestamp, value)`` of one stored version (offset -1: the base)."""
-    partition, offset = parse_version_key(history_key)
-    value, timestamp = parse_version_value(stored)
-    return partition, offset, timestamp, value
-
-
-def change_key(partition: int, offset: int) -> bytes:
-    return _PARTITION.pack(partition) + _OFFSET.pack(offset)
-
-
-def parse_change_key(key: bytes) -> tuple[int, int]:
-    return _PARTITION.unpack(key[: _PARTITION.size])[0], _OFFSET.unpack(key[_PARTITION.size :])[0]
-
-
 def _handles(engine: Engine) -> tuple[Any, Any, Any]:
     """The handles of the families history writes: history, changes, meta."""
     return engine.handle(families.HISTORY), engine.handle(families.CHANGES), engine.handle(families.META)
 
 
 def _time_key(partition: int, next_offset: int) -> bytes:
-    return _TIME_PREFIX + _PARTITION.pack(partition) + _OFFSET.pack(next_offset)
+    return _TIME_PREFIX + PARTITION.pack(partition) + OFFSET.pack(next_offset)
 
 
 def stored_start(engine: Engine) -> Position:
     """Where history began per partition (empty: no history kept yet)."""
     return Position(
         {
-            _PARTITION.unpack(key[len(_START_PREFIX) :])[0]: _OFFSET.unpack(value)[0]
+            PARTITION.unpack(key[len(_START_PREFIX) :])[0]: OFFSET.unpack(value)[0]
             for key, value in engine.prefixed(families.META, _START_PREFIX)
         }
     )
@@ -183,8 +97,8 @@ def stored_time_log(engine: Engine) -> list[tuple[int, int, int]]:
     log = []
     for key, value in engine.prefixed(families.META, _TIME_PREFIX):
         suffix = key[len(_TIME_PREFIX) :]
-        partition = _PARTITION.unpack(suffix[: _PARTITION.size])[0]
-        log.append((partition, _OFFSET.unpack(suffix[_PARTITION.size :])[0], _OFFSET.unpack(value)[0]))
+        partition = PARTITION.unpack(suffix[: PARTITION.size])[0]
+        log.append((partition, OFFSET.unpack(suffix[PARTITION.size :])[0], OFFSET.unpack(value)[0]))
     return log
 
 
@@ -192,7 +106,7 @@ def put_start(engine: Engine, batch: Any, position: Mapping[int, int]) -> None:
     """Add to ``batch``: history begins at ``position``."""
     meta = engine.handle(families.META)
     for partition, next_offset in position.items():
-        batch.put(_START_PREFIX + _PARTITION.pack(partition), _OFFSET.pack(next_offset), meta)
+        batch.put(_START_PREFIX + PARTITION.pack(partition), OFFSET.pack(next_offset), meta)
 
 
 def clear(engine: Engine, batch: Any) -> None:
@@ -305,7 +219,7 @@ class HistoryRecorder:
             batch.put(change_key(partition, offset), key, changes)
             last_in_batch[partition] = (offset + 1, timestamp)
         for partition, (next_offset, timestamp) in last_in_batch.items():
-            batch.put(_time_key(partition, next_offset), _TIMESTAMP.pack(timestamp), meta)
+            batch.put(_time_key(partition, next_offset), TIMESTAMP.pack(timestamp), meta)
 
     def prune(
         self,
@@ -342,7 +256,7 @@ class HistoryRecorder:
                 check_status(iterator)
             if done < budget:
                 batch.delete_range(
-                    _TIME_PREFIX + _PARTITION.pack(partition), _time_key(partition, floor_offset), meta
+                    _TIME_PREFIX + PARTITION.pack(partition), _time_key(partition, floor_offset), meta
                 )
         if pruned != timed.NO_TIME:
             floor_time = max(pruned, timed.stored_bounds(engine).pruned)

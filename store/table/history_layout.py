@@ -2,7 +2,7 @@
 
 Layout 1 (no ``history_layout`` key) ordered a key's versions by partition and offset:
 ``escaped(key) | partition (4 B) | offset + 1 (8 B)``, the base version's offset field 0. Layout 2
-(``store.table.history``) orders them newest time first, so that one seek lands on the answer of
+(``store.table.history_keys``) orders them newest time first, so that one seek lands on the answer of
 a read as of a time. Both keep the same stored value (``1 | timestamp | value`` or ``0 |
 timestamp``), so a layout 1 version becomes a layout 2 one from its key and value alone.
 
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from store.table import families
 from store.table.corruption import entries, family_get
-from store.table.history import BASE_TIME, parse_version_value, unescape, version_key
+from store.table.history_keys import BASE_TIME, parse_version_value, unescape, version_key
 
 if TYPE_CHECKING:
     from store.table.engine import Engine
@@ -29,7 +29,7 @@ logger = logging.getLogger(__name__)
 
 LAYOUT = b"2"
 _LAYOUT_KEY = b"history_layout"  # in the meta family
-_TERMINATOR = b"\x00\x01"  # ends an escaped key (``store.table.history.escape``)
+_TERMINATOR = b"\x00\x01"  # ends an escaped key (``store.table.history_keys.escape``)
 _OLD_SUFFIX = struct.Struct(">iq")  # layout 1: partition, offset + 1
 _BATCH = 10_000
 

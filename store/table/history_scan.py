@@ -36,13 +36,13 @@ import numpy.typing as npt
 from store.protocol import EVERY_TIME, HistoryRows
 from store.table import timed
 from store.table.corruption import check_status
-from store.table.history import PUT, escape
+from store.table.history_keys import PUT, escape
 from store.table.snapshot_reader import prefix_upper_bound
 
 CHUNK = 256
 """Versions read between two checks of the page's bytes."""
 
-# ``~timestamp | ~(offset + 1) | partition`` of a version key (``store.table.history``).
+# ``~timestamp | ~(offset + 1) | partition`` of a version key (``store.table.history_keys``).
 _FIELDS = np.dtype([("time", ">u8"), ("offset", ">u8"), ("partition", ">i4")])
 _SUFFIX = _FIELDS.itemsize
 _TIME_TOP = np.uint64(2**63 - 1)

@@ -2,6 +2,9 @@
 
 A store normally has one replica that the materializer writes and readers read. While a store
 rebuilds from scratch it has two: readers keep the last good copy until the new one is READY.
+This module opens the copy, writes records into it and gives its views; the copy's indexes are
+``store.table.replica_indexes``, its history state ``store.table.replica_history``, and the view of
+its current state ``store.table.cached_reader``.
 """
 
 from __future__ import annotations
@@ -11,32 +14,29 @@ import functools
 import logging
 import secrets
 import threading
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from store.exceptions import (
-    HistoryExpiredError,
-    HistoryNotKeptError,
-    IndexNotReadyError,
-    PositionNotReachedError,
     StoreCorruptError,
     StoreReadError,
     StoreWriteError,
 )
-from store.protocol import MAX_SCAN_LIMIT, CorruptionReport, MemoryUsage, ScanPage
-from store.table import families, history, history_layout, timed, winners
+from store.protocol import CorruptionReport, MemoryUsage
+from store.table import families, history, timed, winners
 from store.table.asof import AsOfReader, ViewParts
+from store.table.cached_reader import CachedReader
 from store.table.corruption import drop_engine_references
 from store.table.engine import Engine
-from store.table.history import HistoryRecorder, floor_from
-from store.table.hot_keys import MISS, HotKeyCache, read_misses
-from store.table.indexes import OUTDATED, STATE_PREFIX, IndexSpec, index_changes, parse_states, state_entry
+from store.table.history import HistoryRecorder
+from store.table.hot_keys import MISS, HotKeyCache
+from store.table.indexes import STATE_PREFIX, parse_states
 from store.table.key_count import KeyCount, KeyCounter
+from store.table.replica_history import HistoryState
+from store.table.replica_indexes import IndexedCopy
 from store.table.seams import Changes, TableConfig
-from store.table.snapshot_reader import SnapshotReader, prefix_upper_bound
-from store.table.timed import TimeBounds, newest_per_partition
+from store.table.snapshot_reader import SnapshotReader
+from store.table.timed import TimeBounds
 from store.table.timed_reader import TimedReader
 from store.table.timelines import Timelines
 from store.table.volume import destroy
@@ -52,7 +52,7 @@ CORRUPTION_MARKER = "CORRUPTION_FOUND"
 """A file in a copy found corrupt, so that a restart discards the copy instead of serving it."""
 
 
-class Replica:
+class Replica(IndexedCopy, HistoryState):
     """A RocksDB copy of the table and the state that goes with it.
 
     Writes come from the materializer thread only. ``lock`` (the owning store's) guards what
@@ -194,7 +194,7 @@ class Replica:
             dict(self.ready_indexes),
         )
         if as_of is None:
-            return _CachedReader(self, latest, self.generation)
+            return CachedReader(self, latest, self.generation)
         history_snapshot = engine.history_snapshot()
         parts = ViewParts(
             latest,
@@ -217,22 +217,6 @@ class Replica:
             store=self.name,
             timelines=None if timelines is None else (timelines, timelines.generation),
         )
-
-    def _check_as_of(self, as_of: Position) -> Position:
-        """``as_of`` on every partition of the copy (0 where it names none), once it is answered."""
-        if self.history is None:
-            raise HistoryNotKeptError(
-                f'store "{self.name}" keeps no history; configure its history retention to read as_of'
-            )
-        position = self.position
-        if as_of is not position and not position.reaches(as_of):
-            raise PositionNotReachedError(f'store "{self.name}" is at {position}, not yet at {as_of}')
-        # A read as of a time at the copy's position asks that very position: nothing to rebuild.
-        pinned = as_of if as_of is position else Position({p: as_of.get(p, 0) for p in position})
-        floor = self.history_floor
-        if floor is None or not pinned.reaches(floor):
-            raise HistoryExpiredError(self.name, as_of, floor if floor is not None else "no position yet")
-        return pinned
 
     def latest(self, key: bytes) -> bytes | None:
         """The value of ``key`` now (``None``: absent): the hot-key cache's, else the table's, then
@@ -349,228 +333,6 @@ class Replica:
         self.generation += 1
         self._changed.notify_all()
 
-    # -- indexes ------------------------------------------------------------------------------
-
-    def _maintain_indexes(self, batch: Any, keys: Sequence[bytes], values: Sequence[bytes | None]) -> None:
-        """Add to ``batch`` the index entry changes of these records, in record order."""
-        engine = self.engine
-        index = engine.handle(families.INDEX)
-        unique = list(dict.fromkeys(keys))
-        current = dict(zip(unique, engine.get_latest(unique), strict=True))
-        specs = list(self.ready_indexes.values())
-        for key, value in zip(keys, values, strict=True):
-            deletes, puts = index_changes(specs, key, current[key], value)
-            for entry in deletes:
-                batch.delete(entry, index)
-            for entry in puts:
-                batch.put(entry, b"", index)
-            current[key] = value
-
-    def _index_states(self) -> dict[str, tuple[str, str]]:
-        return parse_states(self.engine.prefixed(families.META, STATE_PREFIX))
-
-    def _put_index_state(self, batch: Any, name: str, field: str, state: str | None) -> None:
-        """Add an index's state to ``batch`` (``None``: the index no longer exists)."""
-        key, value = state_entry(name, field, state)
-        if value is None:
-            batch.delete(key, self.engine.handle(families.META))
-        else:
-            batch.put(key, value, self.engine.handle(families.META))
-
-    def _drop_index_entries(self, batch: Any, spec: IndexSpec) -> None:
-        """Add to ``batch``: remove every entry of the index."""
-        upper = prefix_upper_bound(spec.prefix)
-        assert upper is not None, "index prefixes never consist of 0xff bytes only"
-        batch.delete_range(spec.prefix, upper, self.engine.handle(families.INDEX))
-
-    def build_indexes(self, stop: threading.Event) -> None:
-        """Build every configured index that is not ready; drop indexes no longer configured.
-
-        Runs on the materializer thread once the store is READY, so no record is applied
-        meanwhile; reads of the store go on (an index being built answers IndexNotReadyError).
-        """
-        engine = self.engine
-        states = self._index_states()
-        batch = engine.new_batch()
-        for name, (field, _state) in states.items():
-            if name not in self.indexes:
-                self._drop_index_entries(batch, IndexSpec(name, field))
-                self._put_index_state(batch, name, field, None)
-                logger.info('store "%s": dropped index "%s" (no longer configured)', self.name, name)
-        engine.write(batch)
-        ready = {
-            name: spec for name, spec in self.indexes.items() if states.get(name) == (spec.field, "ready")
-        }
-        with self._changed:
-            self.ready_indexes = dict(ready)
-        for spec in self.indexes.values():
-            if spec.name in ready or stop.is_set():
-                continue
-            if states.get(spec.name) == (spec.field, OUTDATED):
-                logger.info(
-                    'store "%s": index "%s" was stored by an older statestore (numbers as parsed, not'
-                    " as written); rebuilding it",
-                    self.name,
-                    spec.name,
-                )
-            self._build_index(spec, stop)
-
-    def _build_index(self, spec: IndexSpec, stop: threading.Event) -> None:
-        engine = self.engine
-        started = time.monotonic()
-        total = engine.approximate_num_keys()
-        logger.info(
-            'store "%s": building index "%s" on field "%s" (~%d rows)',
-            self.name,
-            spec.name,
-            spec.field,
-            total,
-        )
-        batch = engine.new_batch()
-        self._drop_index_entries(batch, spec)
-        self._put_index_state(batch, spec.name, spec.field, "building")
-        engine.write(batch)
-        self.index_progress[spec.name] = 0
-        rows = 0
-        last_log = started
-        # No record is applied while the index is built (same thread): one snapshot sees all rows.
-        with self._changed:
-            reader = SnapshotReader(engine.snapshot(), self.position)
-        try:
-            after: bytes | None = None
-            while True:
-                if stop.is_set():
-                    return  # left "building": the next start builds it again
-                page = reader.prefix_scan(b"", after=after, limit=MAX_SCAN_LIMIT)
-                batch = engine.new_batch()
-                index = engine.handle(families.INDEX)
-                for key, value in page.items:
-                    indexed = spec.extract(value)
-                    if indexed is not None:
-                        batch.put(spec.entry_key(indexed, key), b"", index)
-                rows += len(page.items)
-                if page.next_after is None:
-                    self._put_index_state(batch, spec.name, spec.field, "ready")
-                with self._changed:
-                    engine.write(batch)
-                    if page.next_after is None:
-                        self.ready_indexes[spec.name] = spec
-                        self._changed.notify_all()
-                self.index_progress[spec.name] = rows
-                now = time.monotonic()
-                if now - last_log >= self.config.tuning.restore.progress_log_interval_seconds:
-                    last_log = now
-                    logger.info('store "%s": index "%s" %d of ~%d rows', self.name, spec.name, rows, total)
-                if page.next_after is None:
-                    break
-                after = page.next_after
-        finally:
-            reader.release()
-        self.index_progress.pop(spec.name, None)
-        logger.info(
-            'store "%s": index "%s" ready (%d rows in %.1fs)',
-            self.name,
-            spec.name,
-            rows,
-            time.monotonic() - started,
-        )
-
-    # -- history ------------------------------------------------------------------------------
-
-    @property
-    def keeps_history(self) -> bool:
-        """Whether records must come with ``(partition, offset, timestamp)`` for history (also
-        before history begins: their timestamps bound the times of the versions it starts from)."""
-        return self.history is not None
-
-    def _bound_base_times(self, batch: Any, metas: Sequence[tuple[int, int, int]]) -> None:
-        """Add to ``batch``: raise each partition's pre-history time bound (``store.table.timed``)."""
-        known = self.time_bounds.base_times
-        raised = {
-            partition: timestamp
-            for partition, timestamp in newest_per_partition(metas).items()
-            if timestamp > known.get(partition, timed.NO_TIME)
-        }
-        if raised:
-            timed.put_base_times(self.engine, batch, raised)
-            # Only the writer thread reads these before history begins: no reader looks yet.
-            self.time_bounds = dataclasses.replace(self.time_bounds, base_times={**known, **raised})
-
-    def _load_history_state(self) -> None:
-        engine = self.engine
-        history_layout.upgrade(engine, self.name)
-        if self.history is None:
-            if history.stored_start(engine) or timed.stored_bounds(engine) != timed.TimeBounds({}):
-                batch = engine.new_batch()
-                history.clear(engine, batch)
-                timed.clear(engine, batch)  # records applied from now on are not timed
-                engine.write(batch)
-                logger.info(
-                    'store "%s": history is no longer configured; dropped the stored versions', self.name
-                )
-            return
-        self.history_start = history.stored_start(engine)
-        self.history_floor = self._compute_floor() if self.history_start else None
-        self.time_bounds = timed.stored_bounds(engine)
-        applied = any(self.position.values())
-        if (self.history_start or applied) and not self.time_bounds.base_times:
-            # Records applied while history was not configured (or by a version that kept no
-            # time bounds): their times are unknown.
-            batch = engine.new_batch()
-            timed.put_bulk(engine, batch)
-            engine.write(batch)
-            self.time_bounds = dataclasses.replace(self.time_bounds, known=False)
-
-    def begin_history(self, partitions: int) -> None:
-        """Start keeping history from the current position (called when the store is READY).
-
-        The start names every partition, also those with no record yet, so that history has
-        begun (and is kept) even for an empty topic.
-        """
-        if self.history is None or self.history_start:
-            return
-        engine = self.engine
-        start = Position(
-            {p: self.position.get(p, 0) for p in range(max(partitions, 1))} | dict(self.position)
-        )
-        batch = engine.new_batch()
-        history.put_start(engine, batch, start)
-        if engine.natural_keys() is not None:
-            winners.mark_history(engine.handle(families.META), batch)
-        # Every partition's time bound is stored, also of those without records: their presence
-        # says this copy's pre-history times were tracked (``_load_history_state``).
-        base_times = {p: self.time_bounds.base_times.get(p, timed.NO_TIME) for p in start}
-        timed.put_base_times(engine, batch, base_times)
-        with self._changed:
-            engine.write(batch)
-            self.history_start = start
-            self.history_floor = start
-            self.time_bounds = dataclasses.replace(self.time_bounds, base_times=base_times)
-        logger.info('store "%s" keeps history from position %s on', self.name, start)
-
-    def _compute_floor(self) -> Position:
-        assert self.history is not None
-        return floor_from(
-            self.history_start, self.position, history.stored_time_log(self.engine), self.history.spec
-        )
-
-    def maintain_history(self) -> None:
-        """Move the history floor as retention passes and drop versions below it."""
-        if self.history is None or not self.history_start:
-            return
-        floor = self._compute_floor()
-        with self._changed:
-            # Readers check against the new floor before any version below it is dropped.
-            self.history_floor = floor if self.history_floor is None else self.history_floor.merged(floor)
-        while self.history.prune(self.engine, floor, time_floor=self._raise_time_floor) >= 10_000:
-            pass
-
-    def natural_history_reason(self) -> str | None:
-        """Why this copy of natural keys must be rebuilt first (``store.table.winners``), or ``None``."""
-        if self.history is None or self.engine.natural_keys() is None:
-            return None
-        return winners.history_reason(self.engine.family(families.META), bool(self.history_start))
-
     def maintain_winners(self, budget: int = 10_000) -> int:
         """Drop the entries of natural keys deleted long enough ago (``store.table.winners``), at most
         ``budget`` natural keys looked at a call, going on where the last call stopped; how many."""
@@ -590,59 +352,6 @@ class Replica:
             engine.write(batch)  # no reader reads the entries: no lock needed
         return dropped
 
-    def _raise_time_floor(self, timestamp: int) -> None:
-        # Readers check against the new time floor before any version below it is dropped.
-        with self._changed:
-            self.time_bounds = self.time_bounds.with_pruned(timestamp)
 
-
-class _CachedReader:
-    """A snapshot reader that answers from the replica's hot-key cache when that is exact."""
-
-    __slots__ = ("_generation", "_reader", "_ready_indexes", "_replica")
-
-    def __init__(self, replica: Replica, reader: SnapshotReader, generation: int) -> None:
-        self._replica = replica
-        self._reader = reader
-        self._generation = generation
-        # The indexes ready when the view was taken: the ones its index snapshot can answer.
-        self._ready_indexes = frozenset(replica.ready_indexes)
-
-    def release(self) -> None:
-        self._reader.release()
-
-    def get(self, key: bytes) -> bytes | None:
-        return self.get_many((key,))[0]
-
-    def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
-        replica = self._replica
-        if not replica.caches_hot_keys:
-            return self._reader.get_many(keys)
-        found = replica.cache_lookup(self._generation, keys)
-        if found is None:
-            return self._reader.get_many(keys)
-        cached, complete = found
-        if complete:
-            return cached  # type: ignore[return-value]  # no MISS among them: values only
-        values, missing_keys, fetched = read_misses(keys, cached, self._reader.get_many)
-        if missing_keys:
-            replica.cache_fill(self._generation, missing_keys, fetched, len(keys))
-        return values
-
-    def prefix_scan(self, prefix: bytes, *, after: bytes | None = None, limit: int = 1000) -> ScanPage:
-        return self._reader.prefix_scan(prefix, after=after, limit=limit)
-
-    def index_scan(
-        self, index: str, value: bytes, *, after: bytes | None = None, limit: int = 1000
-    ) -> ScanPage:
-        """Rows whose indexed field equals ``value``, byte-ordered by row key, bounded like scans."""
-        if index in self._replica.indexes and index not in self._ready_indexes:
-            raise IndexNotReadyError(index)
-        return self._reader.index_scan(index, value, after=after, limit=limit)
-
-    def position(self) -> Position:
-        return self._reader.position()
-
-
-Reader = _CachedReader | AsOfReader
+Reader = CachedReader | AsOfReader
 """What :meth:`Replica.reader` gives: a view's reads, and ``release`` once it is done."""

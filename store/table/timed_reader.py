@@ -11,7 +11,7 @@ from store.protocol import HistoryRows
 from store.table import timed
 from store.table.asof import AsOfReader, ViewParts, historic_keys
 from store.table.corruption import check_status
-from store.table.history import PUT, escape, time_seek_keys
+from store.table.history_keys import PUT, escape, time_seek_keys
 from store.table.history_scan import history_page
 from store.table.hot_keys import MISS
 from store.table.indexes import IndexSpec
@@ -79,7 +79,7 @@ class TimedReader(AsOfReader):
         others go to ``unsettled``.
 
         The hot path of a point-in-time join: one seek a key lands on its answer (the history
-        layout, ``store.table.history``), the seeks in key order (each near the one before)."""
+        layout, ``store.table.history_keys``), the seeks in key order (each near the one before)."""
         targets = time_seek_keys([keys[i] for i in rest], [times[i] for i in rest])
         iterator = self._history
         seek, valid, key_of, value_of = iterator.seek, iterator.valid, iterator.key, iterator.value
@@ -175,7 +175,7 @@ class TimedReader(AsOfReader):
 
 
 def _landed(iterator: Any, escaped: bytes, as_of: Mapping[int, int] | None, settled: bytes) -> Any:
-    """The stored version a seek to a key's time (``history.time_seek_key``) landed on, when it
+    """The stored version a seek to a key's time (``history_keys.time_seek_keys``) landed on, when it
     settles the answer; ``None`` when it does not.
 
     Versions run newest time first (ties: newest offset first), the base version last, so the
@@ -257,7 +257,7 @@ def _with_base(
 
 
 def _offset(history_key: bytes) -> int:
-    """The record offset of a version key (``store.table.history``; -1: the base)."""
+    """The record offset of a version key (``store.table.history_keys``; -1: the base)."""
     return _OFFSET_TOP - _from_bytes(history_key[-12:-4], "big") - 1
 
 
@@ -266,12 +266,12 @@ def _partition(history_key: bytes) -> int:
 
 
 def _put_value(stored: bytes | None) -> bytes | None:
-    """The value of a stored version (``store.table.history``), ``None`` for a tombstone."""
+    """The value of a stored version (``store.table.history_keys``), ``None`` for a tombstone."""
     return stored[9:] if stored is not None and stored[:1] == PUT else None
 
 
 _from_bytes = int.from_bytes
-_TIME_FIELD = struct.Struct(">Q")  # ``~timestamp`` of a version key (``store.table.history``)
+_TIME_FIELD = struct.Struct(">Q")  # ``~timestamp`` of a version key (``store.table.history_keys``)
 _TIME_TOP = 2**63 - 1
 _OFFSET_TOP = 2**64 - 1
 _BASE_OFFSET = b"\xff" * 8  # the ``~(offset + 1)`` field of a base version

@@ -2,7 +2,7 @@
 
 A read as of a time seeks once a key (``store.table.timed_reader``); a key asked again and again
 (a batch asked at many times, a hot dimension row) is answered from its *timeline* instead: its
-versions' time and offset fields (``store.table.history``: newest time first, the base version
+versions' time and offset fields (``store.table.history_keys``: newest time first, the base version
 last) beside the versions' answers, where counting the versions newer than the time asked finds
 the version the seek would have landed on (for a whole batch at once, in array operations). A
 timeline holds every version of its key, so it answers only views that count every version (at
@@ -23,7 +23,7 @@ from typing import Any, cast
 import numpy as np
 
 from store.table.corruption import check_status
-from store.table.history import PUT
+from store.table.history_keys import PUT
 from store.table.hot_keys import MISS, HotKeyCache
 
 MISS_WINDOW_SHARE = 8
@@ -33,7 +33,7 @@ _FIELDS = np.dtype(">u8")  # a version key's ``~timestamp`` and ``~(offset + 1)`
 
 
 Timeline = tuple[bytes | None, ...]
-"""Of one key's versions in history order (``store.table.history``): first their ``~timestamp |
+"""Of one key's versions in history order (``store.table.history_keys``): first their ``~timestamp |
 ~(offset + 1)`` fields, 16 bytes each, joined; then each one's answer (its value, ``None`` for a
 tombstone). One tuple, so that a batch touches as few objects as it can."""
 

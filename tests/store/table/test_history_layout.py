@@ -15,7 +15,7 @@ import rocksdict
 from confluent_kafka import Producer
 
 from store import HistorySpec, Position, Store
-from store.table.history import parse_version_key, unescape
+from store.table.history_keys import parse_version_key, unescape
 from store.table.timed_reader import TimedReader
 from tests.store.table.test_timed import (
     BY_GROUP,

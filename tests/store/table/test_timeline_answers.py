@@ -10,7 +10,7 @@ import struct
 import threading
 from bisect import bisect_left
 
-from store.table.history import escape, version_key, version_value
+from store.table.history_keys import escape, version_key, version_value
 from store.table.hot_keys import MISS
 from store.table.timelines import Timeline, Timelines, answer, read_timeline, size_of
 
