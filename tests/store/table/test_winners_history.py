@@ -63,6 +63,7 @@ class Topic:
     def __init__(self, producer: Producer, topic: str, registry: FakeSchemaRegistry) -> None:
         client = SchemaRegistryClient({"url": registry.url})
         self.topic = topic
+        self._registry_url = registry.url
         self._producer = producer
         self._context = SerializationContext(topic, MessageField.KEY)
         self._versions = [
@@ -72,6 +73,23 @@ class Topic:
         ]
         self._ids = [struct.unpack(">I", version(0, self._context)[1:5])[0] for version in self._versions]
         self.written: list[Written] = []
+
+    def started_store(
+        self, make_store: Callable[..., Store], directory: Path, hot_entries: int | None = None
+    ) -> Store:
+        """A store of this topic with history, its keys decoded through the registry, READY."""
+        codec = RegistryKeys(
+            SchemaSource({"url": self._registry_url}, f"{self.topic}-key", directory), "avro", "s", directory
+        )
+        tuned = {} if hot_entries is None else {"tuning": FAST.replace(read_cache_entries=hot_entries)}
+        store = make_store(
+            self.topic,
+            **tuned,
+            history=HistorySpec(retention_offsets=10**6),
+            key_codec=codec,
+        )
+        assert store.wait_until_ready(60), store.status()
+        return store
 
     def write(self, records: list[tuple[int, int, bytes | None, int]]) -> Position:
         """``(natural key, version, value or None, time)`` records; the topic's end after them."""
@@ -105,17 +123,7 @@ def test_reads_as_of_a_time_equal_the_model_when_each_key_is_read_in_time_order(
     tmp_path: Path,
 ) -> None:
     topic = Topic(producer, make_topic(partitions=3), registry)
-    directory = tmp_path / "key-schemas"
-    codec = RegistryKeys(
-        SchemaSource({"url": registry.url}, f"{topic.topic}-key", directory), "avro", "s", directory
-    )
-    store = make_store(
-        topic.topic,
-        tuning=FAST.replace(read_cache_entries=hot_entries),
-        history=HistorySpec(retention_offsets=10**6),
-        key_codec=codec,
-    )
-    assert store.wait_until_ready(60), store.status()
+    store = topic.started_store(make_store, tmp_path / "key-schemas", hot_entries)
     rng = random.Random(2429)
     t0 = 1_700_000_000_000
     ends = []
@@ -193,17 +201,7 @@ def test_reads_as_of_a_time_equal_the_model_with_late_records_under_other_schema
     # Before history begins: every key written, under one to three schema ids, in any time order.
     topic.write([(n, rng.randrange(3), b"first %d" % n, t0 + rng.randrange(5_000)) for n in range(KEYS)])
     topic.write(records(80, 5_000))
-    directory = tmp_path / "key-schemas"
-    codec = RegistryKeys(
-        SchemaSource({"url": registry.url}, f"{topic.topic}-key", directory), "avro", "s", directory
-    )
-    store = make_store(
-        topic.topic,
-        tuning=FAST.replace(read_cache_entries=hot_entries),
-        history=HistorySpec(retention_offsets=10**6),
-        key_codec=codec,
-    )
-    assert store.wait_until_ready(60), store.status()
+    store = topic.started_store(make_store, tmp_path / "key-schemas", hot_entries)
     written = compacted(topic.written)
     floor = max(w[2] for w in topic.written)
     # After: times in any order, also older than records of the same key under other schema ids.
@@ -245,16 +243,7 @@ def test_a_copy_whose_history_holds_only_the_winners_changes_is_rebuilt(
     topic = Topic(producer, make_topic(partitions=3), registry)
     t0 = 1_700_000_000_000
 
-    def started() -> Store:
-        directory = tmp_path / "key-schemas"
-        codec = RegistryKeys(
-            SchemaSource({"url": registry.url}, f"{topic.topic}-key", directory), "avro", "s", directory
-        )
-        store = make_store(topic.topic, history=HistorySpec(retention_offsets=10**6), key_codec=codec)
-        assert store.wait_until_ready(60), store.status()
-        return store
-
-    store = started()
+    store = topic.started_store(make_store, tmp_path / "key-schemas")
     end = topic.write([(1, 1, b"b", t0 + 200), (1, 0, b"a", t0 + 100)])
     assert store.wait_for_position(end, 60)
     # A copy begun by a version whose history kept the winners' changes only has no marker.
@@ -267,7 +256,7 @@ def test_a_copy_whose_history_holds_only_the_winners_changes_is_rebuilt(
     store.stop()
     assert "rebuilding" not in caplog.text
 
-    again = started()
+    again = topic.started_store(make_store, tmp_path / "key-schemas")
     assert "reads of the past now need every record; rebuilding from the earliest offsets" in caplog.text
     assert again.wait_for_position(end, 60)
     with again.view() as view:
