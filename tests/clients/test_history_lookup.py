@@ -36,6 +36,7 @@ from tests.clients.test_as_of_time import expected_join
 from tests.support.kafka import create_topic, make_producer, unique_topic
 from tests.support.stores import wait_until
 from tests.support.timed import Stamped, compacted, produce_stamped, value_at
+from tests.support.together import together
 from wire.position import Position
 
 PARTITIONS = 3
@@ -265,24 +266,16 @@ def test_tasks_starting_together_read_the_history_once(pit: dict[str, Any]) -> N
     batch = facts(pit, 500, 9)
     _, alone, _ = in_new_worker(dataclasses.replace(spec, lookup_id="alone"), [batch])
     whole_histories.clear()
-    start = threading.Barrier(3)
-    answers: list[Any] = []
-    counted: list[Requests] = []
 
-    def task() -> None:
+    def task(start: threading.Barrier) -> tuple[list[Any], Requests]:
         requests = Requests()
         with StatestoreClient(spec.options, transport=requests) as client, Lookup(spec, client) as lookup:
             start.wait()
             keys, times = pa.array(batch[0], pa.string()), pa.array(batch[1], pa.int64())
-            answers.append(lookup.lookup_at(keys, times).values.to_pylist())
-        counted.append(requests)
+            return lookup.lookup_at(keys, times).values.to_pylist(), requests
 
-    threads = [threading.Thread(target=task) for _ in range(3)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
-    assert answers == [model(pit, *batch, pit["end"])] * 3
+    answers, counted = zip(*together(3, task), strict=True)
+    assert list(answers) == [model(pit, *batch, pit["end"])] * 3
     assert sum(requests.pages for requests in counted) == alone.pages
     assert sum(requests.batch_gets for requests in counted) == 0
 

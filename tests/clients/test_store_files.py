@@ -25,6 +25,7 @@ from tests.clients.test_whole_store import (
     served,
     spec_of,
 )
+from tests.support.together import together
 
 __all__ = ["served"]  # the fixture, used by name
 
@@ -71,23 +72,15 @@ def test_tasks_starting_together_read_the_store_once(served: Served) -> None:
     url, table = served
     spec = spec_of(url, store_keys=320, lookup_id="job-1")
     whole_stores.clear()
-    start = threading.Barrier(3)
-    answers: list[object] = []
-    counted: list[Requests] = []
 
-    def task() -> None:
+    def task(start: threading.Barrier) -> tuple[object, Requests]:
         requests = Requests()
         with StatestoreClient(spec.options, transport=requests) as client, Lookup(spec, client) as lookup:
             start.wait()
-            answers.append(as_rows(lookup.lookup(pa.array(MOST, pa.string()))))
-        counted.append(requests)
+            return as_rows(lookup.lookup(pa.array(MOST, pa.string()))), requests
 
-    threads = [threading.Thread(target=task) for _ in range(3)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
-    assert answers == [model(MOST, table)] * 3
+    answers, counted = zip(*together(3, task), strict=True)
+    assert list(answers) == [model(MOST, table)] * 3
     assert sum(requests.pages for requests in counted) == pages(len(table))
     assert sum(requests.batch_gets for requests in counted) == 0
 
