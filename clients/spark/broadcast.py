@@ -30,7 +30,15 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, SparkSession, functions
-from pyspark.sql.types import BinaryType, StructField, StructType
+from pyspark.sql.types import (
+    BinaryType,
+    BooleanType,
+    DataType,
+    NumericType,
+    StringType,
+    StructField,
+    StructType,
+)
 
 from clients.client import StatestoreClient
 from clients.lookup import LookupSpec
@@ -60,11 +68,18 @@ class Dimension:
         return int(self.keys.nbytes + self.values.nbytes)
 
 
-def can_broadcast(session: SparkSession) -> bool:
-    """Whether the session takes an Arrow table as a DataFrame without a row-by-row copy: PySpark 4
-    (classic and Connect) and the Connect client of 3.5 (classic 3.5 converts rows one by one
-    unless the session enables Arrow)."""
-    return PYSPARK_VERSION >= (4, 0) or is_connect(session)
+def can_broadcast(session: SparkSession, value_type: DataType) -> bool:
+    """Whether the session takes the store's columns as a DataFrame straight from Arrow: PySpark 4
+    (classic and Connect) takes an Arrow table; the Connect client of 3.5 takes pandas, converted
+    to Arrow as it is sent, which keeps plain columns only (text, numbers, booleans, bytes); classic
+    3.5 converts rows one by one unless the session enables Arrow."""
+    if PYSPARK_VERSION >= (4, 0):
+        return True
+    fields = value_type.fields if isinstance(value_type, StructType) else [StructField("value", value_type)]
+    return is_connect(session) and all(isinstance(f.dataType, _PLAIN_TYPES) for f in fields)
+
+
+_PLAIN_TYPES = (StringType, BinaryType, BooleanType, NumericType)
 
 
 def estimated_bytes(store_keys: int, keys_and_documents: Sequence[tuple[Any, Any]]) -> int | None:

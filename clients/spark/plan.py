@@ -17,7 +17,6 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import SparkSession
-from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BinaryType, DataType, StringType, StructType
 
 from clients.client import StatestoreClient
@@ -30,7 +29,7 @@ from clients.exceptions import (
 from clients.lookup import LookupSpec
 from clients.options import Cert, ClientOptions, Verify
 from clients.spark.broadcast import BROADCAST_KEY_FORMATS, Dimension, can_broadcast, read_dimension
-from clients.spark.compat import Counter, conf_values, is_connect, new_counter, parse_struct
+from clients.spark.compat import Counter, arrow_schema, conf_values, is_connect, new_counter, parse_struct
 from clients.spark.options import LookupOptions, client_options
 from clients.spark.plan_cache import KeptRead, plans, reads_key
 from clients.value_decoding import decode_json
@@ -317,7 +316,7 @@ def _planned_read(
     store, index = options.store, options.index
     schema = _value_schema(session, info, options.value_schema, index)
     _check_format(store, info.value_format, index, schema)
-    arrow_type = pa.struct(list(to_arrow_schema(schema))) if schema is not None else None
+    arrow_type = pa.struct(list(arrow_schema(schema))) if schema is not None else None
     spec = LookupSpec(
         task_options,
         store,
@@ -354,7 +353,7 @@ def _planned_read(
         options.broadcast_bytes
         and reached
         and info.key_format in BROADCAST_KEY_FORMATS
-        and can_broadcast(session)
+        and can_broadcast(session, value_type)
     ):
         dimension = read_dimension(
             client, spec, whole_store_keys(info, spec), sample, options.broadcast_bytes
