@@ -20,9 +20,10 @@ the store has not moved reads nothing.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
+import threading
+import uuid
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -56,16 +57,50 @@ BROADCAST_KEY_FORMATS = ("bytes", "string")
 """Key formats whose stored key is the bytes of the key a row asks for (its UTF-8 text, or binary)."""
 
 
-@dataclasses.dataclass(frozen=True)
 class Dimension:
-    """A store read whole: its keys as stored (binary) and their decoded values, row for row."""
+    """A store read whole: its keys as stored (binary) and their decoded values, row for row; and
+    the DataFrames made of them, one per session and column names, kept by Spark.
 
-    keys: pa.Array
-    values: pa.Array
+    A DataFrame made from a local table carries the table in its plan: Spark converts it again
+    for every job (under Spark Connect the client sends it again too), which costs as much as
+    the rest of a broadcast join of 100k rows. A local checkpoint keeps the rows in Spark's block
+    manager after the first job; later jobs (a DataFrame collected again, a lookup planned again
+    at the same position) broadcast those. Spark frees them once the DataFrame is dropped (with
+    this object, when the driver's kept reads drop it).
+    """
+
+    def __init__(self, keys: pa.Array, values: pa.Array) -> None:
+        self.keys = keys
+        self.values = values
+        self.name = uuid.uuid4().hex[:12]
+        self._frames: dict[tuple[int, str], tuple[SparkSession, DataFrame]] = {}
+        self._lock = threading.Lock()
 
     @property
     def nbytes(self) -> int:
         return int(self.keys.nbytes + self.values.nbytes)
+
+    @property
+    def key_name(self) -> str:
+        return f"__statestore_dimension_{self.name}"
+
+    def frame(self, session: SparkSession, added: Sequence[StructField]) -> DataFrame:
+        """This store as a DataFrame of ``session``: the key (binary) then the ``added`` columns."""
+        schema = StructType(
+            [StructField(self.key_name, BinaryType(), False)]
+            + [StructField(f.name, f.dataType, True) for f in added]
+        )
+        key = (id(session), schema.json())
+        with self._lock:
+            kept = self._frames.get(key)
+            if kept is not None and kept[0] is session:
+                return kept[1]
+            values = self.values
+            columns = values.flatten() if isinstance(values, pa.StructArray) else [values]
+            table = pa.Table.from_arrays([self.keys, *columns], names=schema.fieldNames())
+            frame = _kept(_frame(session, table, schema))
+            self._frames[key] = (session, frame)
+            return frame
 
 
 def can_broadcast(session: SparkSession, value_type: DataType) -> bool:
@@ -134,17 +169,12 @@ def broadcast_join(
     dimension: Dimension,
     added: Sequence[StructField],
     how: str,
-    lookup_id: str,
 ) -> DataFrame:
     """``df`` (of columns ``before``) joined on ``key`` (its text or binary key, as the lookup asks
     it) with ``dimension`` broadcast, the ``added`` value columns appended (with their metadata)."""
-    key_name = f"__statestore_dimension_{lookup_id[:12]}"
-    schema = StructType([StructField(key_name, BinaryType(), False), *added])
-    values = dimension.values
-    columns = values.flatten() if isinstance(values, pa.StructArray) else [values]
-    table = pa.Table.from_arrays([dimension.keys, *columns], names=schema.fieldNames())
-    small = _frame(df.sparkSession, table, schema)
-    joined = df.join(functions.broadcast(small), key.cast("binary") == functions.col(key_name), how)
+    small = dimension.frame(df.sparkSession, added)
+    on = key.cast("binary") == functions.col(dimension.key_name)
+    joined = df.join(functions.broadcast(small), on, how)
     return joined.select(
         *(_column(field.name) for field in before),
         *(_column(field.name).alias(field.name, metadata=field.metadata) for field in added),
@@ -155,6 +185,14 @@ def _frame(session: SparkSession, table: pa.Table, schema: StructType) -> DataFr
     if PYSPARK_VERSION >= (4, 0):
         return session.createDataFrame(table, schema)
     return session.createDataFrame(table.to_pandas(), schema)  # the 3.5 Connect client: Arrow inside
+
+
+def _kept(frame: DataFrame) -> DataFrame:
+    """``frame`` kept by Spark once its first job computed it (lazily: planning runs no job); the
+    3.5 Connect client has no local checkpoint, its frame is sent with every job."""
+    if is_connect(frame) and PYSPARK_VERSION < (4, 0):
+        return frame
+    return frame.localCheckpoint(eager=False)
 
 
 def _column(name: str) -> Column:

@@ -200,7 +200,7 @@ def lookup_join(
         added = _added_fields(plan, prefix, None, binary_keys, value_column, None)
         _check_clashes(before, added, store)
         key = _broadcast_key(df, before, on)
-        joined = broadcast_join(df, before, key, plan.dimension, added, how, plan.info.lookup_id)
+        joined = broadcast_join(df, before, key, plan.dimension, added, how)
         joined.__dict__[_FIELDS_ATTRIBUTE] = (*before, *added)
         return joined
     flag_name = misfit_column or (_HIDDEN_FLAG + plan.info.lookup_id if observed else None)
