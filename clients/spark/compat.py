@@ -7,11 +7,14 @@ depends on the version or the session kind is decided here, so the rest of the c
 
 from __future__ import annotations
 
+import inspect
 import re
 from typing import Any, Protocol
 
+import pyarrow as pa
 import pyspark
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from clients.exceptions import SchemaMismatchError, UnsupportedSparkError
@@ -41,6 +44,15 @@ def require(feature: str, minimum: tuple[int, int]) -> None:
 
 if PYSPARK_VERSION < MINIMUM_VERSION:  # pragma: no cover - refused at import
     raise ImportError(f"clients.spark supports PySpark 3.5 and newer; this is PySpark {pyspark.__version__}")
+
+
+_ZONED = "timezone" in inspect.signature(to_arrow_schema).parameters
+
+
+def arrow_schema(schema: StructType) -> pa.Schema:
+    """``schema`` as the Arrow schema Spark exchanges with Python, timestamps in UTC (PySpark 4
+    asks for the zone of ``TimestampType``; 3.5 takes UTC itself)."""
+    return to_arrow_schema(schema, timezone="UTC") if _ZONED else to_arrow_schema(schema)
 
 
 def is_connect(obj: DataFrame | SparkSession) -> bool:

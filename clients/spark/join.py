@@ -23,6 +23,7 @@ from pyspark.sql.types import (
 
 from clients.lookup import DEFAULT_CACHE_BYTES
 from clients.options import DEFAULT_BATCH_SIZE
+from clients.spark.broadcast import DEFAULT_BROADCAST_BYTES, broadcast_join
 from clients.spark.compat import PYSPARK_VERSION, can_observe, is_connect, new_observation
 from clients.spark.options import LookupOptions
 from clients.spark.plan import LookupInfo, Plan, plan_lookup, planned_lookup
@@ -130,6 +131,7 @@ def lookup_join(
     cache_bytes: int = DEFAULT_CACHE_BYTES,
     as_of_time: str | Column | None = None,
     scan_bytes: int = DEFAULT_SCAN_BYTES,
+    broadcast_bytes: int = DEFAULT_BROADCAST_BYTES,
 ) -> DataFrame:
     """``df`` with the values of ``store`` for key ``on`` appended, looked up by the executors.
 
@@ -177,12 +179,16 @@ def lookup_join(
     consistent = _exact_for_times(consistent, as_of, index, as_of_time)
     connect = is_connect(df)
     observed = connect and can_observe(df)
+    before = _fields_of(df)
+    names = {field.name for field in before}
+    if index is not None or as_of_time is not None or misfit_column is not None or len(names) < len(before):
+        broadcast_bytes = 0  # the per-row path: what a broadcast join does not do, or names it cannot pick
     options = LookupOptions(
         store=store, url=url, value_schema=value_schema, token=token, verify=verify, cert=cert,
         min_position=min_position, consistent=consistent, as_of=as_of, index=index,
         batch_size=batch_size, timeout=timeout, deadline=deadline,
         planning_deadline=planning_deadline, cache_bytes=cache_bytes, scan_bytes=scan_bytes,
-        at_times=as_of_time is not None,
+        at_times=as_of_time is not None, broadcast_bytes=broadcast_bytes,
     )  # fmt: skip
     plan = plan_lookup(
         options,
@@ -190,15 +196,17 @@ def lookup_join(
         observations=[] if observed else None,
         uncounted=None if observed else _uncounted_join(),
     )
+    if plan.dimension is not None:
+        added = _added_fields(plan, prefix, None, binary_keys, value_column, None)
+        _check_clashes(before, added, store)
+        key = _broadcast_key(df, before, on)
+        joined = broadcast_join(df, before, key, plan.dimension, added, how)
+        joined.__dict__[_FIELDS_ATTRIBUTE] = (*before, *added)
+        return joined
     flag_name = misfit_column or (_HIDDEN_FLAG + plan.info.lookup_id if observed else None)
     row_key = prefix + key_column if index is not None else None
     added = _added_fields(plan, prefix, row_key, binary_keys, value_column, flag_name)
-    before = _fields_of(df)
-    clashes = sorted({f.name for f in before} & {f.name for f in added})
-    if clashes:
-        raise ValueError(
-            f"lookup columns {clashes} already exist in the DataFrame; pass prefix= (e.g. prefix='{store}_')"
-        )
+    _check_clashes(before, added, store)
     key_name = f"__statestore_key_{plan.info.lookup_id[:12]}"
     chain, keyed, keyed_fields, key_index = _keyed(df, before, key_name, on, index is not None)
     keyed, keyed_fields, time_index = _with_time(keyed, keyed_fields, as_of_time, plan.info.lookup_id)
@@ -218,11 +226,32 @@ def lookup_join(
     return result
 
 
+def _check_clashes(before: Fields, added: list[StructField], store: str) -> None:
+    clashes = sorted({f.name for f in before} & {f.name for f in added})
+    if clashes:
+        raise ValueError(
+            f"lookup columns {clashes} already exist in the DataFrame; pass prefix= (e.g. prefix='{store}_')"
+        )
+
+
+def _broadcast_key(df: DataFrame, fields: Fields, on: str | Column) -> Column:
+    """The key a broadcast lookup joins on: a string or binary column ``on`` names as it is (Spark
+    is not asked its type), else its text (:func:`_key_column`)."""
+    names = [field.name for field in fields]
+    plain = isinstance(on, str) and "." not in on and "`" not in on and names.count(on) == 1
+    if plain and isinstance(fields[names.index(str(on))].dataType, StringType | BinaryType):
+        return functions.col(str(on))
+    return _key_column(df, on)[0]
+
+
 def _fields_of(df: DataFrame) -> Fields:
     """``df``'s columns. A lookup's result knows them: Spark is not asked (under Spark Connect an
     analysis of the whole plan on the server, the lookups' Python functions included)."""
     chain: _Chain | None = df.__dict__.get(_CHAIN_ATTRIBUTE)
-    return chain.visible if chain is not None else tuple(df.schema.fields)
+    if chain is not None:
+        return chain.visible
+    known: Fields | None = df.__dict__.get(_FIELDS_ATTRIBUTE)
+    return known if known is not None else tuple(df.schema.fields)
 
 
 def _added_fields(
@@ -327,3 +356,4 @@ class _Chain:
 
 
 _CHAIN_ATTRIBUTE = "_statestore_lookup_chain"
+_FIELDS_ATTRIBUTE = "_statestore_lookup_fields"  # a broadcast lookup's result: its columns

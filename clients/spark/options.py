@@ -30,6 +30,8 @@ class LookupOptions:
     ``scan_bytes`` the stored keys and values a task reads a whole store (or, with ``at_times``, its
     history) into when it needs most of its keys (``clients.whole_store``, ``clients.history``; 0:
     keys are always fetched by batch gets). ``at_times``: each row is read as of its own time.
+    ``broadcast_bytes``: a typed lookup of a store whose stored keys and values stay below it is read
+    whole on the driver and broadcast by Spark (``clients.spark.broadcast``; 0: never).
     """
 
     store: str
@@ -49,10 +51,15 @@ class LookupOptions:
     cache_bytes: int = DEFAULT_CACHE_BYTES
     scan_bytes: int = DEFAULT_SCAN_BYTES
     at_times: bool = False
+    broadcast_bytes: int = 0
 
     def __post_init__(self) -> None:
         if self.as_of is not None and self.min_position is not None:
             raise ValueError("pass as_of= or min_position=, not both: as_of pins the exact position")
+        if self.broadcast_bytes < 0:
+            raise ValueError(
+                f"broadcast_bytes must be 0 (never broadcast a store) or more, got {self.broadcast_bytes}"
+            )
         if self.scan_bytes < 0:
             raise ValueError(
                 f"scan_bytes must be 0 (never read a store whole) or more, got {self.scan_bytes}"

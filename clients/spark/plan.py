@@ -17,7 +17,6 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import SparkSession
-from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BinaryType, DataType, StringType, StructType
 
 from clients.client import StatestoreClient
@@ -29,7 +28,8 @@ from clients.exceptions import (
 )
 from clients.lookup import LookupSpec
 from clients.options import Cert, ClientOptions, Verify
-from clients.spark.compat import Counter, conf_values, is_connect, new_counter, parse_struct
+from clients.spark.broadcast import BROADCAST_KEY_FORMATS, Dimension, can_broadcast, read_dimension
+from clients.spark.compat import Counter, arrow_schema, conf_values, is_connect, new_counter, parse_struct
 from clients.spark.options import LookupOptions, client_options
 from clients.spark.plan_cache import KeptRead, plans, reads_key
 from clients.value_decoding import decode_json
@@ -196,6 +196,7 @@ class Plan:
     spec: LookupSpec
     value_type: DataType
     info: LookupInfo
+    dimension: Dimension | None = None  # the store read whole, for Spark to broadcast
 
 
 def projection(documents: Sequence[Any], names: tuple[str, ...]) -> tuple[str, ...] | None:
@@ -212,8 +213,9 @@ def projection(documents: Sequence[Any], names: tuple[str, ...]) -> tuple[str, .
     return names if shed >= PROJECTION_MIN_SAVING * len(documents) else None
 
 
-def _check_sample(client: StatestoreClient, spec: LookupSpec, schema: StructType) -> list[Any]:
-    """Fail when the store's values clearly do not fit the schema (none of a sample does); the sample.
+def _check_sample(client: StatestoreClient, spec: LookupSpec, schema: StructType) -> list[tuple[Any, Any]]:
+    """Fail when the store's values clearly do not fit the schema (none of a sample does); the
+    sample's keys and values.
 
     Reading the sample ``as_of`` the pinned position also proves that position can be read exactly.
     """
@@ -237,7 +239,7 @@ def _check_sample(client: StatestoreClient, spec: LookupSpec, schema: StructType
             f"{len(sample)} sampled values matches it (e.g. key {key!r}: {example[:200]!r}); "
             "fix the field names and types"
         )
-    return documents
+    return [(key, document) for (key, _), document in zip(sample, documents, strict=True)]
 
 
 def plan_lookup(
@@ -284,6 +286,8 @@ def plan_lookup(
     spec, value_type = read.spec, read.value_type
     lookup_id = uuid.uuid4().hex
     counter = new_counter(session)
+    if read.dimension is not None and counter is None:
+        observations = []  # a broadcast store has no misfit: the count is known, zero
     planned = LookupInfo(
         lookup_id, store, url, str(position), info.value_format, counter, options.exact,
         options.index, observations if counter is None else None, uncounted,
@@ -291,7 +295,12 @@ def plan_lookup(
     with _planned_lock:
         _planned[lookup_id] = planned
     _log_plan(planned, position)
-    return Plan(spec, value_type, planned)
+    if read.dimension is not None:
+        log.info(
+            "lookup %s broadcasts store %r: %d keys read on the driver",
+            lookup_id[:8], store, len(read.dimension.keys),
+        )  # fmt: skip
+    return Plan(spec, value_type, planned, read.dimension)
 
 
 def _planned_read(
@@ -307,7 +316,7 @@ def _planned_read(
     store, index = options.store, options.index
     schema = _value_schema(session, info, options.value_schema, index)
     _check_format(store, info.value_format, index, schema)
-    arrow_type = pa.struct(list(to_arrow_schema(schema))) if schema is not None else None
+    arrow_type = pa.struct(list(arrow_schema(schema))) if schema is not None else None
     spec = LookupSpec(
         task_options,
         store,
@@ -323,10 +332,11 @@ def _planned_read(
         fields=None if options.at_times else _needed_fields(schema, index),
     )
     _check_reads(client, spec)
+    sample: list[tuple[Any, Any]] = []
     if schema is not None:
-        documents = _check_sample(client, spec, schema)
+        sample = _check_sample(client, spec, schema)
         if spec.fields is not None:
-            spec = dataclasses.replace(spec, fields=projection(documents, spec.fields))
+            spec = dataclasses.replace(spec, fields=projection([d for _, d in sample], spec.fields))
     if options.scan_bytes:
         spec = dataclasses.replace(
             spec,
@@ -336,7 +346,19 @@ def _planned_read(
             lookup_id=uuid.uuid4().hex,
         )
     value_type: DataType = schema or (BinaryType() if info.value_format == "bytes" else StringType())
-    return KeptRead(spec, value_type)
+    dimension = None
+    # A position the store has not reached yet is waited for by the tasks, not by the planning.
+    reached = info.position.reaches(position)
+    if (
+        options.broadcast_bytes
+        and reached
+        and info.key_format in BROADCAST_KEY_FORMATS
+        and can_broadcast(session, value_type)
+    ):
+        dimension = read_dimension(
+            client, spec, whole_store_keys(info, spec), sample, options.broadcast_bytes
+        )
+    return KeptRead(spec, value_type, dimension)
 
 
 def whole_store_keys(info: StoreInfo, spec: LookupSpec) -> int | None:

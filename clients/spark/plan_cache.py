@@ -25,12 +25,17 @@ from typing import Any
 from pyspark.sql.types import DataType, StructType
 
 from clients.lookup import LookupSpec
+from clients.spark.broadcast import Dimension
 from clients.spark.options import LookupOptions
 from clients.wire import StoreInfo
 from wire.position import Position
 
 KEPT_PLANS = 64
 """Planned reads a driver keeps, the least recently used dropped first."""
+
+KEPT_DIMENSION_BYTES = 256 * 1024 * 1024
+"""Bytes of broadcast stores (``KeptRead.dimension``) the kept reads hold at most, the least
+recently used dropped first."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,6 +44,7 @@ class KeptRead:
 
     spec: LookupSpec
     value_type: DataType
+    dimension: Dimension | None = None  # the store read whole by the driver, for Spark to broadcast
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,8 +89,9 @@ def _copy_of(info: StoreInfo, pinned: Position, options: LookupOptions) -> str |
 class PlanCache:
     """Planned reads by :func:`reads_key`, each valid for one copy of the store at one position."""
 
-    def __init__(self, size: int = KEPT_PLANS) -> None:
+    def __init__(self, size: int = KEPT_PLANS, dimension_bytes: int = KEPT_DIMENSION_BYTES) -> None:
         self._size = size
+        self._dimension_bytes = dimension_bytes
         self._entries: collections.OrderedDict[str, _Entry] = collections.OrderedDict()
         self._lock = threading.Lock()
 
@@ -110,8 +117,11 @@ class PlanCache:
         with self._lock:
             self._entries[key] = _Entry(copy_id, str(pinned), read)
             self._entries.move_to_end(key)
-            while len(self._entries) > self._size:
+            while len(self._entries) > self._size or self._held() > self._dimension_bytes:
                 self._entries.popitem(last=False)
+
+    def _held(self) -> int:
+        return sum(e.read.dimension.nbytes for e in self._entries.values() if e.read.dimension is not None)
 
     def clear(self) -> None:
         with self._lock:

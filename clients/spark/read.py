@@ -20,7 +20,6 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BinaryType, BooleanType, DataType, StringType, StructField, StructType
 
 from clients import wire
@@ -29,7 +28,7 @@ from clients.client import StatestoreClient
 from clients.exceptions import SchemaMismatchError, StatestoreClientError, ValueDecodeError
 from clients.natural_keys import natural_key_texts
 from clients.options import ClientOptions
-from clients.spark.compat import parse_struct
+from clients.spark.compat import arrow_schema, parse_struct
 from clients.spark.options import client_options
 from clients.spark.plan import client_tls, connection
 from clients.value_decoding import decode
@@ -235,7 +234,7 @@ def plan_read(
                 f"store {store!r} holds {info.value_format} values; value_schema applies to JSON stores only"
             )
         pinned = Position.of(position) if position is not None else info.position
-        arrow_type = pa.struct(list(to_arrow_schema(value_schema))) if value_schema is not None else None
+        arrow_type = pa.struct(list(arrow_schema(value_schema))) if value_schema is not None else None
         spec = ScanSpec(
             options, store, info.value_format, str(pinned), consistent, arrow_type, prefix, page_size,
             binary_keys, misfit_column is not None, info.key_format,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -111,10 +112,13 @@ def test_tasks_needing_most_keys_read_the_stores_whole_with_the_answers_of_batch
 ) -> None:
     purchases = purchases_frame(3000)
     expected = as_rows(expected_invoices(purchases, "left"))
-    # Each task asks for most of the 202 products and 50 customers: it reads both stores whole.
-    whole, by_scans = requests_of(service, invoices(spark, service, purchases, "left").toPandas)
+    # Each task asks for most of the 202 products and 50 customers: it reads both stores whole
+    # (neither broadcast: that is the lookup's own path).
+    whole, by_scans = requests_of(
+        service, invoices(spark, service, purchases, "left", broadcast_bytes=0).toPandas
+    )
     fetched, by_gets = requests_of(
-        service, invoices(spark, service, purchases, "left", scan_bytes=0).toPandas
+        service, invoices(spark, service, purchases, "left", scan_bytes=0, broadcast_bytes=0).toPandas
     )
     for got in (whole, fetched):
         assert as_rows(got.sort_values("purchase_id").reset_index(drop=True)) == expected
@@ -125,8 +129,9 @@ def test_tasks_needing_most_keys_read_the_stores_whole_with_the_answers_of_batch
     assert by_gets[BATCH_GETS] >= 4
 
 
+@pytest.mark.parametrize("broadcast_bytes", [0, 1 << 20], ids=["looked-up", "broadcast-if-small"])
 def test_a_lookup_planned_again_on_an_unchanged_store_asks_the_service_only_its_info(
-    spark: SparkSession, service: str
+    spark: SparkSession, service: str, broadcast_bytes: int
 ) -> None:
     purchases = purchases_frame(3000)
     expected = as_rows(expected_invoices(purchases, "left"))
@@ -134,15 +139,24 @@ def test_a_lookup_planned_again_on_an_unchanged_store_asks_the_service_only_its_
     def planned_and_run() -> pd.DataFrame:
         # A job planning its lookups anew, as a scheduled job does every run (batch_size: options of
         # this test's own, so no other test planned this read before).
-        got = invoices(spark, service, purchases, "left", batch_size=4000).toPandas()
+        got = invoices(
+            spark,
+            service,
+            purchases,
+            "left",
+            batch_size=4000 + broadcast_bytes,
+            broadcast_bytes=broadcast_bytes,
+        ).toPandas()
         return got.sort_values("purchase_id").reset_index(drop=True)
 
     runs = [requests_of(service, planned_and_run) for _ in range(3)]
     for got, _ in runs:
         assert as_rows(got) == expected
     first, *again = (answered - Counter({"/metrics": 1}) for _, answered in runs)
-    # Each store's info, its sample of values and one whole read (the tasks share it).
-    assert first == {"/v1/stores/{store}": 2, SCANS: 4}
+    # Each store's info, its sample of values and one whole read: by the tasks (which share it),
+    # or, for the customers broadcast, by the driver. The driver's read of the products (as small)
+    # finds values not fitting the schema: their tasks look them up and count those.
+    assert first == {"/v1/stores/{store}": 2, SCANS: 5 if broadcast_bytes else 4}
     # Planned again at the same copy and position: each store's info, nothing else.
     assert again == [Counter({"/v1/stores/{store}": 2})] * 2
 
@@ -158,9 +172,10 @@ def test_a_consistent_lookup_reads_the_store_whole_as_of_the_pinned_position(
         broker.bootstrap_servers, tmp_path / "state", {"versions": (topic, "json")}, history
     ) as url:
         df = spark.createDataFrame([(f"k{i % 350:03d}",) for i in range(2000)], "k string").repartition(2)
-        # Both pinned now, at offset 300; the store then moves on.
+        # All pinned now, at offset 300; the store then moves on. The first two are looked up by
+        # the tasks (by batch gets, by a whole read), the third broadcast (read by the driver now).
         joins = {
-            scan_bytes: lookup_join(
+            (scan_bytes, broadcast_bytes): lookup_join(
                 df,
                 store="versions",
                 on="k",
@@ -168,24 +183,25 @@ def test_a_consistent_lookup_reads_the_store_whole_as_of_the_pinned_position(
                 value_schema="version int",
                 consistent=True,
                 scan_bytes=scan_bytes,
+                broadcast_bytes=broadcast_bytes,
             )
-            for scan_bytes in (0, 1 << 20)
+            for scan_bytes, broadcast_bytes in ((0, 0), (1 << 20, 0), (1 << 20, 1 << 20))
         }
         updates = [(b"k%03d" % i, b'{"version": 2}') for i in range(350)] + [(b"k001", None)]
         produce(broker.bootstrap_servers, topic, updates)
         with StatestoreClient(url) as client:
             client.get("versions", "k001", min_position="0:651", default=None)  # waits for all of them
-        rows = {}
-        for scan_bytes, joined in joins.items():
+        rows = []
+        for (scan_bytes, broadcast_bytes), joined in joins.items():
             got, answered = requests_of(url, joined.collect)
-            rows[scan_bytes] = sorted((row.k, row.version) for row in got)
-            assert answered[SCANS if scan_bytes else BATCH_GETS] >= 1
-            assert answered[BATCH_GETS if scan_bytes else SCANS] == 0
-    assert (
-        rows[0]
-        == rows[1 << 20]
-        == sorted((f"k{i % 350:03d}", 1 if i % 350 < 300 else None) for i in range(2000))
-    )
+            rows.append(sorted((row.k, row.version) for row in got))
+            if broadcast_bytes:
+                assert answered[SCANS] == answered[BATCH_GETS] == 0
+            else:
+                assert answered[SCANS if scan_bytes else BATCH_GETS] >= 1
+                assert answered[BATCH_GETS if scan_bytes else SCANS] == 0
+    expected = sorted((f"k{i % 350:03d}", 1 if i % 350 < 300 else None) for i in range(2000))
+    assert rows == [expected] * 3
 
 
 def test_no_exchange_is_added_by_two_chained_lookups(spark: SparkSession, service: str) -> None:
@@ -196,9 +212,11 @@ def test_no_exchange_is_added_by_two_chained_lookups(spark: SparkSession, servic
     products = lookup_join(
         df, store="products", on="product_id", url=service, value_schema=PRODUCT_SCHEMA, prefix="p_"
     )
+    # Customers (all fitting the schema) would be broadcast: here the lookups' own path is tested.
     fused = lookup_join(
-        products, store="customers", on="customer_id", url=service, value_schema=CUSTOMER_SCHEMA, prefix="c_"
-    )
+        products, store="customers", on="customer_id", url=service, value_schema=CUSTOMER_SCHEMA,
+        prefix="c_", broadcast_bytes=0,
+    )  # fmt: skip
     # The second key comes from the first lookup's output, so the lookups run one after the other.
     dependent = lookup_join(
         products,
@@ -207,6 +225,7 @@ def test_no_exchange_is_added_by_two_chained_lookups(spark: SparkSession, servic
         url=service,
         value_schema=CUSTOMER_SCHEMA,
         prefix="c_",
+        broadcast_bytes=0,
     )
     for chained, passes in ((fused, 1), (dependent, 2)):
         plan = chained._jdf.queryExecution().executedPlan().toString()
@@ -219,6 +238,96 @@ def test_no_exchange_is_added_by_two_chained_lookups(spark: SparkSession, servic
     assert fused_rows["p099"] == ("product 99", "customer 1")
     assert len(fused_rows) == 100
     assert {r.c_name for r in dependent.collect()} == {None}
+
+
+def fields(df: DataFrame) -> list[tuple[Any, ...]]:
+    """``df``'s columns: name, type, nullable and metadata without the lookup's id."""
+    return [
+        (
+            f.name,
+            f.dataType,
+            f.nullable,
+            {k: v for k, v in f.metadata.get("statestore", {}).items() if k != "lookup_id"},
+        )
+        for f in df.schema.fields
+    ]
+
+
+@pytest.mark.parametrize("how", ["left", "inner"])
+def test_a_small_store_whose_values_fit_is_broadcast_with_the_answers_of_the_lookup(
+    spark: SparkSession, service: str, how: str
+) -> None:
+    df = spark.createDataFrame(purchases_frame(3000)).repartition(2)
+
+    def join(store: str, schema: str, **options: Any) -> DataFrame:
+        return lookup_join(
+            df, store=store, on="customer_id" if store == "customers" else "product_id", url=service,
+            how=how, value_schema=schema, prefix="x_", batch_size=7000 + len(how), **options,
+        )  # fmt: skip
+
+    # Planning reads the customers whole on the driver: the info, a sample, one Arrow page.
+    broadcast, planning = requests_of(service, lambda: join("customers", CUSTOMER_SCHEMA))
+    assert planning - Counter({"/metrics": 1}) == {"/v1/stores/{store}": 1, SCANS: 2}
+    looked_up = join("customers", CUSTOMER_SCHEMA, broadcast_bytes=0)
+    plan = broadcast._jdf.queryExecution().executedPlan().toString()
+    assert "BroadcastHashJoin" in plan
+    assert "MapInArrow" not in plan
+    assert "hashpartitioning" not in plan  # the rows are not shuffled
+    assert "MapInArrow" in looked_up._jdf.queryExecution().executedPlan().toString()
+    # The same names, types and metadata (the lookup's store and position; its id is its own).
+    assert fields(broadcast) == fields(looked_up)
+    got, running = requests_of(service, broadcast.collect)
+    assert running[SCANS] == running[BATCH_GETS] == 0
+    expected = looked_up.collect()
+    assert sorted(got) == sorted(expected)
+    assert len(got) == (3000 if how == "left" else len([r for r in expected if r.x_name is not None]))
+    assert {r.x_name for r in got} >= {"customer 1", "customer 47"}
+    info = lookups(broadcast)[0]
+    assert (info.store, info.mismatched_values) == ("customers", 0)
+    assert info.position == lookups(looked_up)[0].position
+    # Values not fitting the schema (two bad products), or a store above the bound: looked up.
+    for other in (join("products", PRODUCT_SCHEMA), join("customers", CUSTOMER_SCHEMA, broadcast_bytes=100)):
+        assert "MapInArrow" in other._jdf.queryExecution().executedPlan().toString()
+
+
+RICH_SCHEMA = (
+    "name string, tags array<string>, size struct<w: double, h: double>, at timestamp, n bigint, ok boolean"
+)
+
+
+def test_a_broadcast_store_gives_nested_and_timestamp_columns_as_the_lookup_does(
+    spark: SparkSession, broker: LocalBroker, tmp_path: Path
+) -> None:
+    topic = unique_topic("rich")
+    create_topic(broker.bootstrap_servers, topic, partitions=2)
+    documents = [
+        {"name": f"r{i}", "tags": [f"t{i}", "x"][: i % 3], "size": {"w": i / 4, "h": None}, "at":
+         f"2024-0{1 + i % 9}-1{i % 10}T0{i % 10}:30:00Z", "n": 2**40 + i, "ok": i % 2 == 0}
+        for i in range(60)
+    ]  # fmt: skip
+    records = [(b"k%02d" % i, json.dumps(d).encode()) for i, d in enumerate(documents)]
+    records += [(b"k60", b"null"), (b"k61", b'{"name": "partial"}'), (b"k\xc3\xa9", b'{"name": "e"}')]
+    produce(broker.bootstrap_servers, topic, records)
+    with real_service(broker.bootstrap_servers, tmp_path / "state", {"rich": (topic, "json")}) as url:
+        keys = [f"k{i:02d}" for i in range(64)] + ["ké", None, "absent"]
+        df = spark.createDataFrame([(i, k) for i, k in enumerate(keys)], "i int, k string").repartition(2)
+        joins = [
+            lookup_join(df, store="rich", on="k", url=url, value_schema=RICH_SCHEMA, broadcast_bytes=size)
+            for size in (1 << 20, 0)
+        ]
+        plans = [joined._jdf.queryExecution().executedPlan().toString() for joined in joins]
+        assert ["BroadcastHashJoin" in plan for plan in plans] == [True, False]
+        broadcast, looked_up = (sorted(joined.collect(), key=lambda row: row.i) for joined in joins)
+    assert fields(joins[0]) == fields(joins[1])
+    assert broadcast == looked_up
+    by_key = {row.k: row for row in broadcast}
+    assert by_key["k05"].tags == ["t5", "x"][:2]
+    assert by_key["k05"].size.w == 1.25
+    assert by_key["k05"].n == 2**40 + 5
+    assert by_key["ké"].name == "e"
+    assert by_key["k61"].name == "partial"
+    assert by_key["k60"].name is None
+    assert by_key["absent"].name is None
 
 
 def test_inner_join_drops_absent_tombstoned_and_null_keys(spark: SparkSession, service: str) -> None:

@@ -20,7 +20,7 @@ from pyspark.sql.types import IntegerType, StructField, StructType
 from clients import StatestoreClient
 from clients.exceptions import UnsupportedSparkError
 from clients.spark import lookup_join, lookup_udf, lookups
-from clients.spark.compat import parse_struct
+from clients.spark.compat import PYSPARK_VERSION, parse_struct
 from tests.clients.orders import POSITION_SCHEMA, orders, positions_frame, sorted_rows
 from tests.clients.shop import (
     CUSTOMER_SCHEMA,
@@ -51,6 +51,7 @@ def test_invoice_chained_join_with_a_computed_key_in_one_pass(spark: SparkSessio
         on=F.when(F.col("customer_number").isNotNull(), customer_key),
         value_schema=CUSTOMER_SCHEMA,
         prefix="customer_",
+        broadcast_bytes=0,  # the customers would be broadcast: here the lookups' own pass is tested
     )
     plan = physical_plan(invoices)
     assert plan.count("MapInArrow") == 1  # chained lookups share one pass
@@ -66,6 +67,38 @@ def test_invoice_chained_join_with_a_computed_key_in_one_pass(spark: SparkSessio
             "products": str(client.position("products")),
             "customers": str(client.position("customers")),
         }
+
+
+def test_a_small_store_is_broadcast_where_the_session_takes_arrow_with_the_lookup_s_answers(
+    spark: SparkSession,
+) -> None:
+    purchases = purchases_frame(1000)
+    df = spark.createDataFrame(purchases).repartition(2)
+    joins = [
+        lookup_join(
+            df,
+            store="customers",
+            on="customer_id",
+            value_schema=CUSTOMER_SCHEMA,
+            prefix="customer_",
+            broadcast_bytes=size,
+        )
+        for size in (1 << 20, 0)
+    ]
+    broadcast_plan, looked_up_plan = (physical_plan(joined) for joined in joins)
+    # Classic PySpark 3.5 takes a local table row by row: it keeps looking the keys up.
+    broadcasts = CONNECT or PYSPARK_VERSION >= (4, 0)
+    assert ("BroadcastHashJoin" in broadcast_plan) == broadcasts
+    assert ("MapInArrow" in broadcast_plan) != broadcasts
+    assert "MapInArrow" in looked_up_plan
+    assert "hashpartitioning" not in broadcast_plan  # the rows are not shuffled
+    got = [joined.toPandas().sort_values("purchase_id").reset_index(drop=True) for joined in joins]
+    assert list(got[0].columns) == list(got[1].columns) == [*df.columns, "customer_name", "customer_country"]
+    assert as_rows(got[0]) == as_rows(got[1])
+    assert got[0].customer_name.notna().sum() > 500
+    info = lookups(joins[0])[0]
+    if broadcasts or COUNTS_MISFITS:  # a broadcast store has no misfit: known to be none
+        assert info.mismatched_values == 0
 
 
 def test_one_to_many_index_join_matches_a_pandas_merge(spark: SparkSession, service: Service) -> None:
