@@ -132,28 +132,22 @@ def choose_version(
     (``store.table.winners``). Within a lane the highest offset below the position wins (its
     latest record); across lanes the greatest ``(timestamp, offset, partition)``: the winner rule
     of natural keys, and for a plain key (lanes only when it moved as partitions were added) the
-    latest time. A base version (the value before history began) counts only on a partition where
-    no other version is visible.
+    latest time. A base version (the value before history began: of a natural key, absent) is in
+    its partition's lane, below every record.
     """
-    best: dict[tuple[int, int | None], tuple[int, bytes]] = {}
-    bases: dict[int, bytes] = {}
+    best: dict[int | tuple[int, bytes], tuple[int, int, bytes]] = {}
     for history_key, stored in versions:
         partition, offset = parse_version_key(history_key)
         if offset >= as_of.get(partition, 0):
             continue
-        if offset < 0:
-            bases[partition] = stored
-            continue
-        lane = (partition, schema_id_of(stored))
+        # ``stored[0]``: the version's kind; 2 and 3 name the key schema id in bytes 9 to 13.
+        lane = partition if stored[0] < 2 else (partition, stored[9:13])
         current = best.get(lane)
         if current is None or offset > current[0]:
-            best[lane] = (offset, stored)
-    visible = [(offset, partition, stored) for (partition, _), (offset, stored) in best.items()]
-    covered = {partition for partition, _ in best}
-    visible += [(-1, partition, stored) for partition, stored in bases.items() if partition not in covered]
-    if not visible:
-        return False, None
-    chosen = max(visible, key=lambda seen: (parse_version_value(seen[2])[1], seen[0], seen[1]))
+            best[lane] = (offset, partition, stored)
+    if len(best) < 2:  # the usual key: one lane, its latest version
+        return (True, answer_of(next(iter(best.values()))[2])) if best else (False, None)
+    chosen = max(best.values(), key=lambda seen: (parse_version_value(seen[2])[1], seen[0], seen[1]))
     return True, answer_of(chosen[2])
 
 
