@@ -2,7 +2,9 @@
 
 A Kafka partition's offsets are the same on every node, so a position names one exact version of
 the table everywhere. A store that keeps history answers, for each key, the value of its last
-record *below* the position on its partition.
+record *below* the position on its partition; a natural key written under several key schema ids,
+the winner rule (``store.table.winners``) over its records below the position, each version naming
+the key schema id it was written under (:func:`choose_version`).
 
 History starts when a store first becomes READY (a compacted topic no longer holds every old
 version, so nothing older can be exact); the *floor* is the oldest position still answered
