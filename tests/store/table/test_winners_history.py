@@ -328,36 +328,15 @@ def test_reads_as_of_a_position_stay_exact_once_pruning_passed_two_key_schema_id
             assert view.get(LONG.pack(1)) == b"a"
 
 
-def test_a_copy_whose_history_holds_only_the_winners_changes_is_rebuilt(
-    make_topic: Callable[..., str],
-    make_store: Callable[..., Store],
-    producer: Producer,
-    registry: FakeSchemaRegistry,
-    tmp_path: Path,
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    caplog.set_level(logging.WARNING, logger="store")
-    topic = Topic(producer, make_topic(partitions=3), registry)
-    t0 = 1_700_000_000_000
-
-    store = topic.started_store(make_store, tmp_path / "key-schemas")
-    end = topic.write([(1, 1, b"b", t0 + 200), (1, 0, b"a", t0 + 100)])
-    assert store.wait_for_position(end, 60)
-    # A copy begun by a version whose history kept the winners' changes only has no marker.
-    serving = store._copies.serving  # the marker is no part of any read: removed directly
+def _winners_changes_only(store: Store) -> None:
+    """Make the store's copy one begun by a version whose history kept the winners' changes only:
+    without the marker (no part of any read: removed directly)."""
+    serving = store._copies.serving
     assert serving is not None
     assert winners.history_reason(serving.engine.family(families.META), True) is None
     batch = serving.engine.new_batch()
     batch.delete(b"natural_history", serving.engine.handle(families.META))
     serving.engine.write(batch)
-    store.stop()
-    assert "rebuilding" not in caplog.text
-
-    again = topic.started_store(make_store, tmp_path / "key-schemas")
-    assert "reads of the past now need every record; rebuilding from the earliest offsets" in caplog.text
-    assert again.wait_for_position(end, 60)
-    with again.view() as view:
-        assert view.get(LONG.pack(1)) == b"b"
 
 
 def _without_key_schema_ids(store: Store) -> None:
@@ -375,7 +354,20 @@ def _without_key_schema_ids(store: Store) -> None:
     engine.write(batch)
 
 
-def test_a_copy_whose_history_keeps_no_key_schema_ids_is_rebuilt(
+@pytest.mark.parametrize(
+    ("older", "reason"),
+    [
+        (_winners_changes_only, "reads of the past now need every record"),
+        (
+            _without_key_schema_ids,
+            "reads as of a position now weigh each record by the key schema id it was written under",
+        ),
+    ],
+    ids=["winners-changes-only", "without-key-schema-ids"],
+)
+def test_a_copy_whose_history_an_older_version_began_is_rebuilt(
+    older: Callable[[Store], None],
+    reason: str,
     make_topic: Callable[..., str],
     make_store: Callable[..., Store],
     producer: Producer,
@@ -388,17 +380,17 @@ def test_a_copy_whose_history_keeps_no_key_schema_ids_is_rebuilt(
     t0 = 1_700_000_000_000
 
     store = topic.started_store(make_store, tmp_path / "key-schemas")
+    # Under v1 after v2 on the one partition, older in time: v2's record answers.
     end = topic.write([(1, 1, b"new", t0 + 200), (1, 0, b"late", t0 + 100)])
     assert store.wait_for_position(end, 60)
-    _without_key_schema_ids(store)
+    older(store)
     store.stop()
     assert "rebuilding" not in caplog.text
 
     again = topic.started_store(make_store, tmp_path / "key-schemas")
-    assert (
-        "reads as of a position now weigh each record by the key schema id it was written under; rebuilding"
-        " from the earliest offsets" in caplog.text
-    )
+    assert f"{reason}; rebuilding from the earliest offsets" in caplog.text
     assert again.wait_for_position(end, 60)
+    with again.view() as view:
+        assert view.get(LONG.pack(1)) == b"new"
     with again.view(end) as view:
         assert view.get(LONG.pack(1)) == b"new"
