@@ -242,8 +242,9 @@ def earlier(
 ) -> list[list[tuple[int, int, int, bytes | None, int]] | None]:
     """Per natural key, its entries as stored (before the batch being written) as records of their
     own, ``(partition, offset, timestamp, value, schema id)``, the winner's value from ``rows`` (the
-    table's values); ``None`` for a key without entries. What history keeps of a key's records from before
-    it began (``store.table.history``), so that reads of the past weigh them by their times."""
+    table's values); ``None`` for a key without entries. What history keeps of a key's records from
+    before it began (``store.table.history``), so that reads of the past weigh them by their times
+    and schema ids."""
     stored = family_get(meta_family, [PREFIX + key for key in keys])
     found = [decode(raw) for raw in stored]
     winners = [winner(entries) for entries in found]
