@@ -2,7 +2,9 @@
 
 A Kafka partition's offsets are the same on every node, so a position names one exact version of
 the table everywhere. A store that keeps history answers, for each key, the value of its last
-record *below* the position on its partition.
+record *below* the position on its partition; a natural key written under several key schema ids,
+the winner rule (``store.table.winners``) over its records below the position, each version naming
+the key schema id it was written under (:func:`choose_version`).
 
 History starts when a store first becomes READY (a compacted topic no longer holds every old
 version, so nothing older can be exact); the *floor* is the oldest position still answered
@@ -37,7 +39,7 @@ from store.table.history_keys import (
     OFFSET,
     PARTITION,
     TIMESTAMP,
-    TOMBSTONE,
+    answer_of,
     base_key,
     change_key,
     escape,
@@ -45,6 +47,7 @@ from store.table.history_keys import (
     parse_version,
     parse_version_key,
     parse_version_value,
+    schema_id_of,
     version_key,
     version_value,
 )
@@ -124,22 +127,30 @@ def choose_version(
     """From ``(history key, stored version)`` pairs of one key, the value as of a position.
 
     Returns ``(found, value)``: ``found`` is False when no version is visible (the key was never
-    written since history started: its current value is the answer). Within a partition the
-    highest offset below the position wins; across partitions (a key moved when partitions were
-    added) the latest timestamp wins.
+    written since history started: its current value is the answer).
+
+    Versions are weighed by *lane*: one byte key of the producer's as Kafka's compaction sees it,
+    that is a partition and, for a natural key, the key schema id the record was written under
+    (``store.table.winners``). Within a lane the highest offset below the position wins (its
+    latest record); across lanes the greatest ``(timestamp, offset, partition)``: the winner rule
+    of natural keys, and for a plain key (lanes only when it moved as partitions were added) the
+    latest time. A base version (the value before history began: of a natural key, absent) is in
+    its partition's lane, below every record.
     """
-    best: dict[int, tuple[int, bytes]] = {}
+    best: dict[int | tuple[int, bytes], tuple[int, int, bytes]] = {}
     for history_key, stored in versions:
         partition, offset = parse_version_key(history_key)
         if offset >= as_of.get(partition, 0):
             continue
-        current = best.get(partition)
+        # ``stored[0]``: the version's kind; 2 and 3 name the key schema id in bytes 9 to 13.
+        lane = partition if stored[0] < 2 else (partition, stored[9:13])
+        current = best.get(lane)
         if current is None or offset > current[0]:
-            best[partition] = (offset, stored)
-    if not best:
-        return False, None
-    chosen = max(best.values(), key=lambda entry: (parse_version_value(entry[1])[1], entry[0]))
-    return True, parse_version_value(chosen[1])[0]
+            best[lane] = (offset, partition, stored)
+    if len(best) < 2:  # the usual key: one lane, its latest version
+        return (True, answer_of(next(iter(best.values()))[2])) if best else (False, None)
+    chosen = max(best.values(), key=lambda seen: (parse_version_value(seen[2])[1], seen[0], seen[1]))
+    return True, answer_of(chosen[2])
 
 
 def floor_from(
@@ -171,8 +182,9 @@ def scan_versions(iterator: Any, key: bytes) -> list[tuple[bytes, bytes]]:
     return list(prefixed(iterator, escape(key)))
 
 
-Earlier = tuple[int, int, int, bytes | None]
-"""A record from before history began kept as a version: partition, offset, timestamp, value."""
+Earlier = tuple[int, int, int, bytes | None, int]
+"""A record from before history began kept as a version: partition, offset, timestamp, value, key
+schema id."""
 
 
 class HistoryRecorder:
@@ -189,12 +201,15 @@ class HistoryRecorder:
         values: Sequence[bytes | None],
         metas: Sequence[tuple[int, int, int]],
         earlier: Callable[[list[bytes]], list[list[Earlier] | None]] | None = None,
+        schema_ids: Sequence[int | None] | None = None,
     ) -> None:
         """Versions for ``(key, value)`` records with their ``(partition, offset, timestamp)``.
 
         ``earlier``: for keys first written since history began, the records from before it that
         decide them, to keep as versions of their own instead of a base version (``None`` for a
-        key: a base version); ``store.table.winners``.
+        key: a base version); ``store.table.winners``. ``schema_ids``: for records under natural
+        keys, the key schema id each was written under (``None``: not under one), kept in its
+        version so that a read as of a position weighs it as the winner rule does.
         """
         live = engine.family(families.HISTORY)
         history, changes, meta = (
@@ -210,11 +225,14 @@ class HistoryRecorder:
             dict(zip(needing_base, engine.get_latest(needing_base), strict=True)) if needing_base else {}
         )
         last_in_batch: dict[int, tuple[int, int]] = {}
-        for key, value, (partition, offset, timestamp) in zip(keys, values, metas, strict=True):
+        ids = [None] * len(keys) if schema_ids is None else schema_ids
+        for key, value, (partition, offset, timestamp), schema_id in zip(
+            keys, values, metas, ids, strict=True
+        ):
             if not has_history[key]:
                 batch.put(base_key(key, partition), version_value(previous[key], -1), history)
                 has_history[key] = True
-            stored = version_value(value, timestamp)
+            stored = version_value(value, timestamp, schema_id)
             batch.put(version_key(key, partition, offset, timestamp), stored, history)
             batch.put(change_key(partition, offset), key, changes)
             last_in_batch[partition] = (offset + 1, timestamp)
@@ -289,7 +307,7 @@ class HistoryRecorder:
         kept = {entry[0]: entry[4] for entry in superseded}
         for history_key in keep:
             batch.put(history_key, kept[history_key], history)
-        if not keep and newest[4][:1] == TOMBSTONE and only_version:
+        if not keep and answer_of(newest[4]) is None and only_version:
             # Absent at every position from the floor on: nothing to keep.
             batch.delete(newest[0], history)
         return max(timestamp for *_, timestamp in candidates)
@@ -314,9 +332,11 @@ def _put_earlier(
     """Add to ``batch`` the versions ``earlier`` gives for ``keys``; the keys it gives none for."""
     decided = earlier(keys)
     for key, records in zip(keys, decided, strict=True):
-        for partition, offset, timestamp, value in records or ():
+        for partition, offset, timestamp, value, schema_id in records or ():
             batch.put(
-                version_key(key, partition, offset, timestamp), version_value(value, timestamp), history
+                version_key(key, partition, offset, timestamp),
+                version_value(value, timestamp, schema_id),
+                history,
             )
     return [key for key, records in zip(keys, decided, strict=True) if records is None]
 
@@ -327,11 +347,17 @@ _Version = tuple[bytes, int, int, int, bytes]  # history key, partition, offset,
 def _superseded(
     versions: Sequence[tuple[bytes, bytes]], partition: int, offset: int
 ) -> tuple[list[_Version], _Version | None, bool]:
-    """Of a key's ``(history key, stored)`` versions (all partitions, in time order): those on
-    ``partition`` below ``offset``, the one at ``offset`` (if kept), and whether no other version
-    exists (a key has few, bounded by retention)."""
+    """Of a key's ``(history key, stored)`` versions (all partitions, in time order): those in the
+    lane (:func:`choose_version`) of the one at ``offset`` on ``partition`` below it, with the base
+    version of ``partition``; the one at ``offset`` (if kept); and whether no other version exists
+    (a key has few, bounded by retention)."""
     parsed = [(k, *parse_version(k, v)[:3], v) for k, v in versions]
-    superseded = [entry for entry in parsed if entry[1] == partition and entry[2] < offset]
     newest = next((entry for entry in parsed if entry[1] == partition and entry[2] == offset), None)
-    only_version = all(entry[1] == partition and entry[2] <= offset for entry in parsed)
+    lane = None if newest is None else schema_id_of(newest[4])
+    superseded = [
+        entry
+        for entry in parsed
+        if entry[1] == partition and entry[2] < offset and (entry[2] < 0 or schema_id_of(entry[4]) == lane)
+    ]
+    only_version = len(superseded) + (newest is not None) == len(parsed)
     return superseded, newest, only_version

@@ -4,7 +4,9 @@ Column families (``store.table.families``); what history keeps and when is ``sto
 
 ``history``
     one entry per version: ``escaped(key) | ~timestamp (8 B) | ~(offset + 1) (8 B) | partition (4 B)``
-    → ``1 | timestamp (8 B) | value`` or ``0 | timestamp`` for a tombstone (``~`` inverts, so a
+    → ``1 | timestamp (8 B) | value`` or ``0 | timestamp`` for a tombstone; a record of a store
+    whose keys go through the Schema Registry also names its key schema id (``store.table.winners``):
+    ``3 | timestamp | schema id (4 B) | value`` or ``2 | timestamp | schema id`` (``~`` inverts, so a
     key's versions run newest time first, ties newest offset first). The first write of a key after
     history started also records its previous value as a *base* version, whose time is unknown: its
     time and offset fields are all ones (it sorts last). ``escaped`` doubles 0x00 bytes and ends
@@ -34,6 +36,8 @@ _VERSION_SUFFIX = 2 * _INVERTED.size + PARTITION.size
 BASE_TIME = -(2**63)  # the time field of a base version: below every record's
 _TERMINATOR = b"\x00\x01"
 PUT, TOMBSTONE = b"\x01", b"\x00"
+KEYED_PUT, KEYED_TOMBSTONE = b"\x03", b"\x02"  # a record under a key schema id: the id follows the time
+SCHEMA_ID = struct.Struct(">i")
 
 
 def escape(key: bytes) -> bytes:
@@ -87,15 +91,35 @@ def parse_version_key(history_key: bytes) -> tuple[int, int]:
     return PARTITION.unpack(suffix[2 * _INVERTED.size :])[0], offset
 
 
-def version_value(value: bytes | None, timestamp: int) -> bytes:
+def version_value(value: bytes | None, timestamp: int, schema_id: int | None = None) -> bytes:
+    """A stored version; ``schema_id``: the key schema id the record was written under, if any."""
+    if schema_id is not None:
+        if value is None:
+            return KEYED_TOMBSTONE + TIMESTAMP.pack(timestamp) + SCHEMA_ID.pack(schema_id)
+        return KEYED_PUT + TIMESTAMP.pack(timestamp) + SCHEMA_ID.pack(schema_id) + value
     if value is None:
         return TOMBSTONE + TIMESTAMP.pack(timestamp)
     return PUT + TIMESTAMP.pack(timestamp) + value
 
 
+def answer_of(stored: bytes) -> bytes | None:
+    """The value of a stored version, ``None`` for a tombstone."""
+    kind = stored[:1]
+    if kind == PUT:
+        return stored[9:]
+    return stored[13:] if kind == KEYED_PUT else None
+
+
 def parse_version_value(stored: bytes) -> tuple[bytes | None, int]:
     timestamp = TIMESTAMP.unpack(stored[1:9])[0]
-    return (stored[9:] if stored[:1] == PUT else None), timestamp
+    return answer_of(stored), timestamp
+
+
+def schema_id_of(stored: bytes) -> int | None:
+    """The key schema id of a stored version (``None``: a record not under one)."""
+    if stored[:1] in (PUT, TOMBSTONE):
+        return None
+    return int(SCHEMA_ID.unpack(stored[9:13])[0])
 
 
 def parse_version(history_key: bytes, stored: bytes) -> tuple[int, int, int, bytes | None]:

@@ -36,7 +36,7 @@ import numpy.typing as npt
 from store.protocol import EVERY_TIME, HistoryRows
 from store.table import timed
 from store.table.corruption import check_status
-from store.table.history_keys import PUT, escape
+from store.table.history_keys import KEYED_PUT, PUT, escape
 from store.table.snapshot_reader import prefix_upper_bound
 
 CHUNK = 256
@@ -205,14 +205,22 @@ def _rows(
     rows.counts = np.bincount(ranks, minlength=len(order_of)).astype(np.int64)
     rows.times = np.concatenate([times[kept], np.full(len(plain), _NO_TIME)])[order]
     rows.unsettled = np.concatenate([unsettled[kept], np.zeros(len(plain), np.bool_)])[order]
-    # A stored version's value (``1 | timestamp | value``; a tombstone: ``0 | timestamp``), inline:
-    # this runs once for every version read.
-    values = [v[9:] if v[:1] == PUT else None for v in map(stored.__getitem__, kept.tolist())]
+    values = _answers(stored, kept.tolist())
     if plain:  # else every row is a version's, already in key order
         values += [table[key] for key in plain]
         values = [values[i] for i in order.tolist()]
     rows.values = values
     return rows
+
+
+def _answers(stored: list[bytes], kept: list[int]) -> list[bytes | None]:
+    """The values of the versions at the places ``kept`` (``None`` for a tombstone)."""
+    # A stored version's value (``1 | timestamp | value``, under a key schema id ``3 | timestamp |
+    # schema id | value``; a tombstone: ``0`` or ``2``), inline: this runs once for every version read.
+    return [
+        v[9:] if v[:1] == PUT else (v[13:] if v[:1] == KEYED_PUT else None)
+        for v in map(stored.__getitem__, kept)
+    ]
 
 
 def _settled(

@@ -278,7 +278,9 @@ class Replica(IndexedCopy, HistoryState):
                 if records.schema_ids is not None:
                     meta = engine.family(families.META)
                     earlier = functools.partial(winners.earlier, meta, engine.get_latest)
-                self.history.record(engine, batch, records.keys, records.values, records.metas, earlier)
+                self.history.record(
+                    engine, batch, records.keys, records.values, records.metas, earlier, records.schema_ids
+                )
             else:
                 self._bound_base_times(batch, records.metas)
         engine.put_offsets(batch, records.next_offsets)

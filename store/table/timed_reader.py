@@ -11,7 +11,7 @@ from store.protocol import HistoryRows
 from store.table import timed
 from store.table.asof import AsOfReader, ViewParts, historic_keys
 from store.table.corruption import check_status
-from store.table.history_keys import PUT, escape, time_seek_keys
+from store.table.history_keys import KEYED_PUT, PUT, answer_of, escape, time_seek_keys
 from store.table.history_scan import history_page
 from store.table.hot_keys import MISS
 from store.table.indexes import IndexSpec
@@ -93,7 +93,11 @@ class TimedReader(AsOfReader):
                     history_key[-12:-4] == _BASE_OFFSET or history_key[-20:-12] <= settled
                 ):
                     stored = value_of()
-                    values[rest[j]] = stored[9:] if stored[:1] == PUT else None
+                    values[rest[j]] = (
+                        stored[9:]
+                        if stored[:1] == PUT
+                        else (stored[13:] if stored[:1] == KEYED_PUT else None)
+                    )
                     continue
             unsettled.append(rest[j])
 
@@ -267,7 +271,7 @@ def _partition(history_key: bytes) -> int:
 
 def _put_value(stored: bytes | None) -> bytes | None:
     """The value of a stored version (``store.table.history_keys``), ``None`` for a tombstone."""
-    return stored[9:] if stored is not None and stored[:1] == PUT else None
+    return None if stored is None else answer_of(stored)
 
 
 _from_bytes = int.from_bytes

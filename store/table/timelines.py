@@ -23,7 +23,7 @@ from typing import Any, cast
 import numpy as np
 
 from store.table.corruption import check_status
-from store.table.history_keys import PUT
+from store.table.history_keys import KEYED_PUT, PUT
 from store.table.hot_keys import MISS, HotKeyCache
 
 MISS_WINDOW_SHARE = 8
@@ -50,7 +50,9 @@ def read_timeline(iterator: Any, escaped: bytes) -> Timeline:
             break
         fields.append(history_key[-20:-4])
         stored = value_of()
-        answers.append(stored[9:] if stored[:1] == PUT else None)
+        answers.append(
+            stored[9:] if stored[:1] == PUT else (stored[13:] if stored[:1] == KEYED_PUT else None)
+        )
         step()
     else:
         check_status(iterator)  # the walk ended at the end of the family or on a failed read

@@ -30,10 +30,12 @@ unknown time. So a read as of a time answers exactly the rule of a plain key ove
 key's records under every schema id: the greatest ``(timestamp, offset)`` at or below the time
 (KIP-889); as for a plain key, as of a time past every record that can differ from the current
 answer, which follows each schema id's latest record by offset. A read as of a position answers the
-winner rule over the records below it, weighing each partition's versions by offset as for a plain
-key: exact unless one partition holds records of the natural key under two schema ids and the
-later by offset is the older in time (a *late* record sharing a partition with a newer one); that
-read would need the versions' schema ids, which history does not keep.
+winner rule over the records below it: each version names the key schema id it was written under,
+so the read weighs the versions of each ``(partition, schema id)`` by offset (the latest record of
+that byte key, as its entry would keep it) and the latest of those against each other by
+``(timestamp, offset, partition)``, also when one partition holds records of the natural key under
+two schema ids and the later by offset is the older in time (a *late* record sharing a partition
+with a newer one).
 
 **Pruning.** A natural key deleted under every schema id (all its entries tombstones) is absent, but
 its entries still decide a later record of another schema id stamped before them (it loses to
@@ -64,7 +66,8 @@ PREFIX = b"natural/"
 """The prefix of the entries' keys in the ``meta`` column family."""
 _PREFIX_END = b"natural0"  # the first key past every entry ("/" + 1)
 _TIME_PREFIX = b"natural_time/"  # in meta: partition -> the newest record time applied on it
-_HISTORY_KEY = b"natural_history"  # in meta: history keeps every record (``mark_history``)
+_HISTORY_KEY = b"natural_history"  # in meta: how history keeps natural keys' records (``mark_history``)
+_HISTORY_MARK = b"every record, with its key schema id"
 _PARTITION = struct.Struct(">i")
 _TIME = struct.Struct(">q")
 
@@ -236,17 +239,18 @@ class Winners:
 
 def earlier(
     meta_family: Any, rows: Callable[[list[bytes]], list[bytes | None]], keys: list[bytes]
-) -> list[list[tuple[int, int, int, bytes | None]] | None]:
+) -> list[list[tuple[int, int, int, bytes | None, int]] | None]:
     """Per natural key, its entries as stored (before the batch being written) as records of their
-    own, ``(partition, offset, timestamp, value)``, the winner's value from ``rows`` (the table's
-    values); ``None`` for a key without entries. What history keeps of a key's records from before
-    it began (``store.table.history``), so that reads of the past weigh them by their times."""
+    own, ``(partition, offset, timestamp, value, schema id)``, the winner's value from ``rows`` (the
+    table's values); ``None`` for a key without entries. What history keeps of a key's records from
+    before it began (``store.table.history``), so that reads of the past weigh them by their times
+    and schema ids."""
     stored = family_get(meta_family, [PREFIX + key for key in keys])
     found = [decode(raw) for raw in stored]
     winners = [winner(entries) for entries in found]
     needing_row = [key for key, best in zip(keys, winners, strict=True) if best is not None and best.live]
     row_of = dict(zip(needing_row, rows(needing_row), strict=True)) if needing_row else {}
-    decided: list[list[tuple[int, int, int, bytes | None]] | None] = []
+    decided: list[list[tuple[int, int, int, bytes | None, int]] | None] = []
     for key, entries, best in zip(keys, found, winners, strict=True):
         if best is None:
             decided.append(None)
@@ -254,25 +258,35 @@ def earlier(
         records = []
         for entry in entries.values():
             value = (row_of[key] if entry is best else entry.value) if entry.live else None
-            records.append((entry.partition, entry.offset, entry.timestamp, value))
+            records.append((entry.partition, entry.offset, entry.timestamp, value, entry.schema_id))
         decided.append(records)
     return decided
 
 
 def mark_history(meta_handle: Any, batch: Any) -> None:
-    """Add to ``batch``: this copy's history keeps every record of its natural keys (begun now)."""
-    batch.put(_HISTORY_KEY, b"every record", meta_handle)
+    """Add to ``batch``: this copy's history keeps every record of its natural keys, each with its
+    key schema id (begun now)."""
+    batch.put(_HISTORY_KEY, _HISTORY_MARK, meta_handle)
 
 
 def history_reason(meta_family: Any, history_begun: bool) -> str | None:
-    """Why a copy of natural keys must be rebuilt before it is written, or ``None``: its history
-    was begun by a version that kept only the winner's changes (no marker), which reads of the past
-    cannot weigh as they now do (module doc)."""
-    if not history_begun or family_get(meta_family, _HISTORY_KEY) is not None:
+    """Why a copy of natural keys must be rebuilt before it is written, or ``None``: its history was
+    begun by a version that kept only the winner's changes (no marker), or every record without its
+    key schema id (an older marker), which reads of the past cannot weigh as they now do (module
+    doc)."""
+    if not history_begun:
         return None
+    marker = family_get(meta_family, _HISTORY_KEY)
+    if marker == _HISTORY_MARK:
+        return None
+    if marker is None:
+        return (
+            "its history holds only the winners' changes of its natural keys; reads of the past now"
+            " need every record"
+        )
     return (
-        "its history holds only the winners' changes of its natural keys; reads of the past now need"
-        " every record"
+        "its history keeps the records of its natural keys without their key schema ids; reads as of"
+        " a position now weigh each record by the key schema id it was written under"
     )
 
 

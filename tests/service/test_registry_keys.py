@@ -53,7 +53,9 @@ def _settings(registry: FakeSchemaRegistry, bootstrap: str, state: Path, stores:
     )
 
 
-def _arrow_keys(http: httpx.Client, store: str, keys: pa.Array) -> list[Any]:
+def _arrow_keys(
+    http: httpx.Client, store: str, keys: pa.Array, params: dict[str, str] | None = None
+) -> list[Any]:
     sink = pa.BufferOutputStream()
     batch = pa.record_batch([keys], names=["key"])
     with pa.ipc.new_stream(sink, batch.schema) as writer:
@@ -62,6 +64,7 @@ def _arrow_keys(http: httpx.Client, store: str, keys: pa.Array) -> list[Any]:
         f"/v1/stores/{store}/keys:batchGet",
         content=sink.getvalue().to_pybytes(),
         headers={"content-type": "application/vnd.apache.arrow.stream"},
+        params=params,
     )
     assert answer.status_code == 200, answer.text
     table = pa.ipc.open_stream(answer.content).read_all()

@@ -1,5 +1,7 @@
 """A Spark lookup join on an ``avro`` store types its columns from the store's schema: no
-``value_schema`` argument (the service says the schema; ``value_schema`` still overrides it)."""
+``value_schema`` argument (the service says the schema; ``value_schema`` still overrides it). It takes
+Avro keys by their natural value, and as of a position answers a natural key written under two key
+schema ids as the current read does."""
 
 from __future__ import annotations
 
@@ -17,7 +19,8 @@ from clients.spark import lookup_join
 from service.app import create_app
 from service.local.broker import LocalBroker
 from tests.clients.conftest import wait_until_ready
-from tests.service.test_avro_store import V2, customer, settings_for
+from tests.service.test_avro_store import V2, customer, settings_for, until
+from tests.service.test_registry_key_winners import Topic, _reached, _settings
 from tests.support.kafka import produce
 from tests.support.schema_registry import schema_registry
 from tests.support.server import serve_app
@@ -88,3 +91,22 @@ def test_lookup_join_takes_the_natural_value_of_avro_keys(
             joined = lookup_join(orders, store="customers", on="cid", url=url)
             rows = {row["order"]: (row["id"], row["city"]) for row in joined.collect()}
             assert rows == {"o1": (2, "city 2"), "o2": (-3, "city -3"), "o3": (None, None)}
+
+
+def test_lookup_join_as_of_a_position_answers_the_winner_of_two_key_schema_ids_on_one_partition(
+    broker: LocalBroker, make_topic: Callable[..., str], spark: SparkSession, tmp_path: Path
+) -> None:
+    bootstrap = broker.bootstrap_servers
+    with schema_registry() as registry:
+        topic = Topic(bootstrap, make_topic(partitions=1), registry)
+        settings = _settings(registry, bootstrap, tmp_path / "state", topic.topic)
+        with serve_app(create_app(settings)) as url, httpx.Client(base_url=url, timeout=30) as http:
+            wait_until_ready(url)
+            # Under v2 after v1 on the one partition, older in time: v1's record is the winner.
+            topic.write((42, 1, {"name": "c42 v1", "city": "Oslo"}, 2_000))
+            end = topic.write((42, 2, {"name": "c42 late", "city": "Rome"}, 1_000))
+            until(_reached(http, end), "the records applied")
+            orders = spark.createDataFrame([("o1", 42), ("o2", 7)], "order string, cid long")
+            joined = lookup_join(orders, store="customers", on="cid", url=url, as_of=str(end))
+            rows = {row["order"]: (row["name"], row["city"]) for row in joined.collect()}
+            assert rows == {"o1": ("c42 v1", "Oslo"), "o2": (None, None)}
