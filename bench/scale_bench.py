@@ -32,10 +32,18 @@ Parts (``--parts``, comma-separated; default all):
   first answer whose ``Statestore-Position`` covers it, probed every ~2 ms on one more
   connection) and read throughput against the same reads without writes.
 - ``spark``: ``lookup_join`` of ``--facts`` rows against the store (``bench/scale_spark.py``).
+- ``cold-ratio``: the table against one of ``--small-records`` (default a tenth of it), each served
+  by a service of its own with the same default settings, cold JSON and Arrow batches of both
+  alternated in slices of ``--ratio-batches`` batches (a number of keys, not a time, so that a 1M
+  table's keys suffice: each table's keys are asked once, at most ``--ratio-rounds`` rounds);
+  prints ``cold reads 10M / 1M: N.NN`` (``bench/scale_cold_ratio.py``). Runs after the other
+  parts, with services of its own.
 
 ``--save FILE`` writes the figures as JSON; ``--baseline FILE`` (such a file, e.g. of a 1M run)
-adds a column with each figure as a share of the baseline's::
+adds a column with each figure as a share of the baseline's. A ratio of two sizes is best taken
+in one run, interleaved (``cold-ratio``); across runs the load of each run is in it::
 
+    python -m bench scale --records 10000000 --parts cold-ratio        # 10M against 1M, ~3 min
     python -m bench scale --records 1000000 --save scale-1m.json
     python -m bench scale --records 10000000 --baseline scale-1m.json   # several minutes
 """

@@ -4,9 +4,11 @@ one, interleaved in one run.
 Two tables of the same records (``bench/scale_data.py``): the bench's table of ``--records`` and
 one of ``--small-records`` (default a tenth) produced to a topic of its own. Each is served by a
 ``statestore serve`` of its own with the same settings (the defaults: the engine's default tuning,
-its shared block cache), restored from empty, then left until its compactions are done and its
-keys counted (nothing of the restore runs while measured); both services are pinned to CPU 0, the
-load generator to CPU 1, ``--connections`` connections for every contender.
+its shared block cache, which holds either table), restored from empty, then left until its
+compactions are done, its keys counted and its first background verification pass over: nothing
+of the restore, nor the background reads of the whole table that follow it, runs while measured.
+Both services are pinned to CPU 0, the load generator to CPU 1, ``--connections`` connections for
+every contender.
 
 Contenders: cold JSON and cold Arrow 1,000-key batch gets of each table. A slice asks
 ``--ratio-batches`` batches (a number of keys, not a time: so the small table's keys suffice);
@@ -78,20 +80,24 @@ def size_name(records: int) -> str:
     return f"{records / 1_000:g}k" if records >= 1_000 else str(records)
 
 
-def counted(service: Service) -> bool:
-    """Whether the service's store has counted its keys (a background read of the whole table)."""
+def background_done(service: Service) -> bool:
+    """Whether the service's store has counted its keys and verified its table once: the two
+    background reads of the whole table after a restore (at 10M records the verification, paced
+    at 16 MiB/s, runs for over a minute on the CPU that serves the reads)."""
     with urllib.request.urlopen(f"{service.url}/v1/stores/{STORE}", timeout=10) as answer:
-        return orjson.loads(answer.read()).get("counted_keys") is not None
+        status = orjson.loads(answer.read())
+    return status.get("counted_keys") is not None and status.get("verification_passes", 0) >= 1
 
 
-def _quiet(service: Service, timeout: float = 1800) -> None:
-    """Wait until the store's compactions are done and its keys counted."""
+def _quiet(service: Service, label: str, timeout: float = 1800) -> None:
+    """Wait until the store's compactions are done, its keys counted and its table verified."""
     started = time.perf_counter()
     service.wait_settled(timeout)
-    while not counted(service):
+    while not background_done(service):
         if time.perf_counter() - started > timeout:
-            raise SystemExit(f"the store of {service.url} did not count its keys in {timeout:.0f} s")
+            raise SystemExit(f"the store of {service.url} was still busy after {timeout:.0f} s")
         time.sleep(0.5)
+    print(f"{label} table settled, counted and verified {time.perf_counter() - started:.0f} s after READY")
 
 
 class _Table:
@@ -177,8 +183,8 @@ def cold_ratio_part(args: argparse.Namespace, tmp: Path, add: Add) -> None:
     with running(small), running(large):
         # One after the other: neither restore competes with the other for the CPUs.
         ready = (_start(small), _start(large))
-        for service in (small, large):
-            _quiet(service)
+        for service, label in ((small, "small"), (large, "large")):
+            _quiet(service, label)
             pin_process(service.pid, SERVER_CPU)  # threads started since
         tables = (
             _Table(small, args.small_records, args.cold_keys_repeat),
