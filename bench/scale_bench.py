@@ -499,6 +499,21 @@ def _serve_parts(args: argparse.Namespace, tmp: Path, redis_port: int, report: R
             _in_process(args, service.state_dir, FreshKeys(args.records, args.cold_keys_repeat), hot, report)
 
 
+def _run_parts(args: argparse.Namespace, tmp: Path, redis_port: int | None, report: Report) -> None:
+    """Produce the table, then run the parts asked (``redis_port``: Redis, for the parts that
+    read from the service)."""
+    _begin(f"producing {args.records:,} records" + (", loading Redis" if redis_port else ""))
+    _load_data(args, redis_port)
+    if "bootstrap" in args.parts:
+        _begin("bootstrap")
+        _part_bootstrap(args, tmp, report)
+    if redis_port is not None:
+        _serve_parts(args, tmp, redis_port, report)
+    if "cold-ratio" in args.parts:
+        _begin(f"cold-ratio: {args.small_records:,} records against {args.records:,}")
+        cold_ratio_part(args, tmp, lambda figure, n, text: report.add("cold-ratio", figure, n, text))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     # Stopped from outside: leave through the with-blocks, which stop the broker, Redis and the service.
@@ -529,16 +544,7 @@ def main(argv: list[str] | None = None) -> int:
         with _child(redis_args, quiet=True) if serving else contextlib.nullcontext():
             if serving:
                 time.sleep(0.2)
-            _begin(f"producing {args.records:,} records" + (", loading Redis" if serving else ""))
-            _load_data(args, redis_port if serving else None)
-            if "bootstrap" in args.parts:
-                _begin("bootstrap")
-                _part_bootstrap(args, tmp, report)
-            if serving:
-                _serve_parts(args, tmp, redis_port, report)
-            if "cold-ratio" in args.parts:
-                _begin(f"cold-ratio: {args.small_records:,} records against {args.records:,}")
-                cold_ratio_part(args, tmp, lambda figure, n, text: report.add("cold-ratio", figure, n, text))
+            _run_parts(args, tmp, redis_port if serving else None, report)
     load = f"load average {load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"
     print(f"\n{report.table(args.records, baseline)}\n\n({load}; {os.cpu_count()} CPUs)")
     missing = report.missing([*args.parts, *(["service"] if serving else [])])
