@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 import urllib.request
 from collections.abc import Callable
@@ -56,6 +57,7 @@ FORMATS: dict[str, tuple[Callable[[list[bytes]], bytes], Check]] = {
     "JSON": (json_post, check_json),
     "Arrow": (arrow_post, check_arrow),
 }
+WARM_ATTEMPTS = 3
 # A slice ends once its batches are answered; this only bounds a stalled one.
 SLICE_LIMIT_SECONDS = 60.0
 FIGURES = (
@@ -136,7 +138,7 @@ def _rounds_possible(args: argparse.Namespace) -> int:
     """Rounds the small table's keys allow (after the warm-up), at most ``--ratio-rounds``."""
     if args.cold_keys_repeat:
         return int(args.ratio_rounds)
-    warm_keys = len(FORMATS) * args.connections * BATCH
+    warm_keys = len(FORMATS) * args.connections * BATCH * WARM_ATTEMPTS
     per_round = len(FORMATS) * args.ratio_batches * BATCH
     rounds = min(int(args.ratio_rounds), (args.small_records - warm_keys) // per_round)
     if rounds < 1:
@@ -147,6 +149,20 @@ def _rounds_possible(args: argparse.Namespace) -> int:
     return rounds
 
 
+def _warm_up(name: str, load: Callable[[int], float], batches: int) -> None:
+    """The service's first requests of a format served. A service left idle for minutes while the
+    other restored may stall on its first requests on a loaded machine (seen: a connection closed
+    for a request head not read within 10 s); the warm-up tries again, the measured slices never."""
+    for attempt in range(1, WARM_ATTEMPTS + 1):
+        try:
+            load(batches)
+            return
+        except (OSError, EOFError) as exc:
+            if attempt == WARM_ATTEMPTS:
+                raise
+            print(f"note: warm-up of {name}: {exc!r}; again", flush=True)
+
+
 def _measure(tables: tuple[_Table, _Table], args: argparse.Namespace) -> dict[str, list[float]]:
     """keys/s of every contender per round (``"JSON small"``, ``"JSON large"``, ...)."""
     rounds = _rounds_possible(args)
@@ -155,8 +171,8 @@ def _measure(tables: tuple[_Table, _Table], args: argparse.Namespace) -> dict[st
         for kind, (post, check) in FORMATS.items()
         for which, table in zip(("small", "large"), tables, strict=True)
     }
-    for load in loads.values():
-        load(args.connections)  # warm-up: the service's first requests of each format served
+    for (kind, which), load in loads.items():
+        _warm_up(f"{kind} {which}", load, args.connections)
     rates: dict[str, list[float]] = {f"{kind} {which}": [] for kind, which in loads}
     for number in range(rounds):
         for kind in FORMATS:
@@ -191,7 +207,12 @@ def cold_ratio_part(args: argparse.Namespace, tmp: Path, add: Add) -> None:
             _Table(large, args.records, args.cold_keys_repeat),
         )
         with pinned(CLIENT_CPU):
-            rates = _measure(tables, args)
+            try:
+                rates = _measure(tables, args)
+            except (OSError, EOFError, RuntimeError) as exc:  # a connection closed, an answer wrong
+                for service in (small, large):
+                    print(service.describe(), file=sys.stderr)
+                raise SystemExit(f"cold-ratio: a read failed: {exc!r}") from exc
         pss = (tree_pss(small.pid) / MIB, tree_pss(large.pid) / MIB)
     _report(args, tables, ready, rates, pss, add)
 

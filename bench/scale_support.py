@@ -239,6 +239,12 @@ class Service:
             time.sleep(1.0)
         return time.perf_counter() - started
 
+    def describe(self, lines: int = 15) -> str:
+        """Whether it still runs, and the last ``lines`` of its log: for a bench that failed."""
+        state = "running" if self._process is not None and self._process.poll() is None else "exited"
+        log = self._log_path.read_text(errors="replace").splitlines() if self._log_path.exists() else []
+        return f"{self.url} ({state}), log {self._log_path}:\n" + "\n".join(log[-lines:])
+
     def stop(self) -> None:
         if self._process is None:
             return
