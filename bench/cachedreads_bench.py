@@ -18,7 +18,9 @@ the first (medians of the per-round ratios). Variants:
   memory, the block cache's included, in transparent huge pages where the kernel's mode is
   ``madvise``);
 - ``filters-for-hits``: ``optimize_filters_for_hits`` (the last level's filters not consulted);
-- ``hyper-clock``: RocksDB's HyperClockCache instead of the LRU cache;
+- ``hyper-clock``: RocksDB's HyperClockCache instead of the LRU cache, its table sized for 2 KiB
+  blocks up front; ``hyper-clock-auto``: the same with a table that grows as the cache fills
+  (an estimated entry charge of 0);
 - ``restarts-<N>``: data blocks with a restart point every N keys instead of 16 (the copy
   rewritten; ``restarts-16`` is the default rewritten the same way, for a fair pair).
 
@@ -50,7 +52,7 @@ from store.table_format import table_options
 
 CACHE_BYTES = 12 << 30
 HYPER_CLOCK_ENTRY_BYTES = 2300  # a 2 KiB block and its handle
-VARIANTS = ("default", "thp", "filters-for-hits", "hyper-clock", "restarts-<N>")
+VARIANTS = ("default", "thp", "filters-for-hits", "hyper-clock", "hyper-clock-auto", "restarts-<N>")
 
 
 def _restarts(variant: str) -> int | None:
@@ -63,8 +65,9 @@ def _options(variant: str) -> rocksdict.Options:
     options.set_disable_auto_compactions(True)
     if variant == "filters-for-hits":
         options.set_optimize_filters_for_hits(True)
-    if variant == "hyper-clock":
-        cache = rocksdict.Cache.new_hyper_clock_cache(CACHE_BYTES, HYPER_CLOCK_ENTRY_BYTES)
+    if variant.startswith("hyper-clock"):
+        charge = 0 if variant == "hyper-clock-auto" else HYPER_CLOCK_ENTRY_BYTES
+        cache = rocksdict.Cache.new_hyper_clock_cache(CACHE_BYTES, charge)
         options.set_block_based_table_factory(table_options(cache))
     return options
 
