@@ -13,20 +13,21 @@ keys never asked before of it (``FreshKeys``) when told. The parent alternates s
 reports each child's median keys/s, each variant's large / small ratio and each variant against
 the first (medians of the per-round ratios). Variants:
 
-- ``default``: the engine's options (the store's table format, an LRU block cache);
+- ``default``: the engine's options (the store's table format, its block cache: a HyperClockCache
+  whose table grows as the cache fills, ``store.table.new_block_cache``);
 - ``thp``: the same, the process started with ``GLIBC_TUNABLES=glibc.malloc.hugetlb=1`` (malloc'd
   memory, the block cache's included, in transparent huge pages where the kernel's mode is
   ``madvise``);
 - ``filters-for-hits``: ``optimize_filters_for_hits`` (the last level's filters not consulted);
-- ``hyper-clock``: RocksDB's HyperClockCache instead of the LRU cache, its table sized for 2 KiB
-  blocks up front; ``hyper-clock-auto``: the same with a table that grows as the cache fills
-  (an estimated entry charge of 0);
+- ``lru``: RocksDB's LRU cache (its own default) instead; ``hyper-clock``: the
+  HyperClockCache with its table sized for 2 KiB blocks up front (memory for the whole capacity
+  taken before any block is cached);
 - ``restarts-<N>``: data blocks with a restart point every N keys instead of 16 (the copy
   rewritten; ``restarts-16`` is the default rewritten the same way, for a fair pair).
 
 ::
 
-    python -m bench cachedreads --records 1000000,10000000 --variants default,thp
+    python -m bench cachedreads --records 1000000,10000000 --variants default,lru,thp
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ from store.table_format import table_options
 
 CACHE_BYTES = 12 << 30
 HYPER_CLOCK_ENTRY_BYTES = 2300  # a 2 KiB block and its handle
-VARIANTS = ("default", "thp", "filters-for-hits", "hyper-clock", "hyper-clock-auto", "restarts-<N>")
+VARIANTS = ("default", "thp", "filters-for-hits", "lru", "hyper-clock", "restarts-<N>")
 
 
 def _restarts(variant: str) -> int | None:
@@ -65,9 +66,12 @@ def _options(variant: str) -> rocksdict.Options:
     options.set_disable_auto_compactions(True)
     if variant == "filters-for-hits":
         options.set_optimize_filters_for_hits(True)
-    if variant.startswith("hyper-clock"):
-        charge = 0 if variant == "hyper-clock-auto" else HYPER_CLOCK_ENTRY_BYTES
-        cache = rocksdict.Cache.new_hyper_clock_cache(CACHE_BYTES, charge)
+    if variant in ("lru", "hyper-clock"):
+        cache = (
+            rocksdict.Cache(CACHE_BYTES)
+            if variant == "lru"
+            else rocksdict.Cache.new_hyper_clock_cache(CACHE_BYTES, HYPER_CLOCK_ENTRY_BYTES)
+        )
         options.set_block_based_table_factory(table_options(cache))
     return options
 
@@ -213,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--records", default="1000000,10000000", help="table sizes, comma-separated")
-    parser.add_argument("--variants", default="default,thp,filters-for-hits,hyper-clock")
+    parser.add_argument("--variants", default="default,lru,thp,filters-for-hits,hyper-clock")
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--batches", type=int, default=20, help="1,000-key batches per slice")
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)

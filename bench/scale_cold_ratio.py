@@ -99,7 +99,8 @@ def _quiet(service: Service, label: str, timeout: float = 1800) -> None:
         if time.perf_counter() - started > timeout:
             raise SystemExit(f"the store of {service.url} was still busy after {timeout:.0f} s")
         time.sleep(0.5)
-    print(f"{label} table settled, counted and verified {time.perf_counter() - started:.0f} s after READY")
+    waited = time.perf_counter() - started
+    print(f"{label} table: waited {waited:.0f} s for its compactions, key count and first verification")
 
 
 class _Table:

@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.slow
 
-VARIANTS = ("default", "thp", "filters-for-hits", "hyper-clock", "restarts-4")
+VARIANTS = ("default", "lru", "thp", "filters-for-hits", "hyper-clock", "restarts-4")
 
 
 @pytest.mark.timeout(300)
