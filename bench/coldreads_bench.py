@@ -55,7 +55,15 @@ from bench.scale_data import BATCH, FreshKeys, FreshKeysExhaustedError, key, val
 from bench.scale_support import MIB
 from store import Position, RocksDBOptions, StoreTuning
 from store.kafka.restore_worker import last_per_key_order
-from store.table import Engine, HotKeyCache, SnapshotReader, database_options, directory_size, read_misses
+from store.table import (
+    Engine,
+    HotKeyCache,
+    SnapshotReader,
+    database_options,
+    directory_size,
+    new_block_cache,
+    read_misses,
+)
 from store.table_format import table_options
 
 CHUNK = 250_000
@@ -96,7 +104,7 @@ def _variant_options(name: str) -> rocksdict.Options:
     """The engine's options, changed as the variant says."""
     cache = _cache_bytes(name)
     options = database_options(RocksDBOptions(block_cache_bytes=cache), RocksDBOptions().write_buffer_bytes)
-    table = table_options(rocksdict.Cache(cache))
+    table = table_options(new_block_cache(cache))
     if name == "hash-index":
         table.set_data_block_index_type(rocksdict.DataBlockIndexType.binary_and_hash())
     if (kib := _block_kib(name)) is not None:

@@ -101,9 +101,16 @@ async def _open(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
 
 
 async def _http_slice(
-    port: int, requests: RequestSource, seconds: float, connections: int, check: Check
+    port: int,
+    requests: RequestSource,
+    seconds: float,
+    connections: int,
+    check: Check,
+    limit: int | None = None,
 ) -> Slice:
-    """Send ``requests`` for ``seconds`` over keep-alive connections, framing the answers.
+    """Send ``requests`` for ``seconds`` over keep-alive connections, framing the answers; with
+    ``limit``, no more than that many requests over all connections (the slice ends at whichever
+    comes first).
 
     A list is sent round-robin, each connection starting at its own place; a callable is asked
     for every request (given its running number on the connection). ``check`` sees each
@@ -116,11 +123,13 @@ async def _http_slice(
     started = time.perf_counter()
     deadline = started + seconds
     ended = [started] * connections
+    left = [math.inf if limit is None else limit]
 
     async def one(number: int) -> None:
         reader, writer = opened[number]
         i = number * 7919
-        while time.perf_counter() < deadline:
+        while time.perf_counter() < deadline and left[0] > 0:
+            left[0] -= 1
             request = request_at(i)
             sent = time.perf_counter()
             writer.write(request)

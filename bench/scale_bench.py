@@ -32,10 +32,18 @@ Parts (``--parts``, comma-separated; default all):
   first answer whose ``Statestore-Position`` covers it, probed every ~2 ms on one more
   connection) and read throughput against the same reads without writes.
 - ``spark``: ``lookup_join`` of ``--facts`` rows against the store (``bench/scale_spark.py``).
+- ``cold-ratio``: the table against one of ``--small-records`` (default a tenth of it), each served
+  by a service of its own with the same default settings, cold JSON and Arrow batches of both
+  alternated in slices of ``--ratio-batches`` batches (a number of keys, not a time, so that a 1M
+  table's keys suffice: each table's keys are asked once, at most ``--ratio-rounds`` rounds);
+  prints ``cold reads 10M / 1M: N.NN`` (``bench/scale_cold_ratio.py``). Runs after the other
+  parts, with services of its own.
 
 ``--save FILE`` writes the figures as JSON; ``--baseline FILE`` (such a file, e.g. of a 1M run)
-adds a column with each figure as a share of the baseline's::
+adds a column with each figure as a share of the baseline's. A ratio of two sizes is best taken
+in one run, interleaved (``cold-ratio``); across runs the load of each run is in it::
 
+    python -m bench scale --records 10000000 --parts cold-ratio        # 10M against 1M, ~3 min
     python -m bench scale --records 1000000 --save scale-1m.json
     python -m bench scale --records 10000000 --baseline scale-1m.json   # several minutes
 """
@@ -67,15 +75,16 @@ from bench.http_bench import (
     _interleaved,
     _redis,
 )
+from bench.scale_cold_ratio import FIGURES as RATIO_FIGURES
+from bench.scale_cold_ratio import cold_ratio_part
 from bench.scale_data import (
     BATCH,
     STORE,
     TOPIC,
     FreshKeys,
     FreshKeysExhaustedError,
-    create_topic,
     key,
-    produce_share,
+    produce_table,
     settings,
     value,
 )
@@ -99,7 +108,7 @@ from service.local.broker import LocalBroker
 from store import Store, StoreConfig
 from store.table import directory_size
 
-PARTS = ("bootstrap", "after-ready", "cold", "freshness", "spark")
+PARTS = ("bootstrap", "after-ready", "cold", "freshness", "spark", "cold-ratio")
 # Every figure each part reports ("service" comes with any part that reads from the service).
 FIGURES: dict[str, tuple[str, ...]] = {
     "bootstrap": (
@@ -151,6 +160,7 @@ FIGURES: dict[str, tuple[str, ...]] = {
         "with / without writes",
     ),
     "spark": ("fact rows", "lookup_join rows/s", "Python workers' peak PSS (MiB)", "broadcast join rows/s"),
+    "cold-ratio": RATIO_FIGURES,
 }
 _STARTED = time.perf_counter()
 
@@ -248,25 +258,14 @@ def _run_child(args: argparse.Namespace, name: str, *extra: str) -> tuple[dict[s
 
 
 def _load_data(args: argparse.Namespace, redis_port: int | None) -> None:
-    """Produce the table (beyond a million records in two producer processes) and load Redis."""
-    create_topic(args.bootstrap)
+    """Produce the table and load Redis with it."""
     started = time.perf_counter()
-    shares = 2 if args.records > 1_000_000 else 1
-    command = [sys.executable, "-m", "bench.scale_data", "produce", "--bootstrap", args.bootstrap]
-    producers = [
-        subprocess.Popen(
-            [*command, "--records", str(args.records), "--share", str(n), "--shares", str(shares)]
-        )
-        for n in range(1, shares)
-    ]
-    produce_share(args.bootstrap, args.records, 0, shares)
+    produce_table(args.bootstrap, args.records)
     if redis_port is not None:
         loader = redis.Redis(host="127.0.0.1", port=redis_port)
         for start in range(0, args.records, 10_000):
             loader.mset({key(i): value(i) for i in range(start, min(start + 10_000, args.records))})
         loader.close()
-    if any(p.wait() for p in producers):
-        raise SystemExit("producing the table failed")
     print(f"table of {args.records:,} records ready in {time.perf_counter() - started:.1f} s", flush=True)
 
 
@@ -429,6 +428,15 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         help="let cold keys start over once every key was asked (smoke runs of small tables; the"
         " cold figures are then not cold)",
     )
+    parser.add_argument(
+        "--small-records", type=int, help="keys in the small table of cold-ratio (default: --records / 10)"
+    )
+    parser.add_argument(
+        "--ratio-batches", type=int, default=20, help="1,000-key batches in each slice of cold-ratio"
+    )
+    parser.add_argument(
+        "--ratio-rounds", type=int, default=20, help="most rounds of cold-ratio (fewer if keys run out)"
+    )
     parser.add_argument("--save", type=Path, help="write the figures to this JSON file")
     parser.add_argument("--baseline", type=Path, help="a --save file to compare with")
     args = parser.parse_args(argv)
@@ -436,6 +444,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     unknown = set(args.parts) - set(PARTS)
     if unknown:
         parser.error(f"unknown parts {sorted(unknown)}; choose from {', '.join(PARTS)}")
+    args.small_records = args.small_records or max(BATCH, args.records // 10)
     return args
 
 
@@ -490,6 +499,21 @@ def _serve_parts(args: argparse.Namespace, tmp: Path, redis_port: int, report: R
             _in_process(args, service.state_dir, FreshKeys(args.records, args.cold_keys_repeat), hot, report)
 
 
+def _run_parts(args: argparse.Namespace, tmp: Path, redis_port: int | None, report: Report) -> None:
+    """Produce the table, then run the parts asked (``redis_port``: Redis, for the parts that
+    read from the service)."""
+    _begin(f"producing {args.records:,} records" + (", loading Redis" if redis_port else ""))
+    _load_data(args, redis_port)
+    if "bootstrap" in args.parts:
+        _begin("bootstrap")
+        _part_bootstrap(args, tmp, report)
+    if redis_port is not None:
+        _serve_parts(args, tmp, redis_port, report)
+    if "cold-ratio" in args.parts:
+        _begin(f"cold-ratio: {args.small_records:,} records against {args.records:,}")
+        cold_ratio_part(args, tmp, lambda figure, n, text: report.add("cold-ratio", figure, n, text))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     # Stopped from outside: leave through the with-blocks, which stop the broker, Redis and the service.
@@ -520,13 +544,7 @@ def main(argv: list[str] | None = None) -> int:
         with _child(redis_args, quiet=True) if serving else contextlib.nullcontext():
             if serving:
                 time.sleep(0.2)
-            _begin(f"producing {args.records:,} records" + (", loading Redis" if serving else ""))
-            _load_data(args, redis_port if serving else None)
-            if "bootstrap" in args.parts:
-                _begin("bootstrap")
-                _part_bootstrap(args, tmp, report)
-            if serving:
-                _serve_parts(args, tmp, redis_port, report)
+            _run_parts(args, tmp, redis_port if serving else None, report)
     load = f"load average {load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"
     print(f"\n{report.table(args.records, baseline)}\n\n({load}; {os.cpu_count()} CPUs)")
     missing = report.missing([*args.parts, *(["service"] if serving else [])])

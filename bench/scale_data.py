@@ -10,6 +10,7 @@ import argparse
 import hashlib
 import json
 import random
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -85,14 +86,38 @@ class FreshKeys:
 # -- data -----------------------------------------------------------------------------------------
 
 
-def create_topic(bootstrap: str) -> None:
+def create_topic(bootstrap: str, topic: str = TOPIC) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    topic = NewTopic(TOPIC, PARTITIONS, 1, config={"cleanup.policy": "compact"})
-    for future in admin.create_topics([topic]).values():
+    new = NewTopic(topic, PARTITIONS, 1, config={"cleanup.policy": "compact"})
+    for future in admin.create_topics([new]).values():
         future.result(timeout=30)
 
 
-def produce_share(bootstrap: str, records: int, share: int, shares: int) -> None:
+def produce_table(bootstrap: str, records: int, topic: str = TOPIC) -> None:
+    """Create ``topic`` and produce records ``0`` to ``records - 1`` to it (beyond a million
+    records in two producer processes, this one and a child)."""
+    create_topic(bootstrap, topic)
+    shares = 2 if records > 1_000_000 else 1
+    command = [
+        sys.executable,
+        "-m",
+        "bench.scale_data",
+        "produce",
+        "--bootstrap",
+        bootstrap,
+        "--topic",
+        topic,
+    ]
+    producers = [
+        subprocess.Popen([*command, "--records", str(records), "--share", str(n), "--shares", str(shares)])
+        for n in range(1, shares)
+    ]
+    produce_share(bootstrap, records, 0, shares, topic)
+    if any(p.wait() for p in producers):
+        raise SystemExit(f"producing the table of topic {topic} failed")
+
+
+def produce_share(bootstrap: str, records: int, share: int, shares: int, topic: str = TOPIC) -> None:
     """Produce records ``share``, ``share + shares``, ... (one producer process of ``shares``)."""
     producer = Producer(
         {
@@ -105,7 +130,7 @@ def produce_share(bootstrap: str, records: int, share: int, shares: int) -> None
     for i in range(share, records, shares):
         while True:
             try:
-                producer.produce(TOPIC, key=key(i), value=value(i))
+                producer.produce(topic, key=key(i), value=value(i))
                 break
             except BufferError:
                 producer.poll(0.05)
@@ -207,6 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("child", choices=["produce", "bare", "store", "writer", "watcher"])
     parser.add_argument("--bootstrap", required=True)
     parser.add_argument("--records", type=int, required=True)
+    parser.add_argument("--topic", default=TOPIC, help="the topic the produce child writes")
     parser.add_argument("--share", type=int, default=0)
     parser.add_argument("--shares", type=int, default=1)
     parser.add_argument("--state-dir", type=Path)
@@ -216,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kafka", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args(argv)
     if args.child == "produce":
-        produce_share(args.bootstrap, args.records, args.share, args.shares)
+        produce_share(args.bootstrap, args.records, args.share, args.shares, args.topic)
     elif args.child == "bare":
         from bench.bootstrap_bench import _child_bare  # noqa: PLC0415 (only this child needs it)
 

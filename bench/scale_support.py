@@ -168,25 +168,28 @@ def pin_process(pid: int, cpu: int) -> None:
 
 
 class Service:
-    """``statestore serve`` with one store of the bench topic, in its own process and state dir;
-    ``kafka`` are further librdkafka settings of the store."""
+    """``statestore serve`` with one store (``STORE``) of ``topic``, in its own process and state
+    dir (``name`` tells services of one run apart); ``kafka`` are further librdkafka settings of
+    the store."""
 
-    def __init__(self, tmp: Path, bootstrap: str, kafka: dict[str, str]) -> None:
+    def __init__(
+        self, tmp: Path, bootstrap: str, kafka: dict[str, str], topic: str = TOPIC, name: str = "service"
+    ) -> None:
         self.port = free_port()
-        self.state_dir = tmp / "service-state"
+        self.state_dir = tmp / f"{name}-state"
         self.db_path = self.state_dir / STORE / "db"
-        self._config = tmp / "statestore.yaml"
+        self._config = tmp / f"{name}.yaml"
         self._config.write_text(
             yaml.safe_dump(
                 {
                     "kafka": {"bootstrap_servers": bootstrap, **kafka},
                     "state_dir": str(self.state_dir),
                     "http": {"host": "127.0.0.1", "port": self.port},
-                    "stores": [{"name": STORE, "topic": TOPIC, "value_format": "json"}],
+                    "stores": [{"name": STORE, "topic": topic, "value_format": "json"}],
                 }
             )
         )
-        self._log_path = tmp / "service.log"
+        self._log_path = tmp / f"{name}.log"
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -235,6 +238,12 @@ class Service:
                 raise SystemExit(f"compactions still running after {timeout:.0f} s")
             time.sleep(1.0)
         return time.perf_counter() - started
+
+    def describe(self, lines: int = 15) -> str:
+        """Whether it still runs, and the last ``lines`` of its log: for a bench that failed."""
+        state = "running" if self._process is not None and self._process.poll() is None else "exited"
+        log = self._log_path.read_text(errors="replace").splitlines() if self._log_path.exists() else []
+        return f"{self.url} ({state}), log {self._log_path}:\n" + "\n".join(log[-lines:])
 
     def stop(self) -> None:
         if self._process is None:

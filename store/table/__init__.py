@@ -16,7 +16,7 @@ from store.table.engine import Engine
 from store.table.history import HistorySpec
 from store.table.hot_keys import HotKeyCache, read_misses
 from store.table.indexes import IndexSpec
-from store.table.options import database_options
+from store.table.options import database_options, new_block_cache
 from store.table.replica import Replica
 from store.table.seams import Changes, TableConfig
 from store.table.snapshot_reader import SnapshotReader
@@ -36,5 +36,6 @@ __all__ = [
     "VerifyStep",
     "database_options",
     "directory_size",
+    "new_block_cache",
     "read_misses",
 ]

@@ -43,6 +43,7 @@ def test_every_part_runs_and_prints_every_figure(tmp_path: Path) -> None:
     command = [
         sys.executable, "-m", "bench", "scale", "--records", "20000", "--facts", "5000",
         "--seconds", "0.5", "--rounds", "1", "--write-rate", "5000", "--cold-keys-repeat",
+        "--ratio-rounds", "2", "--ratio-batches", "4",
         "--save", str(saved), "--baseline", str(baseline),
     ]  # fmt: skip
     process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
