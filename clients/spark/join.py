@@ -167,6 +167,14 @@ def lookup_join(
     position, and the other workers of the machine map the file it writes instead of reading the
     store again (``clients.store_files``). The answers are the same either way.
 
+    A store as small as a table Spark would broadcast is broadcast: a typed key lookup (a
+    ``value_schema``) of a store whose stored keys and values stay below ``broadcast_bytes`` (10 MiB,
+    Spark's ``autoBroadcastJoinThreshold`` default; 0: never) and whose values all fit the schema
+    is read whole on the driver when planned, at the pinned position, and joined by Spark's
+    broadcast hash join, with the same answers (``clients.spark.broadcast``; PySpark 4 only, not
+    with ``index=``, ``as_of_time=`` or ``misfit_column=``). The driver keeps that read for the
+    lookups planned later at the same position of the same copy of the store.
+
     ``as_of_time=`` (a column name or Column: a Spark timestamp, or epoch milliseconds as a long)
     joins each row with the value valid at its own time: the key's record stamped last at or
     before it (the store must keep history back to the earliest time; an older time fails the job

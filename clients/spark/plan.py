@@ -353,7 +353,7 @@ def _planned_read(
         options.broadcast_bytes
         and reached
         and info.key_format in BROADCAST_KEY_FORMATS
-        and can_broadcast(session, value_type)
+        and can_broadcast(session)
     ):
         dimension = read_dimension(
             client, spec, whole_store_keys(info, spec), sample, options.broadcast_bytes
