@@ -4,8 +4,9 @@
     python -m bench formats --records 1000000 --repeat 3
     python -m bench formats --records 1000000 --repeat 3 --parts bootstrap
 
-Needs a quiet machine for its figures (docs/benchmarks.md). Every part runs in this run, on one
-embedded broker and the tests' Schema Registry stand-in, alternating the contenders:
+Needs a quiet machine for its figures (docs/benchmarks.md). The parts asked (``--parts``, by
+default ``bootstrap,batch``) run in one run, on one embedded broker and the tests' Schema Registry
+stand-in, alternating the contenders:
 
 - ``bootstrap``: a store restoring the Avro topic (~15 fields, ~150 bytes a value, written by
   confluent-kafka's ``AvroSerializer``) with ``value_format: avro`` (decoded at ingest) against the
@@ -16,7 +17,8 @@ embedded broker and the tests' Schema Registry stand-in, alternating the contend
   (``fields=``) against whole values; target <= 0.20.
 - ``spark`` (not run by default: it starts a Spark session and joins ``--facts`` rows several
   times, minutes at 1M facts): a ``local[2]`` lookup join of the ``avro`` store needing 2 of the 20
-  fields against the same join fetching whole values; target >= 1.5x (``bench/formats_spark.py``)::
+  fields against the same join fetching whole values, ``--repeat`` interleaved rounds, the best of
+  each; target >= 1.5x (``bench/formats_spark.py``)::
 
     python -m bench formats --records 200000 --facts 1000000 --repeat 3 --parts spark
 """
