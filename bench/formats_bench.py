@@ -4,8 +4,9 @@
     python -m bench formats --records 1000000 --repeat 3
     python -m bench formats --records 1000000 --repeat 3 --parts bootstrap
 
-Needs a quiet machine for its figures (docs/benchmarks.md). Every part runs in this run, on one
-embedded broker and the tests' Schema Registry stand-in, alternating the contenders:
+Needs a quiet machine for its figures (docs/benchmarks.md). The parts asked (``--parts``, by
+default ``bootstrap,batch``) run in one run, on one embedded broker and the tests' Schema Registry
+stand-in, alternating the contenders:
 
 - ``bootstrap``: a store restoring the Avro topic (~15 fields, ~150 bytes a value, written by
   confluent-kafka's ``AvroSerializer``) with ``value_format: avro`` (decoded at ingest) against the
@@ -14,6 +15,12 @@ embedded broker and the tests' Schema Registry stand-in, alternating the contend
   store of the same records as JSON; target >= 0.90.
 - ``projection``: bytes on the wire of a 1,000-key batch asking 2 of the ~20 fields
   (``fields=``) against whole values; target <= 0.20.
+- ``spark`` (not run by default: it starts a Spark session and joins ``--facts`` rows several
+  times, minutes at 1M facts): a ``local[2]`` lookup join of the ``avro`` store needing 2 of the 20
+  fields against the same join fetching whole values, ``--repeat`` interleaved rounds, the best of
+  each; target >= 1.5x (``bench/formats_spark.py``)::
+
+    python -m bench formats --records 200000 --facts 1000000 --repeat 3 --parts spark
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
+from bench.formats_spark import CountedBatchGets, Traffic, measure
 from service.app import create_app
 from service.local.broker import LocalBroker
 from service.settings import Settings, store_configs
@@ -124,8 +132,12 @@ def _bootstrap_seconds(settings: Settings) -> tuple[float, float]:
 
 
 @contextmanager
-def _served(settings: Settings) -> Iterator[httpx.Client]:
-    with serve_app(create_app(settings)) as url, httpx.Client(base_url=url, timeout=120) as client:
+def _served(settings: Settings, traffic: Traffic | None = None) -> Iterator[httpx.Client]:
+    """The service of ``settings`` once READY (its batch gets counted into ``traffic``, if given)."""
+    app: Any = create_app(settings)
+    if traffic is not None:
+        app = CountedBatchGets(app, traffic)
+    with serve_app(app) as url, httpx.Client(base_url=url, timeout=120) as client:
         deadline = time.monotonic() + 3600
         while client.get("/readyz").status_code != 200:
             if time.monotonic() > deadline:
@@ -205,6 +217,17 @@ def _batch_part(run: _Run, avro_topic: str, json_topic: str, requests: int) -> N
     print(f"ratio {projected / whole:.2f} (target <= 0.20)")
 
 
+def _spark_part(run: _Run, avro_topic: str, facts: int) -> None:
+    """The Spark lookup join needing 2 of the 20 fields against the one fetching whole values."""
+    traffic = Traffic()
+    store = {"name": "avro", "topic": avro_topic, "value_format": "avro"}
+    settings = _settings(run.bootstrap, run.registry, run.base / "spark-state", [store])
+    with _served(settings, traffic) as client:
+        folder = run.base / "spark"
+        folder.mkdir()
+        measure(str(client.base_url), traffic, "avro", run.records, facts, run.repeat, folder)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -212,8 +235,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument("--facts", type=int, default=1_000_000, help="fact rows of the spark part")
     parser.add_argument(
-        "--parts", default="bootstrap,batch", help="bootstrap and/or batch (batch also measures projection)"
+        "--parts",
+        default="bootstrap,batch",
+        help="bootstrap, batch (also measures projection's bytes) and/or spark (not by default: slow)",
     )
     args = parser.parse_args(argv)
     parts = set(args.parts.split(","))
@@ -227,6 +253,8 @@ def main(argv: list[str] | None = None) -> int:
             _bootstrap_part(run, avro_topic)
         if "batch" in parts:
             _batch_part(run, avro_topic, json_topic, args.requests)
+        if "spark" in parts:
+            _spark_part(run, avro_topic, args.facts)
     return 0
 
 

@@ -179,10 +179,14 @@ def _value_schema(
 
 
 def _needed_fields(schema: StructType | None, index: str | None) -> tuple[str, ...] | None:
-    """A typed join needs only the schema's fields: the service is asked for no others."""
+    """A typed join needs only the schema's fields: the service is asked for no others. Not when a
+    name cannot be sent as one field of ``fields=`` (it would name a path, or several fields)."""
     if schema is None or index is not None:
         return None
-    return tuple(field.name for field in schema.fields)
+    names = tuple(field.name for field in schema.fields)
+    if not all(name and name == name.strip() and "." not in name and "," not in name for name in names):
+        return None
+    return names
 
 
 def value_schema_of(session: SparkSession, value_schema: str | StructType) -> StructType:

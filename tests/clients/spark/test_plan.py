@@ -13,7 +13,7 @@ from pyspark.sql.types import IntegerType, StringType, StructType
 
 from clients.exceptions import SchemaMismatchError
 from clients.lookup import LookupSpec
-from clients.spark import compat, plan, plan_cache
+from clients.spark import compat, lookup_join, plan, plan_cache
 from clients.spark.options import LookupOptions, client_options
 from clients.spark.plan import PROJECTION_MIN_SAVING, plan_lookup, projection
 from clients.wire import StoreInfo
@@ -52,6 +52,24 @@ def test_a_planned_lookup_asks_for_its_fields_only_when_values_are_large(
         for name in ("small", "large")
     }
     assert fields == {"small": None, "large": NAMES}
+
+
+def test_a_field_whose_name_is_not_a_plain_name_is_fetched_with_the_whole_value(
+    spark: SparkSession, serve_stores: ServeStores
+) -> None:
+    # ``fields=a.b`` names the path a -> b, and ``fields=x,y`` two fields: asked so, the join would
+    # answer null for a value that has the field. Whole values, however large.
+    store = InMemoryStore("large")
+    padding = "x" * 2 * PROJECTION_MIN_SAVING
+    documents = [{"a.b": f"dotted {i}", "x,y": i, " c": True, "notes": padding} for i in range(30)]
+    store.apply([(0, i, f"p{i}".encode(), json.dumps(d).encode()) for i, d in enumerate(documents)])
+    url = serve_stores({"large": (store, "json")})
+    for schema in ("`a.b` string", "`x,y` long", "` c` boolean"):
+        options = LookupOptions(store="large", url=url, value_schema=schema)
+        assert plan_lookup(options, spark).spec.fields is None
+    facts = spark.createDataFrame([("p3",), ("p7",)], "id string")
+    joined = lookup_join(facts, store="large", on="id", url=url, value_schema="`a.b` string, `x,y` long")
+    assert sorted(tuple(row) for row in joined.collect()) == [("p3", "dotted 3", 3), ("p7", "dotted 7", 7)]
 
 
 def test_a_planned_lookup_may_read_the_store_whole_only_for_whole_values(
