@@ -16,6 +16,7 @@ from urllib.parse import quote
 
 import httpx
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from clients.exceptions import (
     ProblemError,
@@ -274,7 +275,30 @@ def decode_values(body: bytes, expected_rows: int) -> pa.Array:
         raise UnexpectedResponseError(
             f"the batch-get answer has {len(values)} rows for {expected_rows} keys; it must have one per key"
         )
+    if "error" in table.column_names:
+        _raise_first_error(table)
     return values
+
+
+def _raise_first_error(table: pa.Table) -> None:
+    """Raise the problem of the first value the service could not answer (its ``error`` column: a
+    value a store decoding at ingest could not decode); reading it as absent would be wrong."""
+    errors = table.column("error").combine_chunks()
+    if errors.null_count == len(errors):
+        return
+    index = pc.index(pc.is_valid(errors), True).as_py()
+    key = table.column("key")[index].as_py() if "key" in table.column_names else index
+    problem_type = errors[index].as_py()
+    raise problem_error(
+        {
+            "type": problem_type,
+            "title": "a stored value could not be answered",
+            "detail": f"the value of key {key!r} ({problem_type.rsplit(':', 1)[-1]}): the store could not "
+            "decode its record at ingest; the producer must write a record the registry's schema "
+            "decodes (the next record for the key replaces it)",
+        },
+        502,
+    )
 
 
 def scan_call(

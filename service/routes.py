@@ -26,7 +26,7 @@ from service.reads import Reader
 from service.registry import ServedStore, StoreRegistry
 from service.settings import Settings
 from service.sharding import sharding_info
-from service.struct_answers import struct_table
+from service.struct_answers import stored_table, struct_table
 from service.typed_values import ddl_of
 from service.values import BadValues, JsonAnswer
 from store import ReadOnlyKeyValueStore, ScanPage
@@ -218,7 +218,9 @@ def add_store_routes(
             body = answer.batch(keys, values, str(position))
             return Response(body, media_type=JSON, headers={POSITION: str(position)})
         table = (
-            None if asked.stored_values else struct_table(served, asked.key_column, values, asked.projection)
+            stored_table(served, asked.key_column, values)
+            if asked.stored_values
+            else struct_table(served, asked.key_column, values, asked.projection)
         )
         if table is None:
             stream = batch_answer(asked.key_column, values, served.value_format)

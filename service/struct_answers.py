@@ -84,3 +84,19 @@ def struct_table(
         return None
     parsed, errors = typed
     return pa.table({"key": key_column, "value": parsed, "error": errors})
+
+
+def stored_table(
+    served: ServedStore, key_column: pa.Array, values: Sequence[bytes | None]
+) -> pa.Table | None:
+    """The Arrow answer of a ``values=stored`` batch get of a store decoding at ingest that holds
+    a value it could not decode: ``key``, ``value`` (the stored documents, those values null) and
+    ``error`` (their problem types), as the typed answer marks them; ``None`` when no value is such
+    (the usual answer: the caller writes the stored bytes, one search of them for a mark's NUL)."""
+    if served.value_type is None or not any(v is not None and v[:1] == b"\x00" for v in values):
+        return None
+    problems = [None if v is None or v[:1] != b"\x00" else _problem(v) for v in values]
+    kept = [None if problem is not None else v for v, problem in zip(values, problems, strict=True)]
+    return pa.table(
+        {"key": key_column, "value": pa.array(kept, pa.binary()), "error": pa.array(problems, pa.string())}
+    )

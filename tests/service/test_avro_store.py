@@ -17,11 +17,14 @@ from typing import Any
 
 import fastavro
 import httpx
+import pyarrow as pa
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
+from clients import StatestoreClient
+from clients.exceptions import UnknownSchemaError, ValueUndecodableError
 from service.app import create_app
 from service.local.broker import LocalBroker
 from service.settings import Settings
@@ -161,6 +164,15 @@ def test_values_are_decoded_at_ingest_in_the_latest_shape_and_bad_ones_are_error
             (1, "value-undecodable"),
             (2, "unknown-schema"),
         ]
+        # The Python client raises the value's own problem, by JSON and by Arrow, never a null.
+        with StatestoreClient(url) as reader:
+            for asked, problem in (("unknown-id", UnknownSchemaError), ("corrupt", ValueUndecodableError)):
+                with pytest.raises(problem):
+                    reader.get_many("customers", ["c2", asked])
+                with pytest.raises(problem, match=asked):
+                    reader.get_arrow("customers", pa.array([b"c2", asked.encode()], pa.binary()))
+            fine = reader.get_arrow("customers", pa.array([b"c2", b"nope"], pa.binary()))
+            assert fine.field("name").to_pylist() == ["customer 2", None]
         oslo = http.get("/v1/stores/customers/indexes/by_city/Oslo").json()
         assert [item["key"] for item in oslo["items"]] == ["c3"]
         projected = http.get("/v1/stores/customers/indexes/by_city/Oslo", params={"fields": "name,tags.a"})

@@ -6,10 +6,12 @@ schema ids as the current read does."""
 from __future__ import annotations
 
 import json
+import struct
 from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
@@ -37,7 +39,9 @@ def test_lookup_join_types_columns_from_the_avro_schema(
         produce(
             bootstrap,
             topic,
-            [(f"c{n}".encode(), serializer(customer(n, city=f"city {n}"), context)) for n in range(5)],
+            [(f"c{n}".encode(), serializer(customer(n, city=f"city {n}"), context)) for n in range(30)]
+            # Past the driver's sample of 20 values: a record under a schema id the registry lacks.
+            + [(b"zz-unknown", b"\x00" + struct.pack(">I", 999) + b"\x02")],
         )
         with serve_app(create_app(settings_for(registry, bootstrap, topic, tmp_path / "state"))) as url:
             wait_until_ready(url)
@@ -62,6 +66,10 @@ def test_lookup_join_types_columns_from_the_avro_schema(
             }
             overridden = lookup_join(orders, store="customers", on="cid", url=url, value_schema="name string")
             assert overridden.columns == ["order", "cid", "name"]
+            # A value the store could not decode fails the job, naming it: never a row of nulls.
+            broken = spark.createDataFrame([("o4", "c2"), ("o5", "zz-unknown")], "order string, cid string")
+            with pytest.raises(Exception, match="unknown-schema"):
+                lookup_join(broken, store="customers", on="cid", url=url).collect()
 
 
 def test_lookup_join_takes_the_natural_value_of_avro_keys(
