@@ -20,7 +20,7 @@ from clients.base import ReadAt, floor_of, pinned_at
 from clients.exceptions import UnexpectedResponseError
 from clients.flow import Emit, Flow
 from clients.routing import ShardRouting
-from clients.wire import ARROW_STREAM, Call
+from clients.wire import ARROW_STREAM, Call, raise_value_errors
 from wire.position import Position, PositionLike
 
 NEXT_AFTER = b"next_after"
@@ -52,6 +52,8 @@ def decode_arrow_page(body: bytes) -> tuple[pa.RecordBatch, str | None]:
         raise UnexpectedResponseError(
             f"the scan's Arrow answer has columns key: {keys.type}, value: {values.type}; both must be binary"
         )
+    if "error" in table.column_names:
+        raise_value_errors(table)
     cursor = (table.schema.metadata or {}).get(NEXT_AFTER)
     page = pa.RecordBatch.from_arrays([keys, values], names=["key", "value"])
     return page, None if cursor is None else cursor.decode("ascii")

@@ -276,11 +276,11 @@ def decode_values(body: bytes, expected_rows: int) -> pa.Array:
             f"the batch-get answer has {len(values)} rows for {expected_rows} keys; it must have one per key"
         )
     if "error" in table.column_names:
-        _raise_first_error(table)
+        raise_value_errors(table)
     return values
 
 
-def _raise_first_error(table: pa.Table) -> None:
+def raise_value_errors(table: pa.Table) -> None:
     """Raise the problem of the first value the service could not answer (its ``error`` column: a
     value a store decoding at ingest could not decode); reading it as absent would be wrong."""
     errors = table.column("error").combine_chunks()

@@ -117,14 +117,18 @@ def _history_info(served: ServedStore) -> dict[str, Any] | None:
     }
 
 
-def arrow_page(page: ScanPage, value_format: str, encoding: KeyEncoding, position: str) -> Response:
+def arrow_page(page: ScanPage, served: ServedStore, encoding: KeyEncoding, position: str) -> Response:
     """A scan page as an Arrow stream: ``key`` (the stored bytes) and ``value`` (as a batch get
-    answers them), the cursor in the schema's ``next_after`` metadata (absent after the last page),
-    encoded like the JSON page's."""
+    answers them with ``values=stored``, an ``error`` column beside a value a store could not
+    decode at ingest), the cursor in the schema's ``next_after`` metadata (absent after the last
+    page), encoded like the JSON page's."""
     keys = binary_array([key for key, _ in page.items])
-    values = value_array([value for _, value in page.items], value_format)
+    stored = [value for _, value in page.items]
+    table = stored_table(served, keys, stored)
+    if table is None:
+        table = pa.table({"key": keys, "value": value_array(stored, served.value_format)})
     metadata = None if page.next_after is None else {"next_after": encode_key(page.next_after, encoding)}
-    table = pa.table({"key": keys, "value": values}).replace_schema_metadata(metadata)
+    table = table.replace_schema_metadata(metadata)
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
@@ -249,7 +253,7 @@ def add_store_routes(
 
         page, position = await reader.read(served, asked.options, read)
         if docs.ARROW_MEDIA_TYPE in request.headers.get("accept", ""):
-            return arrow_page(page, served.value_format, encoding, str(position))
+            return arrow_page(page, served, encoding, str(position))
         answer = JsonAnswer(served.name, served.value_format, encoding, bad_values)
         document = {
             "items": answer.items(page.items),

@@ -173,6 +173,12 @@ def test_values_are_decoded_at_ingest_in_the_latest_shape_and_bad_ones_are_error
                     reader.get_arrow("customers", pa.array([b"c2", asked.encode()], pa.binary()))
             fine = reader.get_arrow("customers", pa.array([b"c2", b"nope"], pa.binary()))
             assert fine.field("name").to_pylist() == ["customer 2", None]
+            # Arrow scan pages (what whole-store reads take) too.
+            with pytest.raises(ValueUndecodableError, match="corrupt"):
+                list(reader.scan_arrow("customers"))
+            (page,) = reader.scan_arrow("customers", b"c2")
+            assert page.column("key").to_pylist() == [b"c2"]
+            assert json.loads(page.column("value")[0].as_py())["name"] == "customer 2"
         oslo = http.get("/v1/stores/customers/indexes/by_city/Oslo").json()
         assert [item["key"] for item in oslo["items"]] == ["c3"]
         projected = http.get("/v1/stores/customers/indexes/by_city/Oslo", params={"fields": "name,tags.a"})
