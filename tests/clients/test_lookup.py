@@ -64,6 +64,20 @@ def test_json_documents_decode_to_structs_and_misfits_become_null() -> None:
     assert misfits.to_pylist() == [False, False, True, False, True, True, True, False]
 
 
+def test_newlines_are_found_in_slices_and_string_arrays_alike() -> None:
+    documents = [b'{"name":\n"pen"}', b'{"name": "ink"}', b'{"price":\n1}']
+    nulls = {"name": None, "price": None, "tags": None}
+    for stored in (pa.array(documents, pa.binary()), pa.array([d.decode() for d in documents], pa.string())):
+        # A newline outside the slice (only in the data buffer it shares) changes nothing.
+        values, misfits = decode_json(stored.slice(1, 1), PRODUCT)
+        assert (values.to_pylist(), misfits.to_pylist()) == ([{**nulls, "name": "ink"}], [False])
+        values, misfits = decode_json(stored.slice(1), PRODUCT)
+        assert values.to_pylist() == [{**nulls, "name": "ink"}, {**nulls, "price": 1.0}]
+        assert misfits.to_pylist() == [False, False]
+    values, _ = decode_json(pa.array([b"", b'{"name": "pen"}'], pa.binary()).slice(0, 1), PRODUCT)
+    assert values.to_pylist() == [None]
+
+
 def test_a_json_null_first_decodes_to_a_struct_of_nulls() -> None:
     # pyarrow's JSON reader crashed the process on a block starting with the document null.
     nulls = {"name": None, "price": None, "tags": None}
