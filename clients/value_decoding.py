@@ -7,7 +7,6 @@ never import pandas.
 from __future__ import annotations
 
 import json
-import re
 import struct
 
 import pyarrow as pa
@@ -90,15 +89,22 @@ def _parse_each(values: pa.Array, schema: pa.Schema) -> tuple[list[pa.StructArra
     return left + right, left_bad + right_bad
 
 
-_NEWLINE = re.compile(b"\n")
+_SEARCHED = 1 << 20
+"""Bytes of a data buffer copied at once to look for newlines in it."""
 
 
-def _has_newline(values: pa.Array) -> bool:
-    """Whether a binary or string array may hold a newline: its data buffer is searched whole, in
-    place (a sixth of the time a match per value takes); bytes outside the values only ever answer
-    yes when the answer is no, which costs the replacing only."""
+def may_hold_newline(values: pa.Array) -> bool:
+    """Whether a binary or string array may hold a newline: its data buffer is searched whole, a
+    MiB at a time (about 0.1 ms for 5,000 documents of 350 bytes, where a match per value took 2.8);
+    bytes outside the values only ever answer yes when the answer is no, which costs the replacing
+    only."""
     data = values.buffers()[2]
-    return data is not None and _NEWLINE.search(data) is not None
+    if data is None:
+        return False
+    return any(
+        data.slice(start, min(_SEARCHED, data.size - start)).to_pybytes().find(b"\n") >= 0
+        for start in range(0, data.size, _SEARCHED)
+    )
 
 
 def decode_json(stored: pa.Array, value_type: pa.StructType) -> tuple[pa.Array, pa.Array]:
@@ -113,7 +119,7 @@ def decode_json(stored: pa.Array, value_type: pa.StructType) -> tuple[pa.Array, 
     empty = pa.array([], type=value_type)
     if len(present) == 0:
         return pa.nulls(len(stored), value_type), _no_misfits(len(stored))
-    if _has_newline(present):
+    if may_hold_newline(present):
         # Newlines may only be JSON whitespace here; they would split documents, so blank them.
         present = pc.replace_substring(present, "\n", " ")
     parts, _ = _parse_each(present, schema)
