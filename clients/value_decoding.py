@@ -89,6 +89,24 @@ def _parse_each(values: pa.Array, schema: pa.Schema) -> tuple[list[pa.StructArra
     return left + right, left_bad + right_bad
 
 
+_SEARCHED = 1 << 20
+"""Bytes of a data buffer copied at once to look for newlines in it."""
+
+
+def may_hold_newline(values: pa.Array) -> bool:
+    """Whether a binary or string array may hold a newline: its data buffer is searched whole, a
+    MiB at a time (about 0.1 ms for 5,000 documents of 350 bytes, where a match per value took 2.8);
+    bytes outside the values only ever answer yes when the answer is no, which costs the replacing
+    only."""
+    data = values.buffers()[2]
+    if data is None:
+        return False
+    return any(
+        data.slice(start, min(_SEARCHED, data.size - start)).to_pybytes().find(b"\n") >= 0
+        for start in range(0, data.size, _SEARCHED)
+    )
+
+
 def decode_json(stored: pa.Array, value_type: pa.StructType) -> tuple[pa.Array, pa.Array]:
     """JSON documents as a struct array per ``value_type``; misfits (bad JSON, wrong types) become null.
 
@@ -101,8 +119,7 @@ def decode_json(stored: pa.Array, value_type: pa.StructType) -> tuple[pa.Array, 
     empty = pa.array([], type=value_type)
     if len(present) == 0:
         return pa.nulls(len(stored), value_type), _no_misfits(len(stored))
-    has_newline = pc.any(pc.match_substring(present, "\n")).as_py()
-    if has_newline:
+    if may_hold_newline(present):
         # Newlines may only be JSON whitespace here; they would split documents, so blank them.
         present = pc.replace_substring(present, "\n", " ")
     parts, _ = _parse_each(present, schema)

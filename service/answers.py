@@ -5,12 +5,14 @@ A small request can ask for a huge answer: a batch naming a 1 MiB value 1,000 ti
 asked several times counts each time, though it is read once); as soon as the answer would pass
 the bound, the read stops with ``413 answer-too-large``. A refused answer has read at most one
 chunk past the bound, and has built nothing. With ``fields=`` the values are counted as projected:
-the bound is on what the answer carries.
+the bound is on what the answer carries. An answer that parses its fields straight out of the stored
+values (:func:`stored_first`) counts them as stored while they fit, and as projected past that.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from service.bodies import too_large
 from store import ReadOnlyKeyValueStore, ScanPage
@@ -24,6 +26,8 @@ SCAN_CHUNK = 256
 
 Shape = Callable[[Sequence[bytes | None]], list[bytes | None]]
 """Stored values as the answer carries them (``fields=``: service.projection)."""
+
+T = TypeVar("T")
 
 
 class AnswerBudget:
@@ -40,7 +44,7 @@ class AnswerBudget:
 
     def fresh(self) -> AnswerBudget:
         """A full budget of the same bound and shape."""
-        return AnswerBudget(self.limit, self.shape)
+        return type(self)(self.limit, self.shape)
 
     def take(self, values: list[bytes | None]) -> list[bytes | None]:
         """``values`` as answered, spent from the budget."""
@@ -58,6 +62,38 @@ class AnswerBudget:
                 " ask for fewer keys or a smaller page at once",
                 self.limit,
             )
+
+
+class StoredPastBound(Exception):
+    """The values read pass the answer's bound as stored (:class:`StoredBudget`)."""
+
+
+class StoredBudget(AnswerBudget):
+    """A budget counting the values as stored, which raises :class:`StoredPastBound` instead of
+    ``413`` once they pass the bound: the answer may still fit as projected."""
+
+    __slots__ = ()
+
+    def spend(self, size: int) -> None:
+        self.left -= size
+        if self.left < 0:
+            raise StoredPastBound
+
+
+def stored_first(read: Callable[[AnswerBudget], T], budget: AnswerBudget) -> tuple[T, bool]:
+    """``read(budget)``, its values as stored while they fit ``budget``'s bound as stored (True),
+    else as ``budget`` shapes them (projected, False), and refused only if they pass it so too.
+
+    For an answer that takes the fields of ``fields=`` from the stored values itself (a typed
+    Arrow answer: the parse into the projected struct skips the other fields), projecting each
+    value first to count its bytes would cost more than the parse. The stored values bound what
+    the answer holds as well: they are what it parses. Past the bound as stored, the values are
+    read again, projected and counted as before, so an answer that fits as projected is answered
+    as before (no answer refused that would not have been without this)."""
+    try:
+        return read(StoredBudget(budget.limit)), True
+    except StoredPastBound:
+        return read(budget), False
 
 
 def _size(values: Sequence[bytes | None]) -> int:

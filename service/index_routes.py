@@ -20,7 +20,7 @@ from service.projection import Projection
 from service.read_requests import ReadRequests
 from service.reads import Reader
 from service.registry import ServedStore
-from service.struct_answers import struct_values
+from service.struct_answers import struct_values, typed_read
 from service.values import BadValues, JsonAnswer
 from store import Position, ReadOnlyKeyValueStore, ScanPage
 from wire.problems import ANSWER_TOO_LARGE
@@ -93,11 +93,19 @@ def add_index_routes(app: FastAPI, requests: ReadRequests, reader: Reader, bad_v
         served = asked.served
 
         def answer(view: ReadOnlyKeyValueStore) -> bytes:
-            pages = _pages(view, asked)
             if asked.media_type == JSON:
+                pages = _pages(view, asked, asked.budget())
                 json_answer = JsonAnswer(served.name, served.value_format, asked.encoding, bad_values)
                 return _json_answer(asked.texts, pages, json_answer, view.position())
-            typed = None if asked.stored_values else struct_rows(served, pages, asked.projection)
+            if asked.stored_values:
+                return _arrow_answer(asked.texts, _pages(view, asked, asked.budget()))
+            # Rows as stored when the typed answer parses the fields of ``fields=`` out of them.
+            pages, as_stored = typed_read(
+                served, asked.projection, lambda budget: _pages(view, asked, budget), asked.budget()
+            )
+            typed = struct_rows(served, pages, asked.projection)
+            if typed is None and as_stored:  # no struct after all: the rows answered projected
+                pages = _pages(view, asked, asked.budget())
             return _arrow_answer(asked.texts, pages, typed)
 
         # Many values take a while to look up and to encode: off the event loop, so others go on.
@@ -106,13 +114,12 @@ def add_index_routes(app: FastAPI, requests: ReadRequests, reader: Reader, bad_v
         return Response(content, media_type=media, headers={POSITION: str(position)})
 
 
-def _pages(view: ReadOnlyKeyValueStore, asked: IndexBatchRead) -> list[ScanPage]:
+def _pages(view: ReadOnlyKeyValueStore, asked: IndexBatchRead, budget: AnswerBudget) -> list[ScanPage]:
     """One page per value; ``413 answer-too-large`` as soon as the answer would pass
-    ``max_answer_rows`` rows or ``max_answer_bytes`` bytes of rows."""
+    ``max_answer_rows`` rows or ``budget`` (``max_answer_bytes`` bytes of rows)."""
     pages: list[ScanPage] = []
     rows = 0
     max_rows = asked.max_answer_rows
-    budget: AnswerBudget = asked.budget()
     for value in asked.values:
 
         def scan_after(after: bytes | None, limit: int, value: bytes = value) -> ScanPage:

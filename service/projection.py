@@ -27,6 +27,9 @@ class Projection:
 
     def __init__(self, paths: Sequence[tuple[str, ...]]) -> None:
         self.paths = tuple(paths)
+        # Top-level fields only: the projected value is then the document's own members, as a
+        # parse of the whole document that keeps only them gives it (service.struct_answers).
+        self.flat = all(len(path) == 1 for path in self.paths)
 
     @classmethod
     def parse(cls, text: str | None, value_format: str) -> Projection | None:

@@ -12,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from service import openapi_docs as docs
-from service.answers import read_keys, read_keys_at, read_page
+from service.answers import AnswerBudget, read_keys, read_keys_at, read_page
 from service.arrow_answers import batch_answer, ipc_stream
 from service.arrow_arrays import binary_array, value_array
 from service.auth import Auth
@@ -21,12 +21,12 @@ from service.codec import KeyEncoding, encode_key
 from service.history_routes import add_history_routes
 from service.index_routes import add_index_routes
 from service.key_path import KeyReader
-from service.read_requests import ReadRequests
+from service.read_requests import BatchRead, ReadRequests
 from service.reads import Reader
 from service.registry import ServedStore, StoreRegistry
 from service.settings import Settings
 from service.sharding import sharding_info
-from service.struct_answers import stored_table, struct_table
+from service.struct_answers import stored_table, struct_table, typed_read
 from service.typed_values import ddl_of
 from service.values import BadValues, JsonAnswer
 from store import ReadOnlyKeyValueStore, ScanPage
@@ -137,6 +137,20 @@ def arrow_page(page: ScanPage, served: ServedStore, encoding: KeyEncoding, posit
     )
 
 
+def _batch(view: ReadOnlyKeyValueStore, asked: BatchRead) -> tuple[list[bytes | None], bool]:
+    """The values of a batch get, and whether they are as stored though ``fields=`` was asked (a
+    typed Arrow answer parsing the fields out of them: ``service.struct_answers.typed_read``)."""
+    keys, times = asked.keys, asked.times
+
+    def read(budget: AnswerBudget) -> list[bytes | None]:
+        return read_keys(view, keys, budget) if times is None else read_keys_at(view, keys, times, budget)
+
+    # A budget per read: a read retried after a position wait starts afresh.
+    if asked.key_column is None or asked.stored_values:
+        return read(asked.budget()), False
+    return typed_read(asked.served, asked.projection, read, asked.budget())
+
+
 def add_store_routes(
     app: FastAPI,
     settings: Settings,
@@ -206,16 +220,8 @@ def add_store_routes(
     async def batch_get(request: Request) -> Response:
         asked = await requests.batch(request)
         served, keys = asked.served, asked.keys
-        # A budget per read: a read retried after a position wait starts afresh.
-        times = asked.times
-        values, position = await reader.read(
-            served,
-            asked.options,
-            lambda view: (
-                read_keys(view, keys, asked.budget())
-                if times is None
-                else read_keys_at(view, keys, times, asked.budget())
-            ),
+        (values, as_stored), position = await reader.read(
+            served, asked.options, lambda view: _batch(view, asked)
         )
         if asked.key_column is None:
             answer = JsonAnswer(served.name, served.value_format, asked.encoding, bad_values)
@@ -227,6 +233,8 @@ def add_store_routes(
             else struct_table(served, asked.key_column, values, asked.projection)
         )
         if table is None:
+            if as_stored and asked.projection is not None:  # no struct after all: answered projected
+                values = asked.projection.values(values)
             stream = batch_answer(asked.key_column, values, served.value_format)
         else:
             stream = ipc_stream(table)

@@ -11,7 +11,6 @@ import json
 import logging
 import threading
 import uuid
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +29,7 @@ from clients.lookup import LookupSpec
 from clients.options import Cert, ClientOptions, Verify
 from clients.spark.broadcast import BROADCAST_KEY_FORMATS, Dimension, can_broadcast, read_dimension
 from clients.spark.compat import Counter, arrow_schema, conf_values, is_connect, new_counter, parse_struct
+from clients.spark.fields import needed_fields, projection, typed_projection
 from clients.spark.options import LookupOptions, client_options
 from clients.spark.plan_cache import KeptRead, plans, reads_key
 from clients.value_decoding import decode_json
@@ -41,12 +41,6 @@ log = logging.getLogger("clients.spark")
 
 SAMPLE_SIZE = 20
 """Values read on the driver to check that ``value_schema`` fits the store at all."""
-
-PROJECTION_MIN_SAVING = 1024
-"""Bytes a value must shed on average (in the driver's sample) for a typed lookup to ask the service
-for only the fields its schema names (``fields=``). Projecting costs the service a JSON parse and
-encode of every value (a batch get of 100-byte values answered several times slower), more than
-carrying a few hundred bytes more, which the tasks skip as they parse."""
 
 URL_CONF = "spark.statestore.url"
 TOKEN_CONF = "spark.statestore.token"
@@ -178,17 +172,6 @@ def _value_schema(
     return value_schema_of(session, value_schema) if value_schema is not None else None
 
 
-def _needed_fields(schema: StructType | None, index: str | None) -> tuple[str, ...] | None:
-    """A typed join needs only the schema's fields: the service is asked for no others. Not when a
-    name cannot be sent as one field of ``fields=`` (it would name a path, or several fields)."""
-    if schema is None or index is not None:
-        return None
-    names = tuple(field.name for field in schema.fields)
-    if not all(name and name == name.strip() and "." not in name and "," not in name for name in names):
-        return None
-    return names
-
-
 def value_schema_of(session: SparkSession, value_schema: str | StructType) -> StructType:
     if isinstance(value_schema, StructType):
         return value_schema
@@ -203,18 +186,14 @@ class Plan:
     dimension: Dimension | None = None  # the store read whole, for Spark to broadcast
 
 
-def projection(documents: Sequence[Any], names: tuple[str, ...]) -> tuple[str, ...] | None:
-    """The fields a typed lookup asks for: ``names`` when that sheds at least
-    ``PROJECTION_MIN_SAVING`` bytes a value from the sampled ``documents`` (or there is no sample),
-    else ``None`` (whole values)."""
-    if not documents:
-        return names
-    shed = 0
-    for document in documents:
-        if isinstance(document, dict):
-            kept = {name: document[name] for name in names if name in document}
-            shed += len(json.dumps(document)) - len(json.dumps(kept))
-    return names if shed >= PROJECTION_MIN_SAVING * len(documents) else None
+def _asked_fields(
+    session: SparkSession, info: StoreInfo, names: tuple[str, ...], sample: list[tuple[Any, Any]]
+) -> tuple[str, ...] | None:
+    """The fields a typed key lookup asks the service for (``fields=``), or ``None``: whole values."""
+    served = info.raw.get("value_schema")
+    if isinstance(served, str):
+        return typed_projection(names, value_schema_of(session, served).fieldNames())
+    return projection([document for _, document in sample], names)
 
 
 def _check_sample(client: StatestoreClient, spec: LookupSpec, schema: StructType) -> list[tuple[Any, Any]]:
@@ -333,14 +312,14 @@ def _planned_read(
         key_format=info.key_format,
         # Reads as of a time answer whole values (their tasks decode them); so does a history
         # read whole, which is what the task may read instead.
-        fields=None if options.at_times else _needed_fields(schema, index),
+        fields=None if options.at_times else needed_fields(schema, index),
     )
     _check_reads(client, spec)
     sample: list[tuple[Any, Any]] = []
     if schema is not None:
         sample = _check_sample(client, spec, schema)
         if spec.fields is not None:
-            spec = dataclasses.replace(spec, fields=projection([d for _, d in sample], spec.fields))
+            spec = dataclasses.replace(spec, fields=_asked_fields(session, info, spec.fields, sample))
     if options.scan_bytes:
         spec = dataclasses.replace(
             spec,

@@ -10,7 +10,7 @@ import pyarrow as pa
 from clients import StatestoreClient
 from clients.lookup import KnownValues, Lookup, LookupSpec, key_bytes_array
 from clients.options import ClientOptions
-from clients.value_decoding import decode, decode_json
+from clients.value_decoding import decode, decode_json, may_hold_newline
 from store import InMemoryStore
 from tests.clients.conftest import ServeStores
 
@@ -62,6 +62,27 @@ def test_json_documents_decode_to_structs_and_misfits_become_null() -> None:
         {"name": None, "price": 1.5, "tags": None},
     ]
     assert misfits.to_pylist() == [False, False, True, False, True, True, True, False]
+
+
+def test_newlines_are_found_in_slices_and_string_arrays_alike() -> None:
+    documents = [b'{"name":\n"pen"}', b'{"name": "ink"}', b'{"price":\n1}']
+    nulls = {"name": None, "price": None, "tags": None}
+    for stored in (pa.array(documents, pa.binary()), pa.array([d.decode() for d in documents], pa.string())):
+        # A newline outside the slice (only in the data buffer it shares) changes nothing.
+        values, misfits = decode_json(stored.slice(1, 1), PRODUCT)
+        assert (values.to_pylist(), misfits.to_pylist()) == ([{**nulls, "name": "ink"}], [False])
+        values, misfits = decode_json(stored.slice(1), PRODUCT)
+        assert values.to_pylist() == [{**nulls, "name": "ink"}, {**nulls, "price": 1.0}]
+        assert misfits.to_pylist() == [False, False]
+    values, _ = decode_json(pa.array([b"", b'{"name": "pen"}'], pa.binary()).slice(0, 1), PRODUCT)
+    assert values.to_pylist() == [None]
+    # The data buffer is searched a MiB at a time: a newline past the first MiB is found.
+    padded = pa.array([b'{"name": "%s"}' % (b"x" * 700_000)] * 2 + [b'{"price":\n3}'], pa.binary())
+    assert may_hold_newline(padded)
+    assert not may_hold_newline(pa.array([value.decode() for value in padded.to_pylist()[:2]], pa.string()))
+    values, misfits = decode_json(padded, PRODUCT)
+    assert values.to_pylist()[2] == {**nulls, "price": 3.0}
+    assert misfits.to_pylist() == [False, False, False]
 
 
 def test_a_json_null_first_decodes_to_a_struct_of_nulls() -> None:

@@ -14,8 +14,9 @@ from pyspark.sql.types import IntegerType, StringType, StructType
 from clients.exceptions import SchemaMismatchError
 from clients.lookup import LookupSpec
 from clients.spark import compat, lookup_join, plan, plan_cache
+from clients.spark.fields import PROJECTION_MIN_SAVING, projection
 from clients.spark.options import LookupOptions, client_options
-from clients.spark.plan import PROJECTION_MIN_SAVING, plan_lookup, projection
+from clients.spark.plan import plan_lookup
 from clients.wire import StoreInfo
 from store import InMemoryStore
 from tests.clients.conftest import ServeStores
