@@ -179,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
             "two chained lookup_joins": sink(two_lookups()),
             "two lookup_joins, planned per run": planned_each_run(two_lookups),
             "two lookup_joins, read afresh per run": planned_each_run(two_lookups, afresh=True),
+            "two lookup_joins, looked up by the tasks": sink(two_lookups(broadcast_bytes=0)),
             "two sort-merge joins": sort_merge,
             "mapInArrow pass-through": sink(facts.mapInArrow(_passed, facts.schema)),
         },

@@ -199,9 +199,7 @@ class Lookup:
         return self._threads
 
     def _decoded(self, stored: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array]:
-        """Stored values decoded: values, found, misfit."""
-        values, misfit = decode(stored, self.spec.value_format, self.spec.value_type)
-        return values, pc.is_valid(stored), misfit
+        return decoded(self.spec, stored)
 
     def _fetched(self, keys: pa.Array, deadline: float) -> tuple[pa.Array, pa.Array, pa.Array]:
         """One batch of keys fetched and decoded: values, found, misfit."""
@@ -348,6 +346,13 @@ class Lookup:
         found = pc.fill_null(self.known.found.take(rows), False)
         misfit = pc.fill_null(self.known.misfit.take(rows), False)
         return LookupResult(values, found, pc.sum(misfit).as_py() or 0, misfit)
+
+
+def decoded(spec: LookupSpec, stored: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array]:
+    """``spec``'s stored values (null: absent) decoded with its value format and type: the values,
+    whether each was found, whether each did not fit the type."""
+    values, misfit = decode(stored, spec.value_format, spec.value_type)
+    return values, pc.is_valid(stored), misfit
 
 
 def key_bytes_array(keys: pa.Array) -> pa.Array:

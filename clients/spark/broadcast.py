@@ -26,6 +26,7 @@ import threading
 import uuid
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any
 
 import pyarrow as pa
@@ -38,9 +39,8 @@ from pyspark.sql.types import (
 )
 
 from clients.client import StatestoreClient
-from clients.lookup import LookupSpec
-from clients.spark.compat import PYSPARK_VERSION
-from clients.value_decoding import decode
+from clients.lookup import LookupSpec, decoded
+from clients.spark.local_tables import kept_frame
 from clients.whole_store import read_whole
 
 log = logging.getLogger("clients.spark")
@@ -57,12 +57,10 @@ class Dimension:
     """A store read whole: its keys as stored (binary) and their decoded values, row for row; and
     the DataFrames made of them, one per session and column names, kept by Spark.
 
-    A DataFrame made from a local table carries the table in its plan: Spark converts it again
-    for every job (under Spark Connect the client sends it again too), which costs as much as
-    the rest of a broadcast join of 100k rows. A local checkpoint keeps the rows in Spark's block
-    manager after the first job; later jobs (a DataFrame collected again, a lookup planned again
-    at the same position) broadcast those. Spark frees them once the DataFrame is dropped (with
-    this object, when the driver's kept reads drop it).
+    Each DataFrame is one Spark keeps (:mod:`clients.spark.local_tables`): later jobs (a DataFrame
+    collected again, a lookup planned again at the same position) broadcast the rows Spark holds,
+    not the table again. Spark frees them once the DataFrame is dropped (with this object, when
+    the driver's kept reads drop it, and with every DataFrame joined with it).
     """
 
     def __init__(self, keys: pa.Array, values: pa.Array) -> None:
@@ -94,18 +92,9 @@ class Dimension:
             values = self.values
             columns = values.flatten() if isinstance(values, pa.StructArray) else [values]
             table = pa.Table.from_arrays([self.keys, *columns], names=schema.fieldNames())
-            frame = _kept(_frame(session, table, schema))
+            frame = kept_frame(session, table, schema)
             self._frames[key] = (session, frame)
             return frame
-
-
-def can_broadcast(session: SparkSession) -> bool:
-    """Whether the session keeps a DataFrame made from an Arrow table without converting it again
-    every job: PySpark 4, classic and Connect (a local checkpoint). Classic PySpark 3.5 copies a
-    local table into the JVM row by row; its Connect client has no local checkpoint, so it would
-    send the table with every job (measured: a broadcast lookup there ran at 0.62 of the broadcast
-    join, two chained ones at 0.49 of two, below its own per-row path): both look keys up."""
-    return PYSPARK_VERSION >= (4, 0)
 
 
 def estimated_bytes(store_keys: int, keys_and_documents: Sequence[tuple[Any, Any]]) -> int | None:
@@ -134,12 +123,10 @@ def read_dimension(
     if estimate is None or estimate > max_bytes:
         return None
 
-    def decoded(stored: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array]:
-        values, misfit = decode(stored, spec.value_format, spec.value_type)
-        return values, pc.is_valid(stored), misfit
-
     with ThreadPoolExecutor(1, thread_name_prefix="statestore-broadcast") as threads:
-        whole = read_whole(client, spec.store, spec.min_position, spec.as_of, max_bytes, decoded, threads)
+        whole = read_whole(
+            client, spec.store, spec.min_position, spec.as_of, max_bytes, partial(decoded, spec), threads
+        )
     if whole is None:
         return None
     keys, (values, _, misfit) = whole
@@ -170,15 +157,6 @@ def broadcast_join(
         *(_column(field.name) for field in before),
         *(_column(field.name).alias(field.name, metadata=field.metadata) for field in added),
     )
-
-
-def _frame(session: SparkSession, table: pa.Table, schema: StructType) -> DataFrame:
-    return session.createDataFrame(table, schema)
-
-
-def _kept(frame: DataFrame) -> DataFrame:
-    """``frame`` kept by Spark once its first job computed it (lazily: planning runs no job)."""
-    return frame.localCheckpoint(eager=False)
 
 
 def _column(name: str) -> Column:

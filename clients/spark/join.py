@@ -171,8 +171,8 @@ def lookup_join(
     ``value_schema``) of a store whose stored keys and values stay below ``broadcast_bytes`` (10 MiB,
     Spark's ``autoBroadcastJoinThreshold`` default; 0: never) and whose values all fit the schema
     is read whole on the driver when planned, at the pinned position, and joined by Spark's
-    broadcast hash join, with the same answers (``clients.spark.broadcast``; PySpark 4 only, not
-    with ``index=``, ``as_of_time=`` or ``misfit_column=``). The driver keeps that read for the
+    broadcast hash join, with the same answers (``clients.spark.broadcast``; not with ``index=``,
+    ``as_of_time=`` or ``misfit_column=``). The driver keeps that read for the
     lookups planned later at the same position of the same copy of the store.
 
     ``as_of_time=`` (a column name or Column: a Spark timestamp, or epoch milliseconds as a long)

@@ -27,7 +27,7 @@ from clients.exceptions import (
 )
 from clients.lookup import LookupSpec
 from clients.options import Cert, ClientOptions, Verify
-from clients.spark.broadcast import BROADCAST_KEY_FORMATS, Dimension, can_broadcast, read_dimension
+from clients.spark.broadcast import BROADCAST_KEY_FORMATS, Dimension, read_dimension
 from clients.spark.compat import Counter, arrow_schema, conf_values, is_connect, new_counter, parse_struct
 from clients.spark.fields import needed_fields, projection, typed_projection
 from clients.spark.options import LookupOptions, client_options
@@ -332,12 +332,7 @@ def _planned_read(
     dimension = None
     # A position the store has not reached yet is waited for by the tasks, not by the planning.
     reached = info.position.reaches(position)
-    if (
-        options.broadcast_bytes
-        and reached
-        and info.key_format in BROADCAST_KEY_FORMATS
-        and can_broadcast(session)
-    ):
+    if options.broadcast_bytes and reached and info.key_format in BROADCAST_KEY_FORMATS:
         dimension = read_dimension(
             client, spec, whole_store_keys(info, spec), sample, options.broadcast_bytes
         )

@@ -29,6 +29,20 @@ TOMBSTONED_CUSTOMERS = ["c48", "c49"]
 BLOBS = {b"\x00\xff" + bytes([i]): bytes([i]) * 4 for i in range(30)}
 BAD_PRODUCTS = {"bad1": {"name": 42, "price": "n/a"}, "bad2": [1, 2, 3]}
 
+RICH_SCHEMA = (
+    "name string, tags array<string>, size struct<w: double, h: double>, at timestamp, n bigint, ok boolean"
+)
+RICH_RECORDS = [
+    (b"k%02d" % i, json.dumps(
+        {"name": f"r{i}", "tags": [f"t{i}", "x"][: i % 3], "size": {"w": i / 4, "h": None}, "at":
+         f"2024-0{1 + i % 9}-1{i % 10}T0{i % 10}:30:00Z", "n": 2**40 + i, "ok": i % 2 == 0}
+    ).encode())
+    for i in range(60)
+] + [(b"k60", b"null"), (b"k61", b'{"name": "partial"}'), (b"k\xc3\xa9", b'{"name": "e"}')]  # fmt: skip
+"""A store of nested, timestamp and wide integer values (``RICH_SCHEMA``), one key not ASCII."""
+RICH_KEYS = [f"k{i:02d}" for i in range(64)] + ["ké", None, "absent"]
+"""Keys asked of it: present, absent, null."""
+
 
 def dimension_records(
     rows: dict[str, object], tombstoned: list[str]

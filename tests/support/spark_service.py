@@ -23,6 +23,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
 from clients import StatestoreClient
 from service.app import create_app
 from service.local.broker import LocalBroker
@@ -32,6 +35,7 @@ from tests.clients.shop import (
     BAD_PRODUCTS,
     CUSTOMERS,
     PRODUCTS,
+    RICH_RECORDS,
     TOMBSTONED_CUSTOMERS,
     TOMBSTONED_PRODUCTS,
     dimension_records,
@@ -42,9 +46,15 @@ from tests.support.spark_session import start_connect_server
 from tests.support.stores import Delivered, end_of, model_as_of, produce_logged, wait_until
 
 TOKEN = "spark-tests-token"
-PARTITIONS = {"products": 3, "customers": 3, "positions": 2, "tickers": 2}
+PARTITIONS = {"products": 3, "customers": 3, "positions": 2, "tickers": 2, "rich": 2}
 HISTORY = {"history": {"retention_offsets": 1_000_000}}
-EXTRA = {"products": HISTORY, "customers": {}, "positions": {**INDEX, **HISTORY}, "tickers": HISTORY}
+EXTRA = {
+    "products": HISTORY,
+    "customers": {},
+    "positions": {**INDEX, **HISTORY},
+    "tickers": HISTORY,
+    "rich": {},
+}
 
 
 class Feed:
@@ -121,6 +131,7 @@ def populate(feed: Feed) -> None:
     # Positions moved between tickers and deleted, a ticker deleted.
     feed.produce("positions", position_round(seed=2, count=150, ids=150))
     feed.produce("tickers", [(b"IBM", None)])
+    feed.produce("rich", RICH_RECORDS)
 
 
 def handlers(feed: Feed, stack: contextlib.ExitStack) -> dict[str, Callable[..., Any]]:
@@ -144,8 +155,20 @@ def handlers(feed: Feed, stack: contextlib.ExitStack) -> dict[str, Callable[...,
     def products(rows: dict[str, Any]) -> None:
         feed.produce("products", [(k.encode(), json.dumps(v).encode()) for k, v in rows.items()])
 
+    def requests() -> dict[str, int]:
+        # The requests the service answered so far, by route (its /metrics, itself left out).
+        answered = httpx.get(f"{feed.url}/metrics", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)
+        counts: dict[str, int] = {}
+        for family in text_string_to_metric_families(answered.text):
+            for sample in family.samples:
+                route = sample.labels.get("route", "")
+                if sample.name == "statestore_http_requests_total" and route != "/metrics":
+                    counts[route] = counts.get(route, 0) + int(sample.value)
+        return counts
+
     stack.callback(change, False)
     return {
+        "requests": requests,
         "table": lambda store, as_of=None: feed.table(store, as_of),
         "change": change,
         "connect": connect_url,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -37,6 +36,7 @@ from tests.clients.shop import (
     live_product,
     purchases_frame,
 )
+from tests.clients.spark_matrix.conftest import fields
 from tests.support.kafka import create_topic, produce, unique_topic
 
 
@@ -240,19 +240,6 @@ def test_no_exchange_is_added_by_two_chained_lookups(spark: SparkSession, servic
     assert {r.c_name for r in dependent.collect()} == {None}
 
 
-def fields(df: DataFrame) -> list[tuple[Any, ...]]:
-    """``df``'s columns: name, type, nullable and metadata without the lookup's id."""
-    return [
-        (
-            f.name,
-            f.dataType,
-            f.nullable,
-            {k: v for k, v in f.metadata.get("statestore", {}).items() if k != "lookup_id"},
-        )
-        for f in df.schema.fields
-    ]
-
-
 @pytest.mark.parametrize("how", ["left", "inner"])
 def test_a_small_store_whose_values_fit_is_broadcast_with_the_answers_of_the_lookup(
     spark: SparkSession, service: str, how: str
@@ -288,46 +275,6 @@ def test_a_small_store_whose_values_fit_is_broadcast_with_the_answers_of_the_loo
     # Values not fitting the schema (two bad products), or a store above the bound: looked up.
     for other in (join("products", PRODUCT_SCHEMA), join("customers", CUSTOMER_SCHEMA, broadcast_bytes=100)):
         assert "MapInArrow" in other._jdf.queryExecution().executedPlan().toString()
-
-
-RICH_SCHEMA = (
-    "name string, tags array<string>, size struct<w: double, h: double>, at timestamp, n bigint, ok boolean"
-)
-
-
-def test_a_broadcast_store_gives_nested_and_timestamp_columns_as_the_lookup_does(
-    spark: SparkSession, broker: LocalBroker, tmp_path: Path
-) -> None:
-    topic = unique_topic("rich")
-    create_topic(broker.bootstrap_servers, topic, partitions=2)
-    documents = [
-        {"name": f"r{i}", "tags": [f"t{i}", "x"][: i % 3], "size": {"w": i / 4, "h": None}, "at":
-         f"2024-0{1 + i % 9}-1{i % 10}T0{i % 10}:30:00Z", "n": 2**40 + i, "ok": i % 2 == 0}
-        for i in range(60)
-    ]  # fmt: skip
-    records = [(b"k%02d" % i, json.dumps(d).encode()) for i, d in enumerate(documents)]
-    records += [(b"k60", b"null"), (b"k61", b'{"name": "partial"}'), (b"k\xc3\xa9", b'{"name": "e"}')]
-    produce(broker.bootstrap_servers, topic, records)
-    with real_service(broker.bootstrap_servers, tmp_path / "state", {"rich": (topic, "json")}) as url:
-        keys = [f"k{i:02d}" for i in range(64)] + ["ké", None, "absent"]
-        df = spark.createDataFrame([(i, k) for i, k in enumerate(keys)], "i int, k string").repartition(2)
-        joins = [
-            lookup_join(df, store="rich", on="k", url=url, value_schema=RICH_SCHEMA, broadcast_bytes=size)
-            for size in (1 << 20, 0)
-        ]
-        plans = [joined._jdf.queryExecution().executedPlan().toString() for joined in joins]
-        assert ["BroadcastHashJoin" in plan for plan in plans] == [True, False]
-        broadcast, looked_up = (sorted(joined.collect(), key=lambda row: row.i) for joined in joins)
-    assert fields(joins[0]) == fields(joins[1])
-    assert broadcast == looked_up
-    by_key = {row.k: row for row in broadcast}
-    assert by_key["k05"].tags == ["t5", "x"][:2]
-    assert by_key["k05"].size.w == 1.25
-    assert by_key["k05"].n == 2**40 + 5
-    assert by_key["ké"].name == "e"
-    assert by_key["k61"].name == "partial"
-    assert by_key["k60"].name is None
-    assert by_key["absent"].name is None
 
 
 def test_inner_join_drops_absent_tombstoned_and_null_keys(spark: SparkSession, service: str) -> None:

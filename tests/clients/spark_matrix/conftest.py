@@ -19,6 +19,7 @@ import json
 import os
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -78,6 +79,10 @@ class Service:
         rows: dict[str, Any] = self.call("table", store=store, as_of=as_of)
         return rows
 
+    def requests(self) -> Counter[str]:
+        """The requests the service answered so far, by route (``/metrics`` left out)."""
+        return Counter(self.call("requests"))
+
     def close(self) -> None:
         assert self.process.stdin is not None
         self.process.stdin.close()
@@ -121,3 +126,16 @@ def physical_plan(df: DataFrame) -> str:
     with contextlib.redirect_stdout(printed):
         df.explain()
     return printed.getvalue()
+
+
+def fields(df: DataFrame) -> list[tuple[Any, ...]]:
+    """``df``'s columns: name, type, nullable and metadata without the lookup's id."""
+    return [
+        (
+            f.name,
+            f.dataType,
+            f.nullable,
+            {k: v for k, v in f.metadata.get("statestore", {}).items() if k != "lookup_id"},
+        )
+        for f in df.schema.fields
+    ]

@@ -6,6 +6,7 @@ The service's URL and token come from the session's Spark conf (``spark.statesto
 
 from __future__ import annotations
 
+import gc
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -19,18 +20,22 @@ from pyspark.sql.types import IntegerType, StructField, StructType
 
 from clients import StatestoreClient
 from clients.exceptions import UnsupportedSparkError
-from clients.spark import lookup_join, lookup_udf, lookups
+from clients.spark import broadcast, lookup_join, lookup_udf, lookups
 from clients.spark.compat import PYSPARK_VERSION, parse_struct
+from clients.spark.local_tables import VIEW_PREFIX, drop_unused_views, kept_frame
+from clients.spark.plan_cache import plans
 from tests.clients.orders import POSITION_SCHEMA, orders, positions_frame, sorted_rows
 from tests.clients.shop import (
     CUSTOMER_SCHEMA,
     PRODUCT_SCHEMA,
+    RICH_KEYS,
+    RICH_SCHEMA,
     as_rows,
     expected_invoices,
     live_product,
     purchases_frame,
 )
-from tests.clients.spark_matrix.conftest import CONNECT, COUNTS_MISFITS, Service, physical_plan
+from tests.clients.spark_matrix.conftest import CONNECT, COUNTS_MISFITS, Service, fields, physical_plan
 
 
 def test_invoice_chained_join_with_a_computed_key_in_one_pass(spark: SparkSession, service: Service) -> None:
@@ -86,11 +91,8 @@ def test_a_small_store_is_broadcast_where_the_session_takes_arrow_with_the_looku
         for size in (1 << 20, 0)
     ]
     broadcast_plan, looked_up_plan = (physical_plan(joined) for joined in joins)
-    # PySpark 3.5 cannot keep a local table in Spark (classic copies it row by row, Connect sends
-    # it with every job): it keeps looking the keys up.
-    broadcasts = PYSPARK_VERSION >= (4, 0)
-    assert ("BroadcastHashJoin" in broadcast_plan) == broadcasts
-    assert ("MapInArrow" in broadcast_plan) != broadcasts
+    assert "BroadcastHashJoin" in broadcast_plan
+    assert "MapInArrow" not in broadcast_plan
     assert "MapInArrow" in looked_up_plan
     assert "hashpartitioning" not in broadcast_plan  # the rows are not shuffled
     got = [joined.toPandas().sort_values("purchase_id").reset_index(drop=True) for joined in joins]
@@ -98,8 +100,28 @@ def test_a_small_store_is_broadcast_where_the_session_takes_arrow_with_the_looku
     assert as_rows(got[0]) == as_rows(got[1])
     assert got[0].customer_name.notna().sum() > 500
     info = lookups(joins[0])[0]
-    if broadcasts or COUNTS_MISFITS:  # a broadcast store has no misfit: known to be none
-        assert info.mismatched_values == 0
+    assert info.mismatched_values == 0  # a broadcast store has no misfit: known to be none
+
+
+def test_a_broadcast_store_gives_nested_and_timestamp_columns_as_the_lookup_does(spark: SparkSession) -> None:
+    df = spark.createDataFrame(list(enumerate(RICH_KEYS)), "i int, k string").repartition(2)
+    joins = [
+        lookup_join(df, store="rich", on="k", value_schema=RICH_SCHEMA, broadcast_bytes=size)
+        for size in (1 << 20, 0)
+    ]
+    assert ["BroadcastHashJoin" in physical_plan(joined) for joined in joins] == [True, False]
+    assert fields(joins[0]) == fields(joins[1])
+    broadcast, looked_up = (sorted(joined.collect(), key=lambda row: row.i) for joined in joins)
+    assert broadcast == looked_up
+    by_key = {row.k: row for row in broadcast}
+    assert by_key["k05"].tags == ["t5", "x"][:2]
+    assert by_key["k05"].size.w == 1.25
+    assert by_key["k05"].n == 2**40 + 5
+    assert by_key["k\u00e9"].name == "e"
+    assert by_key["k61"].name == "partial"
+    assert by_key["k60"].name is None
+    assert by_key["absent"].name is None
+    assert by_key[None].name is None
 
 
 def test_one_to_many_index_join_matches_a_pandas_merge(spark: SparkSession, service: Service) -> None:
@@ -290,3 +312,43 @@ def test_planning_a_lookup_reads_the_session_conf_in_two_round_trips_under_conne
     assert len(asked) == (2 if CONNECT else 6)
     monkeypatch.undo()
     assert [row.name for row in joined.collect()] == ["product 1"]
+
+
+def test_a_broadcast_store_goes_to_spark_once_a_session_and_is_freed_with_its_last_dataframe(
+    spark: SparkSession, service: Service, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made: list[str] = []
+
+    def counted(session: SparkSession, table: pa.Table, schema: StructType) -> DataFrame:
+        made.append(schema.simpleString())
+        return kept_frame(session, table, schema)
+
+    monkeypatch.setattr(broadcast, "kept_frame", counted)
+    df = spark.createDataFrame(list(enumerate(RICH_KEYS)), "i int, k string")
+
+    def joined() -> DataFrame:  # options of this test's own: no other test planned this read
+        return lookup_join(df, store="rich", on="k", value_schema=RICH_SCHEMA, batch_size=1357)
+
+    def kept_views() -> set[str]:
+        return {t.name for t in spark.catalog.listTables() if t.name.startswith(VIEW_PREFIX)}
+
+    before = kept_views()
+    asked = service.requests()
+    runs = [joined() for _ in range(3)]  # planned again at the same position: the same store read
+    assert all("BroadcastHashJoin" in physical_plan(run) for run in runs)
+    rows = [sorted(run.collect(), key=lambda row: row.i) for run in runs]
+    # Planned: the store's info, a sample and one Arrow page read by the driver; planned again: the
+    # info only. The jobs ask the service nothing.
+    assert service.requests() - asked == {"/v1/stores/{store}": 3, "/v1/stores/{store}/scan": 2}
+    assert rows[0] == rows[1] == rows[2]
+    assert len(made) == 1  # the table went to Spark once; later jobs use what Spark keeps
+    # PySpark 3.5 Connect keeps it as a view (no local checkpoint there); others keep no view.
+    views = kept_views() - before
+    assert len(views) == (1 if CONNECT and PYSPARK_VERSION < (4, 0) else 0)
+    # Once the kept read and every DataFrame made from it are gone, nothing refers to the view.
+    plans.clear()
+    del runs
+    gc.collect()
+    dropped = drop_unused_views()
+    assert set(dropped) >= views
+    assert not views & kept_views()
