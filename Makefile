@@ -47,9 +47,18 @@ setup: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/statestore demo
 
+# The suite mostly waits (brokers, child processes, Spark, servers starting), so it runs on two
+# workers even on two cores. A worker takes one test file at a time (--dist loadfile): a module's
+# fixtures (a served app, a Spark session, sharded services) start once, and tests of one file that
+# compare their runs stay together. Each worker has its own session broker and Spark session. Files
+# go out in collection order, where tests/conftest.py puts those with a test marked slow first (by
+# default pytest-xdist would send the files with the most tests first, the long one-test files last).
+TEST_WORKERS ?= 2
+PYTEST_WORKERS = -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+
 ## test: lint, type-check and run the whole test suite (what CI runs)
 test: $(STAMP) test-tools lint typecheck spark-matrix
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(PYTEST_WORKERS)
 
 # What only the tests need besides .venv: Chromium and its driver (the status page's browser tests),
 # redis-server (the scale bench at a CI size compares against it), and the distribution's python3

@@ -219,6 +219,7 @@ def terminals(tmp_path: Path) -> Iterator[Terminals]:
             session.close()
 
 
+@pytest.mark.slow
 def test_the_using_it_section_runs_as_written(terminals: Terminals) -> None:
     blocks = fenced_blocks(section(README.read_text(encoding="utf-8"), "Using it"))
     # It starts the broker, creates the topics, then serves; then come the clients.

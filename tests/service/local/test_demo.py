@@ -90,6 +90,7 @@ INVOICES_SEEN: dict[int, str] = {}
 """The invoices (sample table, match rates, revenue, positions) each whole demo printed, by shards."""
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shards", [1, 3])
 def test_the_whole_demo_enriches_purchases_and_sees_a_price_update(tmp_path: Path, shards: int) -> None:
     state_dir = tmp_path / "state"
