@@ -189,7 +189,14 @@ def test_a_store_restored_in_bulk_knows_its_time_floor_and_answers_exactly(
     caplog.set_level(logging.INFO, logger="store")
     rng = random.Random(5)
     topic = make_topic(partitions=PARTITIONS)
-    before = produce_stamped(producer, topic, stamped_batch(rng, 1_500, 1_000, 4_000))
+    # Flushed a hundred at a time: many batches a partition, so that the local broker's too-low
+    # "latest" offset (the base offset of a partition's last batch + 1) still asks for a bulk restore.
+    planned = stamped_batch(rng, 1_500, 1_000, 4_000)
+    before = [
+        r
+        for start in range(0, len(planned), 100)
+        for r in produce_stamped(producer, topic, planned[start : start + 100])
+    ]
     tuning = bulk_tuning(min_records=500, chunk_records=400).replace(history_prune_interval_seconds=0.05)
     store = make_store(
         topic, name="bulk", tuning=tuning, indexes=(BY_GROUP,), history=HistorySpec(retention_offsets=10**6)
