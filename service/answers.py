@@ -80,9 +80,9 @@ class StoredBudget(AnswerBudget):
             raise StoredPastBound
 
 
-def stored_first(read: Callable[[AnswerBudget], T], budget: AnswerBudget) -> tuple[T, bool]:
-    """``read(budget)``, its values as stored while they fit ``budget``'s bound as stored (True),
-    else as ``budget`` shapes them (projected, False), and refused only if they pass it so too.
+def stored_first(read: Callable[[AnswerBudget], T], budget: AnswerBudget) -> T:
+    """``read(budget)``, its values as stored while they fit ``budget``'s bound as stored, else as
+    ``budget`` shapes them (projected), and refused only if they pass it so too.
 
     For an answer that takes the fields of ``fields=`` from the stored values itself (a typed
     Arrow answer: the parse into the projected struct skips the other fields), projecting each
@@ -91,9 +91,9 @@ def stored_first(read: Callable[[AnswerBudget], T], budget: AnswerBudget) -> tup
     read again, projected and counted as before, so an answer that fits as projected is answered
     as before (no answer refused that would not have been without this)."""
     try:
-        return read(StoredBudget(budget.limit)), True
+        return read(StoredBudget(budget.limit))
     except StoredPastBound:
-        return read(budget), False
+        return read(budget)
 
 
 def _size(values: Sequence[bytes | None]) -> int:

@@ -19,8 +19,7 @@ from service.index_requests import IndexBatchRead, index_batch_read, index_read
 from service.projection import Projection
 from service.read_requests import ReadRequests
 from service.reads import Reader
-from service.registry import ServedStore
-from service.struct_answers import struct_values, typed_read
+from service.struct_answers import latest_struct, struct_values, typed_read
 from service.values import BadValues, JsonAnswer
 from store import Position, ReadOnlyKeyValueStore, ScanPage
 from wire.problems import ANSWER_TOO_LARGE
@@ -100,13 +99,11 @@ def add_index_routes(app: FastAPI, requests: ReadRequests, reader: Reader, bad_v
             if asked.stored_values:
                 return _arrow_answer(asked.texts, _pages(view, asked, asked.budget()))
             # Rows as stored when the typed answer parses the fields of ``fields=`` out of them.
-            pages, as_stored = typed_read(
-                served, asked.projection, lambda budget: _pages(view, asked, budget), asked.budget()
+            latest = latest_struct(served)
+            pages = typed_read(
+                latest, asked.projection, lambda budget: _pages(view, asked, budget), asked.budget()
             )
-            typed = struct_rows(served, pages, asked.projection)
-            if typed is None and as_stored:  # no struct after all: the rows answered projected
-                pages = _pages(view, asked, asked.budget())
-            return _arrow_answer(asked.texts, pages, typed)
+            return _arrow_answer(asked.texts, pages, struct_rows(latest, pages, asked.projection))
 
         # Many values take a while to look up and to encode: off the event loop, so others go on.
         content, position = await reader.read(served, asked.options, answer, in_thread=True)
@@ -151,15 +148,15 @@ def _cursor(page: ScanPage, encoding: KeyEncoding) -> str | None:
 
 
 def struct_rows(
-    served: ServedStore, pages: list[ScanPage], projection: Projection | None
+    latest: pa.StructType | None, pages: list[ScanPage], projection: Projection | None
 ) -> tuple[pa.Array, pa.Array] | None:
     """The rows of every page, in answer order (a null row for a value without matches), as a
-    struct typed from the latest schema and its ``error`` column; ``None`` for a store whose values
-    have no struct (``service.struct_answers``)."""
+    struct typed from ``latest``, the latest schema's, and its ``error`` column; ``None`` for a
+    store whose values have no struct (``service.struct_answers``)."""
     rows: list[bytes | None] = []
     for page in pages:
         rows += [row for _, row in page.items] if page.items else [None]
-    return struct_values(served, rows, projection)
+    return struct_values(latest, rows, projection)
 
 
 def _arrow_answer(

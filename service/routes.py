@@ -26,7 +26,7 @@ from service.reads import Reader
 from service.registry import ServedStore, StoreRegistry
 from service.settings import Settings
 from service.sharding import sharding_info
-from service.struct_answers import stored_table, struct_table, typed_read
+from service.struct_answers import latest_struct, stored_table, struct_table, typed_read
 from service.typed_values import ddl_of
 from service.values import BadValues, JsonAnswer
 from store import ReadOnlyKeyValueStore, ScanPage
@@ -137,18 +137,16 @@ def arrow_page(page: ScanPage, served: ServedStore, encoding: KeyEncoding, posit
     )
 
 
-def _batch(view: ReadOnlyKeyValueStore, asked: BatchRead) -> tuple[list[bytes | None], bool]:
-    """The values of a batch get, and whether they are as stored though ``fields=`` was asked (a
-    typed Arrow answer parsing the fields out of them: ``service.struct_answers.typed_read``)."""
+def _batch(view: ReadOnlyKeyValueStore, asked: BatchRead, latest: pa.StructType | None) -> list[bytes | None]:
+    """The values of a batch get: as stored though ``fields=`` was asked when a typed Arrow answer
+    parses the fields out of them (``service.struct_answers.typed_read``)."""
     keys, times = asked.keys, asked.times
 
     def read(budget: AnswerBudget) -> list[bytes | None]:
         return read_keys(view, keys, budget) if times is None else read_keys_at(view, keys, times, budget)
 
     # A budget per read: a read retried after a position wait starts afresh.
-    if asked.key_column is None or asked.stored_values:
-        return read(asked.budget()), False
-    return typed_read(asked.served, asked.projection, read, asked.budget())
+    return typed_read(latest, asked.projection, read, asked.budget())
 
 
 def add_store_routes(
@@ -220,9 +218,9 @@ def add_store_routes(
     async def batch_get(request: Request) -> Response:
         asked = await requests.batch(request)
         served, keys = asked.served, asked.keys
-        (values, as_stored), position = await reader.read(
-            served, asked.options, lambda view: _batch(view, asked)
-        )
+        typed = asked.key_column is not None and not asked.stored_values
+        latest = latest_struct(served) if typed else None
+        values, position = await reader.read(served, asked.options, lambda view: _batch(view, asked, latest))
         if asked.key_column is None:
             answer = JsonAnswer(served.name, served.value_format, asked.encoding, bad_values)
             body = answer.batch(keys, values, str(position))
@@ -230,11 +228,9 @@ def add_store_routes(
         table = (
             stored_table(served, asked.key_column, values)
             if asked.stored_values
-            else struct_table(served, asked.key_column, values, asked.projection)
+            else struct_table(latest, asked.key_column, values, asked.projection)
         )
         if table is None:
-            if as_stored and asked.projection is not None:  # no struct after all: answered projected
-                values = asked.projection.values(values)
             stream = batch_answer(asked.key_column, values, served.value_format)
         else:
             stream = ipc_stream(table)

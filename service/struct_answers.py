@@ -51,15 +51,22 @@ def projected(struct: pa.StructType, paths: Sequence[tuple[str, ...]]) -> pa.Str
     return pa.struct([pa.field(name, typed) for name, typed in fields.items()])
 
 
+def latest_struct(served: ServedStore) -> pa.StructType | None:
+    """The struct of ``served``'s latest schema, which its typed Arrow answers carry; ``None`` for a
+    store whose values have no struct (its answers carry the stored bytes). Resolved once an
+    answer: the reading and the parsing of one answer agree on it."""
+    return served.value_type() if served.value_type is not None else None
+
+
 def typed_read(
-    served: ServedStore,
+    latest: pa.StructType | None,
     projection: Projection | None,
     read: Callable[[AnswerBudget], T],
     budget: AnswerBudget,
-) -> tuple[T, bool]:
-    """The values of a typed Arrow answer, read by ``read``: as stored (True) when ``fields=``
-    names top-level fields only and the values fit ``budget``'s bound as stored
-    (``service.answers.stored_first``), else within ``budget``, projected (False).
+) -> T:
+    """The values of an Arrow answer typed by ``latest`` (:func:`latest_struct`), read by ``read``:
+    as stored when ``fields=`` names top-level fields only and the values fit ``budget``'s bound
+    as stored (``service.answers.stored_first``), else within ``budget``, projected.
 
     Parsing a stored document into the projected struct skips the fields it does not name, and
     gives what parsing its projection does; projecting each value first (a JSON parse and encode,
@@ -67,9 +74,9 @@ def typed_read(
     projected document holds an object on the path even where the value has none (``{"address":
     {"city": null}}`` for a value without ``address``), which the stored document's parse would
     answer null."""
-    if projection is not None and projection.flat and served.value_type is not None:
+    if projection is not None and projection.flat and latest is not None:
         return stored_first(read, budget)
-    return read(budget), False
+    return read(budget)
 
 
 def _problem(value: bytes | None) -> str | None:
@@ -82,12 +89,11 @@ def _problem(value: bytes | None) -> str | None:
 
 
 def struct_values(
-    served: ServedStore, values: Sequence[bytes | None], projection: Projection | None
+    latest: pa.StructType | None, values: Sequence[bytes | None], projection: Projection | None
 ) -> tuple[pa.Array, pa.Array] | None:
-    """The stored ``values`` as a struct column typed from the latest schema (projected to
-    ``fields=``) and the ``error`` column beside it; ``None`` for a store whose values have no
-    struct (the caller answers the stored bytes)."""
-    latest = served.value_type() if served.value_type is not None else None
+    """The stored ``values`` as a struct column typed from ``latest``, the latest schema's
+    (:func:`latest_struct`; projected to ``fields=``), and the ``error`` column beside it;
+    ``None`` for a store whose values have no struct (the caller answers the stored bytes)."""
     if latest is None:
         return None
     struct = latest if projection is None else projected(latest, projection.paths)
@@ -100,11 +106,15 @@ def struct_values(
 
 
 def struct_table(
-    served: ServedStore, key_column: pa.Array, values: Sequence[bytes | None], projection: Projection | None
+    latest: pa.StructType | None,
+    key_column: pa.Array,
+    values: Sequence[bytes | None],
+    projection: Projection | None,
 ) -> pa.Table | None:
-    """The Arrow answer of a batch get as ``key``, ``value`` (a struct) and ``error`` columns;
-    ``None`` for a store whose values have no struct (the caller answers the stored bytes)."""
-    typed = struct_values(served, values, projection)
+    """The Arrow answer of a batch get as ``key``, ``value`` (a struct typed by ``latest``) and
+    ``error`` columns; ``None`` for a store whose values have no struct (the caller answers the
+    stored bytes)."""
+    typed = struct_values(latest, values, projection)
     if typed is None:
         return None
     parsed, errors = typed
