@@ -56,7 +56,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from bench.formats_spark import CountedBatchGets, Traffic, measure
 from bench.http_bench import CLIENT_CPU, SERVER_CPU, _post
 from bench.http_load import _http_slice
-from bench.scale_support import pin_process, pinned
+from bench.scale_support import background_done, pin_process, pinned
 from service.app import create_app
 from service.local.broker import LocalBroker, free_port
 from service.settings import Settings, store_configs
@@ -205,17 +205,11 @@ def _served_process(run: _Run, stores: list[dict[str, Any]]) -> tuple[subprocess
             }
         )
     )
-    log = open(run.base / "batch.log", "ab")  # noqa: SIM115 - the child's output, closed with the run
-    process = subprocess.Popen(
-        [sys.executable, "-m", "service.cli", "serve", "--config", str(config)], stdout=log, stderr=log
-    )
+    with open(run.base / "batch.log", "ab") as log:  # the child writes to its own copy
+        process = subprocess.Popen(
+            [sys.executable, "-m", "service.cli", "serve", "--config", str(config)], stdout=log, stderr=log
+        )
     return process, port
-
-
-def _store_status(port: int, store: str) -> dict[str, Any]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/stores/{store}", timeout=10) as answer:
-        status: dict[str, Any] = orjson.loads(answer.read())
-    return status
 
 
 def _wait_quiet(
@@ -228,12 +222,10 @@ def _wait_quiet(
         if process.poll() is not None:
             raise SystemExit("the service exited before its stores were ready")
         try:
-            statuses = [_store_status(port, store) for store in stores]
-        except OSError:
-            statuses = []
-        if statuses and all(
-            s.get("counted_keys") is not None and s.get("verification_passes", 0) >= 1 for s in statuses
-        ):
+            done = all(background_done(f"http://127.0.0.1:{port}", store) for store in stores)
+        except OSError:  # not serving yet, or a store not READY
+            done = False
+        if done:
             return time.perf_counter() - started
         if time.perf_counter() - started > timeout:
             raise SystemExit(f"the stores were still busy after {timeout:.0f} s")

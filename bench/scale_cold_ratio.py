@@ -28,20 +28,19 @@ import argparse
 import statistics
 import sys
 import time
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-import orjson
 import uvloop
 
 from bench.http_bench import CLIENT_CPU, SERVER_CPU
 from bench.http_load import Check, _http_slice
-from bench.scale_data import BATCH, STORE, TOPIC, FreshKeys, produce_table, settings
+from bench.scale_data import BATCH, TOPIC, FreshKeys, produce_table, settings
 from bench.scale_support import (
     MIB,
     Service,
     arrow_post,
+    background_done,
     check_arrow,
     check_json,
     json_post,
@@ -82,20 +81,11 @@ def size_name(records: int) -> str:
     return f"{records / 1_000:g}k" if records >= 1_000 else str(records)
 
 
-def background_done(service: Service) -> bool:
-    """Whether the service's store has counted its keys and verified its table once: the two
-    background reads of the whole table after a restore (at 10M records the verification, paced
-    at 16 MiB/s, runs for over a minute on the CPU that serves the reads)."""
-    with urllib.request.urlopen(f"{service.url}/v1/stores/{STORE}", timeout=10) as answer:
-        status = orjson.loads(answer.read())
-    return status.get("counted_keys") is not None and status.get("verification_passes", 0) >= 1
-
-
 def _quiet(service: Service, label: str, timeout: float = 1800) -> None:
     """Wait until the store's compactions are done, its keys counted and its table verified."""
     started = time.perf_counter()
     service.wait_settled(timeout)
-    while not background_done(service):
+    while not background_done(service.url):
         if time.perf_counter() - started > timeout:
             raise SystemExit(f"the store of {service.url} was still busy after {timeout:.0f} s")
         time.sleep(0.5)
