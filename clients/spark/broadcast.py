@@ -11,11 +11,13 @@ Spark as a local relation joined with a broadcast hint. The rows never leave the
 
 The answers are the same as the per-row lookup's: a left (or inner) join on the key's bytes, one
 row per input row (a store holds a key once), the value columns typed and named alike, each store
-key compared as the bytes a lookup would ask for. Only a store whose values all fit the schema is
-broadcast, so its misfit count is known to be zero; any misfit, a natural key format, an index, a
-read by time or a misfit column takes the per-row path. The driver keeps the read for the next
-plans at the same copy and position (:mod:`clients.spark.plan_cache`), so a job run again while
-the store has not moved reads nothing.
+key compared as the bytes a lookup would ask for. The stored keys take the type of the row's key
+(a string, or binary), so the rows are joined on their own key column, not a converted copy of
+it: a string compares by its UTF-8 bytes, the stored keys are those bytes as they are. Only a
+store whose values all fit the schema is broadcast, so its misfit count is known to be zero; any
+misfit, a natural key format, an index, a read by time or a misfit column takes the per-row path.
+The driver keeps the read for the next plans at the same copy and position
+(:mod:`clients.spark.plan_cache`), so a job run again while the store has not moved reads nothing.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, SparkSession, functions
 from pyspark.sql.types import (
     BinaryType,
+    StringType,
     StructField,
     StructType,
 )
@@ -78,10 +81,14 @@ class Dimension:
     def key_name(self) -> str:
         return f"__statestore_dimension_{self.name}"
 
-    def frame(self, session: SparkSession, added: Sequence[StructField]) -> DataFrame:
-        """This store as a DataFrame of ``session``: the key (binary) then the ``added`` columns."""
+    def frame(
+        self, session: SparkSession, added: Sequence[StructField], text_keys: bool = False
+    ) -> DataFrame:
+        """This store as a DataFrame of ``session``: the key (binary, or ``text_keys`` a string of
+        the same bytes) then the ``added`` columns."""
+        key_type = StringType() if text_keys else BinaryType()
         schema = StructType(
-            [StructField(self.key_name, BinaryType(), False)]
+            [StructField(self.key_name, key_type, False)]
             + [StructField(f.name, f.dataType, True) for f in added]
         )
         key = (id(session), schema.json())
@@ -91,10 +98,18 @@ class Dimension:
                 return kept[1]
             values = self.values
             columns = values.flatten() if isinstance(values, pa.StructArray) else [values]
-            table = pa.Table.from_arrays([self.keys, *columns], names=schema.fieldNames())
+            keys = _as_text(self.keys) if text_keys else self.keys
+            table = pa.Table.from_arrays([keys, *columns], names=schema.fieldNames())
             frame = kept_frame(session, table, schema)
             self._frames[key] = (session, frame)
             return frame
+
+
+def _as_text(keys: pa.Array) -> pa.Array:
+    """Binary keys as strings of the same bytes, unchecked: Spark compares strings by their bytes,
+    so a key that is not UTF-8 still equals (only) a row key of the same bytes."""
+    text = pa.large_string() if pa.types.is_large_binary(keys.type) else pa.string()
+    return keys.view(text)
 
 
 def estimated_bytes(store_keys: int, keys_and_documents: Sequence[tuple[Any, Any]]) -> int | None:
@@ -144,14 +159,16 @@ def broadcast_join(
     df: DataFrame,
     before: Sequence[StructField],
     key: Column,
+    text_key: bool,
     dimension: Dimension,
     added: Sequence[StructField],
     how: str,
 ) -> DataFrame:
-    """``df`` (of columns ``before``) joined on ``key`` (its text or binary key, as the lookup asks
-    it) with ``dimension`` broadcast, the ``added`` value columns appended (with their metadata)."""
-    small = dimension.frame(df.sparkSession, added)
-    on = key.cast("binary") == functions.col(dimension.key_name)
+    """``df`` (of columns ``before``) joined on ``key`` (its key as the lookup asks it: a string
+    compared by its bytes when ``text_key``, else binary) with ``dimension`` broadcast, the
+    ``added`` value columns appended (with their metadata)."""
+    small = dimension.frame(df.sparkSession, added, text_keys=text_key)
+    on = key == functions.col(dimension.key_name)
     joined = df.join(functions.broadcast(small), on, how)
     return joined.select(
         *(_column(field.name) for field in before),

@@ -207,8 +207,8 @@ def lookup_join(
     if plan.dimension is not None:
         added = _added_fields(plan, prefix, None, binary_keys, value_column, None)
         _check_clashes(before, added, store)
-        key = _broadcast_key(df, before, on)
-        joined = broadcast_join(df, before, key, plan.dimension, added, how)
+        key, text_key = _broadcast_key(df, before, on)
+        joined = broadcast_join(df, before, key, text_key, plan.dimension, added, how)
         joined.__dict__[_FIELDS_ATTRIBUTE] = (*before, *added)
         return joined
     flag_name = misfit_column or (_HIDDEN_FLAG + plan.info.lookup_id if observed else None)
@@ -242,14 +242,22 @@ def _check_clashes(before: Fields, added: list[StructField], store: str) -> None
         )
 
 
-def _broadcast_key(df: DataFrame, fields: Fields, on: str | Column) -> Column:
-    """The key a broadcast lookup joins on: a string or binary column ``on`` names as it is (Spark
-    is not asked its type), else its text (:func:`_key_column`)."""
+def _broadcast_key(df: DataFrame, fields: Fields, on: str | Column) -> tuple[Column, bool]:
+    """The key a broadcast lookup joins on, and whether it is a string compared by its bytes.
+
+    A binary key, or a string one of Spark's byte-wise collation, is joined on as it is (for a
+    column ``on`` names, Spark is not asked its type); any other key as the bytes a lookup asks
+    for (:func:`_key_column`), e.g. a string of Spark 4's case-blind ``UTF8_LCASE`` collation.
+    """
     names = [field.name for field in fields]
     plain = isinstance(on, str) and "." not in on and "`" not in on and names.count(on) == 1
-    if plain and isinstance(fields[names.index(str(on))].dataType, StringType | BinaryType):
-        return functions.col(str(on))
-    return _key_column(df, on)[0]
+    key_type = fields[names.index(str(on))].dataType if plain else None
+    column, key_type = (functions.col(str(on)), key_type) if plain else _key_column(df, on)
+    if isinstance(key_type, BinaryType):
+        return column, False
+    if isinstance(key_type, StringType) and getattr(key_type, "collation", "UTF8_BINARY") == "UTF8_BINARY":
+        return column, True
+    return _key_column(df, on)[0].cast("binary"), False
 
 
 def _fields_of(df: DataFrame) -> Fields:

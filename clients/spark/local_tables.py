@@ -10,10 +10,13 @@ rows Spark already holds:
 - PySpark 3.5 classic: the table goes to the JVM as an Arrow stream (what PySpark 4's
   ``createDataFrame`` of an Arrow table does; 3.5's takes pandas frames and rows, not Arrow
   tables), then the same lazy local checkpoint.
-- PySpark 3.5 Connect (no local checkpoint): the table is sent once and registered as a temporary
-  view of a unique name, the server holding its rows converted; the DataFrame reads the view by
-  name, so each job's plan is small. Once no DataFrame refers to the view any more, it is dropped
-  on that session (at the next table kept, in the planning thread: never from a finalizer).
+- PySpark 3.5 Connect (no local checkpoint): the table is sent once, as a single row of one array
+  a column, and registered as a temporary view of a unique name; the DataFrame reads the view by
+  name (each job's plan is small) and unzips the arrays into rows. A view of the table's rows
+  costs more a job than the whole join on the probe side: Spark ships a local relation's rows to
+  its tasks inside the tasks, an object each, where one row of arrays goes as a few buffers. Once
+  no DataFrame refers to the view any more, it is dropped on that session (at the next table kept,
+  in the planning thread: never from a finalizer).
 """
 
 from __future__ import annotations
@@ -25,8 +28,8 @@ import weakref
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.types import StructType
+from pyspark.sql import DataFrame, SparkSession, functions
+from pyspark.sql.types import ArrayType, StructField, StructType
 
 from clients.spark.compat import PYSPARK_VERSION, arrow_schema, is_connect
 
@@ -66,12 +69,25 @@ def drop_unused_views() -> list[str]:
 def _viewed(session: SparkSession, table: pa.Table, schema: StructType) -> DataFrame:
     drop_unused_views()
     name = VIEW_PREFIX + uuid.uuid4().hex
-    _local_relation(session, table, schema).createOrReplaceTempView(name)
-    frame = session.table(name)
+    _local_relation(session, _one_row(table), _arrays_of(schema)).createOrReplaceTempView(name)
+    columns = [functions.col("`" + field.replace("`", "``") + "`") for field in schema.fieldNames()]
+    rows = functions.inline(functions.arrays_zip(*columns))
+    frame = session.table(name).select(rows).toDF(*schema.fieldNames())
     # Every DataFrame made from ``frame`` (a join, a hint) holds its plan: once that is collected,
     # nothing can read the view any more.
     weakref.finalize(frame._plan, _unused, session, name)
     return frame
+
+
+def _one_row(table: pa.Table) -> pa.Table:
+    """``table`` as one row: each column an array of its values."""
+    ends = pa.array([0, table.num_rows], pa.int32())
+    columns = [pa.ListArray.from_arrays(ends, column.combine_chunks()) for column in table.columns]
+    return pa.Table.from_arrays(columns, names=table.column_names)
+
+
+def _arrays_of(schema: StructType) -> StructType:
+    return StructType([StructField(f.name, ArrayType(f.dataType, True), True) for f in schema.fields])
 
 
 def _local_relation(session: SparkSession, table: pa.Table, schema: StructType) -> DataFrame:

@@ -7,6 +7,7 @@ The service's URL and token come from the session's Spark conf (``spark.statesto
 from __future__ import annotations
 
 import gc
+import re
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -122,6 +123,32 @@ def test_a_broadcast_store_gives_nested_and_timestamp_columns_as_the_lookup_does
     assert by_key["k60"].name is None
     assert by_key["absent"].name is None
     assert by_key[None].name is None
+
+
+def _join_keys(plan: str) -> list[str]:
+    """The probe-side keys of each broadcast hash join in ``plan``."""
+    return re.findall(r"BroadcastHashJoin \[([^\]]*)\]", plan)
+
+
+def test_a_broadcast_join_compares_the_row_key_itself_by_its_bytes(spark: SparkSession) -> None:
+    keys = ["k05", "K05", "k\u00e9", "k61", None, "absent"]
+    rows = [(i, k, None if k is None else k.encode()) for i, k in enumerate(keys)]
+    df = spark.createDataFrame(rows, "i int, k string, b binary")
+    columns: dict[str, Any] = {"string": "k", "binary": "b"}
+    if PYSPARK_VERSION >= (4, 0):  # a case-blind collation must not make "K05" find "k05"
+        columns["case-blind"] = F.collate(F.col("k"), "UTF8_LCASE")
+    for kind, on in columns.items():
+        joins = [
+            lookup_join(df, store="rich", on=on, value_schema=RICH_SCHEMA, broadcast_bytes=size)
+            for size in (1 << 20, 0)
+        ]
+        [probed] = _join_keys(physical_plan(joins[0]))
+        # The row's own key column is hashed, not a binary copy made of it row by row.
+        assert ("as binary" in probed) == (kind == "case-blind"), (kind, probed)
+        broadcast, looked_up = (sorted(joined.collect(), key=lambda row: row.i) for joined in joins)
+        assert broadcast == looked_up, kind
+        found = [row.name for row in broadcast]
+        assert found == ["r5", None, "e", "partial", None, None], kind
 
 
 def test_one_to_many_index_join_matches_a_pandas_merge(spark: SparkSession, service: Service) -> None:
