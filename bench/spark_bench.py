@@ -25,8 +25,10 @@ builds, if present) runs every contender on a classic ``local[2]`` session and o
 ``bench/spark_runner.py``. The stores are real: topics on the embedded broker, materialized by
 ``statestore serve`` (the real RocksDB ``Store``) in its own process. Every join writes all its
 rows to Spark's ``noop`` sink; each contender runs once to warm up, then ``--rounds`` rounds run
-every contender in turn (interleaved), and each one's best round counts; ratios compare contenders
-of the same run::
+every contender in turn (interleaved, each round in an order of its own), and each
+one's best round counts; ratios compare contenders of the same run. Beside the floors' ratios of
+best rounds, the median of the ratios round by round (the two contenders of a ratio ran in the same
+round) says how much of a ratio is one lucky round::
 
     python -m bench spark --facts 1000000 --keys 100000 --rounds 3
 """
@@ -37,6 +39,7 @@ import argparse
 import contextlib
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -157,6 +160,12 @@ def _print(result: dict[str, Any], facts: int) -> None:
     two_afresh = result["two broadcast joins"] / result["two lookup_joins, read afresh per run"]
     print(f"  lookup_join / broadcast join rows/s: {ratio:.2f} (floor 0.8)")
     print(f"  two lookups vs two broadcast joins: {two:.2f}x (floor 1.0)")
+    floors = (("broadcast join", "lookup_join"), ("two broadcast joins", "two chained lookup_joins"))
+    for baseline, contender in floors:
+        low, median, high = paired_ratios(result["rounds"], baseline, contender)
+        print(
+            f"    {contender} vs {baseline}, round by round: {median:.2f}x (quartiles {low:.2f}-{high:.2f})"
+        )
     print(f"  planned per run (the store unchanged): {planned:.2f} and {two_planned:.2f}x")
     print(f"  read afresh per run (as when the store moved): {afresh:.2f} and {two_afresh:.2f}x")
     print(f"  two lookups vs two sort-merge joins (broadcast off): {merge:.2f}x")
@@ -165,6 +174,18 @@ def _print(result: dict[str, Any], facts: int) -> None:
     print(f"  looked up by the tasks (broadcast_bytes=0), planned once: {tasks:.2f} and {two_tasks:.2f}x")
     floor = result["broadcast join"] / result["mapInArrow pass-through"]
     print(f"  mapInArrow pass-through / broadcast join rows/s: {floor:.2f} (no lookup at all)", flush=True)
+
+
+def paired_ratios(
+    rounds: dict[str, list[float]], baseline: str, contender: str
+) -> tuple[float, float, float]:
+    """The baseline's seconds over the contender's, round by round (the two ran in the same round,
+    under the same load): their lower quartile, median and upper quartile."""
+    ratios = sorted(b / c for b, c in zip(rounds[baseline], rounds[contender], strict=True))
+    if len(ratios) < 2:
+        return ratios[0], ratios[0], ratios[0]
+    low, median, high = statistics.quantiles(ratios, n=4, method="inclusive")
+    return low, median, high
 
 
 CONTENDERS = (

@@ -13,6 +13,7 @@ import contextlib
 import io
 import itertools
 import json
+import random
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -31,18 +32,27 @@ PRODUCT_SCHEMA = "name string, price double, category string"
 CUSTOMER_SCHEMA = "name string, country string"
 
 
-def best_seconds(runs: dict[str, Callable[[], None]], rounds: int) -> dict[str, float]:
-    """Each contender's best of ``rounds``, the rounds interleaved (one of each in turn), so a spell
-    of load from elsewhere on the machine falls on every contender alike."""
+def round_seconds(runs: dict[str, Callable[[], None]], rounds: int) -> dict[str, list[float]]:
+    """Each contender's seconds in each of ``rounds`` rounds, the rounds interleaved (one of each in
+    turn), so a spell of load from elsewhere on the machine falls on every contender alike. Each
+    round runs them in an order of its own (shuffled, the same from run to run), so none always runs
+    right after the same other one: the garbage a job leaves is collected in the next."""
     for run in runs.values():
         run()  # warm-up: JIT, Python workers, file cache
-    times: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(rounds):
-        for name, run in runs.items():
+    names = list(runs)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for turn in range(rounds):
+        random.Random(turn).shuffle(names)
+        for name in names:
             started = time.perf_counter()
-            run()
+            runs[name]()
             times[name].append(time.perf_counter() - started)
-    return {name: min(seconds) for name, seconds in times.items()}
+    return times
+
+
+def best_seconds(runs: dict[str, Callable[[], None]], rounds: int) -> dict[str, float]:
+    """Each contender's best of ``rounds`` interleaved rounds (:func:`round_seconds`)."""
+    return {name: min(seconds) for name, seconds in round_seconds(runs, rounds).items()}
 
 
 def join_strategies(df: DataFrame) -> list[str]:
@@ -168,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return run
 
-    results = best_seconds(
+    rounds = round_seconds(
         {
             "broadcast join": sink(broadcast),
             "lookup_join": sink(one_lookup()),
@@ -188,7 +198,8 @@ def main(argv: list[str] | None = None) -> int:
     import pyspark  # noqa: PLC0415
 
     kind = "connect" if is_connect(spark) else "classic"
-    print(json.dumps({"pyspark": pyspark.__version__, "session": kind, **results}), flush=True)
+    best = {name: min(seconds) for name, seconds in rounds.items()}
+    print(json.dumps({"pyspark": pyspark.__version__, "session": kind, "rounds": rounds, **best}), flush=True)
     spark.stop()
     return 0
 

@@ -10,9 +10,9 @@ rows Spark already holds:
 - PySpark 3.5 classic: the table goes to the JVM as an Arrow stream (what PySpark 4's
   ``createDataFrame`` of an Arrow table does; 3.5's takes pandas frames and rows, not Arrow
   tables), then the same lazy local checkpoint.
-- PySpark 3.5 Connect (no local checkpoint): the table is sent once, as a single row of one array
-  a column, and registered as a temporary view of a unique name; the DataFrame reads the view by
-  name (each job's plan is small) and unzips the arrays into rows. A view of the table's rows
+- PySpark 3.5 Connect (no local checkpoint): the table is sent once, as a single row holding one
+  array of its rows, and registered as a temporary view of a unique name; the DataFrame reads the
+  view by name (each job's plan is small) and unfolds the array into rows. A view of the table's rows
   costs more a job than the whole join on the probe side: Spark ships a local relation's rows to
   its tasks inside the tasks, an object each, where one row of arrays goes as a few buffers. Once
   no DataFrame refers to the view any more, it is dropped on that session (at the next table kept,
@@ -69,10 +69,10 @@ def drop_unused_views() -> list[str]:
 def _viewed(session: SparkSession, table: pa.Table, schema: StructType) -> DataFrame:
     drop_unused_views()
     name = VIEW_PREFIX + uuid.uuid4().hex
-    _local_relation(session, _one_row(table), _arrays_of(schema)).createOrReplaceTempView(name)
-    columns = [functions.col("`" + field.replace("`", "``") + "`") for field in schema.fieldNames()]
-    rows = functions.inline(functions.arrays_zip(*columns))
-    frame = session.table(name).select(rows).toDF(*schema.fieldNames())
+    row = StructType([StructField(field.name, field.dataType, True) for field in schema.fields])
+    folded = StructType([StructField("rows", ArrayType(row, True), True)])  # as Arrow says: nullable
+    _local_relation(session, _one_row(table), folded).createOrReplaceTempView(name)
+    frame = session.table(name).select(functions.inline("rows"))
     # Every DataFrame made from ``frame`` (a join, a hint) holds its plan: once that is collected,
     # nothing can read the view any more.
     weakref.finalize(frame._plan, _unused, session, name)
@@ -80,14 +80,12 @@ def _viewed(session: SparkSession, table: pa.Table, schema: StructType) -> DataF
 
 
 def _one_row(table: pa.Table) -> pa.Table:
-    """``table`` as one row: each column an array of its values."""
-    ends = pa.array([0, table.num_rows], pa.int32())
-    columns = [pa.ListArray.from_arrays(ends, column.combine_chunks()) for column in table.columns]
-    return pa.Table.from_arrays(columns, names=table.column_names)
-
-
-def _arrays_of(schema: StructType) -> StructType:
-    return StructType([StructField(f.name, ArrayType(f.dataType, True), True) for f in schema.fields])
+    """``table`` as one row of one column ``rows``: the array of its rows."""
+    rows = pa.StructArray.from_arrays(
+        [column.combine_chunks() for column in table.columns], fields=list(table.schema)
+    )
+    folded = pa.ListArray.from_arrays(pa.array([0, len(rows)], pa.int32()), rows)
+    return pa.Table.from_arrays([folded], names=["rows"])
 
 
 def _local_relation(session: SparkSession, table: pa.Table, schema: StructType) -> DataFrame:
