@@ -21,7 +21,7 @@ moved since the last run (the driver, or every task, reads what it needs).
 
 Each PySpark interpreter (``--python``, default this one and the PySpark 3.5 venv ``make test``
 builds, if present) runs every contender on a classic ``local[2]`` session and on Spark Connect
-(a ``local[2]`` Connect server of this interpreter's Spark, started here), in
+(a ``local[2]`` Connect server of this interpreter's Spark, a fresh one for each run), in
 ``bench/spark_runner.py``. The stores are real: topics on the embedded broker, materialized by
 ``statestore serve`` (the real RocksDB ``Store``) in its own process. Every join writes all its
 rows to Spark's ``noop`` sink; each contender runs once to warm up, then ``--rounds`` rounds run
@@ -53,7 +53,6 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from service.local.broker import LocalBroker, free_port
-from tests.support.spark_session import start_connect_server
 
 PRODUCT_SCHEMA = "name string, price double, category string"
 CUSTOMER_SCHEMA = "name string, country string"
@@ -131,6 +130,37 @@ def served_dimensions(bootstrap: str, folder: Path, keys: int) -> Iterator[str]:
     )
     with _service(config, free_port()) as url:
         yield url
+
+
+_CONNECT_SERVER = """
+import pathlib, sys
+from tests.support.spark_session import start_connect_server
+written = pathlib.Path(sys.argv[1])
+written.with_suffix(".part").write_text(start_connect_server("local[2]", "2g"))
+written.with_suffix(".part").rename(written)
+sys.stdin.read()  # until the bench closes it
+"""
+
+
+@contextlib.contextmanager
+def _connect_server(folder: Path) -> Iterator[str]:
+    """A ``local[2]`` Spark Connect server of this interpreter's Spark in a process of its own, for
+    one run: each Connect run starts on a fresh JVM, as each classic one does."""
+    written = folder / f"connect-{time.monotonic_ns()}.url"
+    process = subprocess.Popen([sys.executable, "-c", _CONNECT_SERVER, str(written)], stdin=subprocess.PIPE)
+    try:
+        while not written.exists():
+            if process.poll() is not None:
+                raise RuntimeError(f"Spark Connect server exited ({process.returncode}) before it started")
+            time.sleep(0.2)
+        yield written.read_text()
+    finally:
+        if process.stdin is not None:
+            process.stdin.close()
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
 
 
 def _run(
@@ -226,12 +256,12 @@ def main(argv: list[str] | None = None) -> int:
         started = time.perf_counter()
         with served_dimensions(broker.bootstrap_servers, Path(tmp), args.keys) as url:
             print(f"stores ready after {time.perf_counter() - started:.1f} s", flush=True)
-            connect = start_connect_server("local[2]", "2g") if "connect" in sessions else None
             for python in pythons:
                 for kind in sessions:
                     folder = Path(tmp) / "data"
-                    remote = connect if kind == "connect" else None
-                    _print(_run(python, url, remote, folder, args), args.facts)
+                    server = _connect_server(Path(tmp)) if kind == "connect" else contextlib.nullcontext()
+                    with server as remote:
+                        _print(_run(python, url, remote, folder, args), args.facts)
     print(f"\n{args.facts:,} fact rows, {args.keys:,} keys per dimension, best of {args.rounds} rounds")
     return 0
 
