@@ -25,12 +25,14 @@ builds, if present) runs every contender on a classic ``local[2]`` session and o
 ``bench/spark_runner.py``. The stores are real: topics on the embedded broker, materialized by
 ``statestore serve`` (the real RocksDB ``Store``) in its own process. Every join writes all its
 rows to Spark's ``noop`` sink; each contender runs once to warm up, then ``--rounds`` rounds run
-every contender in turn (interleaved, each round in an order of its own), and each
-one's best round counts; ratios compare contenders of the same run. Beside the floors' ratios of
-best rounds, the median of the ratios round by round (the two contenders of a ratio ran in the same
-round) says how much of a ratio is one lucky round::
+every contender in turn (interleaved, each round in an order of its own). The seconds printed are
+each contender's best round (and its median round). The floors' two ratios are medians of ratios
+taken round by round: the two contenders of a ratio ran in the same round, under the same load, so
+a spell of garbage collection or load from elsewhere does not decide it, as it can decide a ratio of
+two best rounds (printed beside, with the quartiles of the round-by-round ratios); the other
+ratios are of best rounds::
 
-    python -m bench spark --facts 1000000 --keys 100000 --rounds 3
+    python -m bench spark --facts 1000000 --keys 100000 --rounds 8
 """
 
 from __future__ import annotations
@@ -180,22 +182,29 @@ def _run(
 def _print(result: dict[str, Any], facts: int) -> None:
     print(f"\nPySpark {result['pyspark']}, {result['session']} session", flush=True)
     for name in CONTENDERS:
-        print(f"  {name:<38} {result[name]:7.2f} s  {facts / result[name] / 1e6:6.2f} M rows/s")
+        median = statistics.median(result["rounds"][name])
+        print(
+            f"  {name:<41} {result[name]:5.2f} s  {facts / result[name] / 1e6:5.2f} M rows/s"
+            f"  (median round {median:5.2f} s)"
+        )
     ratio = result["broadcast join"] / result["lookup_join"]
-    two = result["two broadcast joins"] / result["two chained lookup_joins"]
+    best_two = result["two broadcast joins"] / result["two chained lookup_joins"]
     merge = result["two sort-merge joins"] / result["two chained lookup_joins"]
     planned = result["broadcast join"] / result["lookup_join, planned per run"]
     two_planned = result["two broadcast joins"] / result["two lookup_joins, planned per run"]
     afresh = result["broadcast join"] / result["lookup_join, read afresh per run"]
     two_afresh = result["two broadcast joins"] / result["two lookup_joins, read afresh per run"]
-    print(f"  lookup_join / broadcast join rows/s: {ratio:.2f} (floor 0.8)")
-    print(f"  two lookups vs two broadcast joins: {two:.2f}x (floor 1.0)")
-    floors = (("broadcast join", "lookup_join"), ("two broadcast joins", "two chained lookup_joins"))
-    for baseline, contender in floors:
-        low, median, high = paired_ratios(result["rounds"], baseline, contender)
-        print(
-            f"    {contender} vs {baseline}, round by round: {median:.2f}x (quartiles {low:.2f}-{high:.2f})"
-        )
+    rounds = result["rounds"]
+    low, one, high = paired_ratios(rounds, "broadcast join", "lookup_join")
+    print(
+        f"  lookup_join / broadcast join rows/s: {one:.2f} (floor 0.8; round by round: quartiles"
+        f" {low:.2f}-{high:.2f}; best rounds {ratio:.2f})"
+    )
+    low, two, high = paired_ratios(rounds, "two broadcast joins", "two chained lookup_joins")
+    print(
+        f"  two lookups vs two broadcast joins: {two:.2f}x (floor 1.0; round by round: quartiles"
+        f" {low:.2f}-{high:.2f}; best rounds {best_two:.2f}x)"
+    )
     print(f"  planned per run (the store unchanged): {planned:.2f} and {two_planned:.2f}x")
     print(f"  read afresh per run (as when the store moved): {afresh:.2f} and {two_afresh:.2f}x")
     print(f"  two lookups vs two sort-merge joins (broadcast off): {merge:.2f}x")
@@ -238,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench spark", description=__doc__.splitlines()[0])
     parser.add_argument("--facts", type=int, default=1_000_000, help="fact rows (purchases)")
     parser.add_argument("--keys", type=int, default=100_000, help="keys per dimension store")
-    parser.add_argument("--rounds", type=int, default=3, help="timed rounds per contender (best counts)")
+    parser.add_argument("--rounds", type=int, default=8, help="timed rounds per contender, interleaved")
     spark35 = Path(".venv-spark35/bin/python")
     parser.add_argument(
         "--python", action="append", help="a PySpark interpreter to run (repeat; default: this one and "
@@ -262,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
                     server = _connect_server(Path(tmp)) if kind == "connect" else contextlib.nullcontext()
                     with server as remote:
                         _print(_run(python, url, remote, folder, args), args.facts)
-    print(f"\n{args.facts:,} fact rows, {args.keys:,} keys per dimension, best of {args.rounds} rounds")
+    print(f"\n{args.facts:,} fact rows, {args.keys:,} keys per dimension, {args.rounds} rounds interleaved")
     return 0
 
 
