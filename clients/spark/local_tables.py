@@ -10,13 +10,13 @@ rows Spark already holds:
 - PySpark 3.5 classic: the table goes to the JVM as an Arrow stream (what PySpark 4's
   ``createDataFrame`` of an Arrow table does; 3.5's takes pandas frames and rows, not Arrow
   tables), then the same lazy local checkpoint.
-- PySpark 3.5 Connect (no local checkpoint): the table is sent once, as a single row holding one
+- PySpark 3.5 Connect (no local checkpoint): the table is sent once, as a single row holding the
   array of its rows, and registered as a temporary view of a unique name; the DataFrame reads the
-  view by name (each job's plan is small) and unfolds the array into rows. A view of the table's rows
-  costs more a job than the whole join on the probe side: Spark ships a local relation's rows to
-  its tasks inside the tasks, an object each, where one row of arrays goes as a few buffers. Once
-  no DataFrame refers to the view any more, it is dropped on that session (at the next table kept,
-  in the planning thread: never from a finalizer).
+  view by name (each job's plan is small) and unfolds the array into rows. A view of the rows
+  themselves costs more: Spark ships a local relation's rows inside its tasks, an object a row, in
+  every job, where the one row goes as one object. Once no DataFrame refers to the view any more,
+  it is dropped on that session (at the next table kept, in the planning thread: never from a
+  finalizer).
 """
 
 from __future__ import annotations
