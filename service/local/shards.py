@@ -43,13 +43,37 @@ def _port_free(host: str, port: int) -> bool:
     return True
 
 
+EPHEMERAL_PORTS_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+def ephemeral_ports() -> tuple[int, int]:
+    """The ports the kernel hands out on its own (to outgoing connections, to a bind to port 0):
+    the first and the last, Linux's defaults where the system does not say."""
+    try:
+        low, high = (int(port) for port in EPHEMERAL_PORTS_FILE.read_text(encoding="ascii").split())
+    except (OSError, ValueError):
+        return 32768, 60999
+    return low, high
+
+
 def free_port_block(host: str, count: int, attempts: int = 200) -> int:
-    """A multiple of ten ``base`` such that ports ``base`` to ``base + count - 1`` are free now."""
+    """A multiple of ten ``base`` such that ports ``base`` to ``base + count - 1`` are free now.
+
+    Chosen outside the kernel's ephemeral range: a port in it that is free now can be handed to
+    any process's outgoing connection before the shard binds it."""
     if not 1 <= count <= MAX_LOCAL_SHARDS:
         raise LocalShardsError(f"between 1 and {MAX_LOCAL_SHARDS} shards run on one machine, not {count}")
+    low, high = ephemeral_ports()
+    bases = [
+        base
+        for start, end in ((10_000, low), (high + 1, 65_536))
+        for base in range(-(-start // 10) * 10, end - count + 1, 10)
+    ]
+    if not bases:
+        raise LocalShardsError(f"no ports outside the ephemeral range {low}-{high} on {host}")
     rng = random.Random()
     for _ in range(attempts):
-        base = rng.randrange(2000, 6000) * 10
+        base = rng.choice(bases)
         if all(_port_free(host, base + shard) for shard in range(count)):
             return base
     raise LocalShardsError(f"found no {count} free ports in a row on {host}")
