@@ -251,13 +251,16 @@ def _broadcast_key(df: DataFrame, fields: Fields, on: str | Column) -> tuple[Col
     """
     names = [field.name for field in fields]
     plain = isinstance(on, str) and "." not in on and "`" not in on and names.count(on) == 1
-    key_type = fields[names.index(str(on))].dataType if plain else None
-    column, key_type = (functions.col(str(on)), key_type) if plain else _key_column(df, on)
+    if plain:
+        column, key_type = functions.col(str(on)), fields[names.index(str(on))].dataType
+    else:
+        column, key_type = _key_column(df, on)
     if isinstance(key_type, BinaryType):
         return column, False
-    if isinstance(key_type, StringType) and getattr(key_type, "collation", "UTF8_BINARY") == "UTF8_BINARY":
-        return column, True
-    return _key_column(df, on)[0].cast("binary"), False
+    if isinstance(key_type, StringType):
+        byte_wise = getattr(key_type, "collation", "UTF8_BINARY") == "UTF8_BINARY"
+        return (column, True) if byte_wise else (column.cast("binary"), False)
+    return _key_column(df, on)[0].cast("binary"), False  # a column of another type: its text's bytes
 
 
 def _fields_of(df: DataFrame) -> Fields:
